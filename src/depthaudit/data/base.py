@@ -1,0 +1,116 @@
+"""Datasets: a registry of loaders that return decoded arrays, plus caching and device placement."""
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..registry import Registry
+
+DATASETS: Registry = Registry("dataset")
+
+
+@dataclass(frozen=True)
+class ArrayData:
+    """Decoded data as the loaders return it (numpy, CPU)."""
+
+    x_train: np.ndarray  # (N, *input_shape) float32, or uint8 images (N, H, W, 3)
+    y_train: np.ndarray  # (N,) int64
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+    source: str  # where it came from: a path, a URL, or the generator and its arguments
+    sha256: str  # content hash of the source
+
+
+@dataclass(frozen=True)
+class DataBundle:
+    """Training-ready tensors, already on the training device (the hot loop only slices them)."""
+
+    name: str
+    x_train: torch.Tensor  # (N, *input_shape) float32
+    y_train: torch.Tensor  # (N,) int64
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    source: str
+    sha256: str
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one example."""
+        return tuple(self.x_train.shape[1:])
+
+    def provenance(self) -> dict:
+        """What a result file records about the data."""
+        return {"name": self.name, "source": self.source, "sha256": self.sha256,
+                "n_train": int(self.x_train.shape[0]), "n_test": int(self.x_test.shape[0]),
+                "input_shape": list(self.input_shape), "num_classes": self.num_classes}
+
+
+def cache_dir() -> Path:
+    """``$DEPTHAUDIT_CACHE_DIR``, else ``~/.cache/depthaudit``."""
+    return Path(os.environ.get("DEPTHAUDIT_CACHE_DIR") or Path.home() / ".cache" / "depthaudit")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    """Content hash of one file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_files(paths: list[Path], root: Path) -> str:
+    """Content hash over several files, with their relative names, in sorted order."""
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        h.update(str(p.relative_to(root)).encode() + b"\0")
+        h.update(bytes.fromhex(sha256_file(p)))
+    return h.hexdigest()
+
+
+def cached_arrays(key: str, build) -> ArrayData:
+    """Load decoded arrays from the cache under ``key``, or ``build()`` them and store them atomically."""
+    path = cache_dir() / "decoded" / f"{key}.npz"
+    if path.exists():
+        try:
+            z = np.load(path, allow_pickle=False)
+            return ArrayData(z["x_train"], z["y_train"], z["x_test"], z["y_test"], int(z["num_classes"]),
+                             str(z["source"]), str(z["sha256"]))
+        except Exception:  # a damaged cache entry is rebuilt, never trusted
+            path.unlink(missing_ok=True)
+    data = build()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
+    np.savez(tmp, x_train=data.x_train, y_train=data.y_train, x_test=data.x_test, y_test=data.y_test,
+             num_classes=data.num_classes, source=data.source, sha256=data.sha256)
+    os.replace(tmp, path)
+    return data
+
+
+def to_bundle(name: str, a: ArrayData, device: torch.device) -> DataBundle:
+    """Normalise and move to ``device``.
+
+    Images (uint8, N×H×W×3) become float32 N×3×H×W standardised per channel with training-set
+    statistics; float inputs are used as they are.
+    """
+    xtr, xte = torch.from_numpy(a.x_train), torch.from_numpy(a.x_test)
+    if xtr.dtype == torch.uint8:
+        xtr = xtr.permute(0, 3, 1, 2).float().div_(255)
+        xte = xte.permute(0, 3, 1, 2).float().div_(255)
+        mean = xtr.mean(dim=(0, 2, 3), keepdim=True)
+        std = xtr.std(dim=(0, 2, 3), keepdim=True)
+        xtr, xte = (xtr - mean) / std, (xte - mean) / std
+    return DataBundle(
+        name=name,
+        x_train=xtr.float().contiguous().to(device),
+        y_train=torch.from_numpy(a.y_train).long().to(device),
+        x_test=xte.float().contiguous().to(device),
+        y_test=torch.from_numpy(a.y_test).long().to(device),
+        num_classes=a.num_classes, source=a.source, sha256=a.sha256,
+    )

@@ -1,0 +1,85 @@
+"""The image-folder layout ``train/<class>/*.png|jpg``, ``test/<class>/…``, plain or zipped.
+
+Class labels are the class folders in alphabetical order (for CIFAR-10 that is the official order).
+"""
+
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from ..errors import UsageError
+from .base import ArrayData, cached_arrays, sha256_file, sha256_files
+
+EXTS = (".png", ".jpg", ".jpeg", ".bmp")
+
+
+def _split_members(names: list[str]) -> dict[str, dict[str, list[str]]]:
+    """{'train'|'test': {class: [member, …]}} from relative paths like ``[prefix/]train/cls/x.jpg``."""
+    out: dict[str, dict[str, list[str]]] = {"train": {}, "test": {}}
+    for n in names:
+        parts = n.replace("\\", "/").split("/")
+        if len(parts) < 3 or not parts[-1].lower().endswith(EXTS):
+            continue
+        split, cls = parts[-3], parts[-2]
+        if split in out:
+            out[split].setdefault(cls, []).append(n)
+    return out
+
+
+def _decode(read, splits, where: str):
+    classes = sorted(splits["train"])
+    if not classes or sorted(splits["test"]) != classes:
+        raise UsageError(f"{where}: expected train/<class>/ and test/<class>/ with the same classes; "
+                         f"found train {sorted(splits['train'])[:5]}…, test {sorted(splits['test'])[:5]}…")
+    arrays = []
+    for split in ("train", "test"):
+        xs, ys = [], []
+        for label, cls in enumerate(classes):
+            for name in sorted(splits[split][cls]):
+                try:
+                    img = Image.open(io.BytesIO(read(name))).convert("RGB")
+                except (UnidentifiedImageError, OSError) as exc:
+                    raise UsageError(f"{where}: cannot decode image {name} ({exc}); the copy is corrupt") from None
+                xs.append(np.asarray(img, dtype=np.uint8))
+                ys.append(label)
+        if len({x.shape for x in xs}) != 1:
+            raise UsageError(f"{where}: images in {split}/ differ in size; resize them to one size first")
+        arrays += [np.stack(xs), np.asarray(ys, dtype=np.int64)]
+    return arrays, len(classes)
+
+
+def load_image_zip(path: Path, name: str) -> ArrayData:
+    """Read a zip of the image-folder layout (members are read directly, nothing extracted)."""
+    try:
+        digest = sha256_file(path)
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise UsageError(f"{path}: not a readable zip ({exc}); re-copy it or point --data-dir elsewhere") from None
+
+    def build() -> ArrayData:
+        with zipfile.ZipFile(path) as zf:
+            try:
+                arrays, k = _decode(zf.read, _split_members(names), str(path))
+            except zipfile.BadZipFile as exc:
+                raise UsageError(f"{path}: corrupt zip member ({exc}); re-copy the file") from None
+        return ArrayData(*arrays, num_classes=k, source=str(path.resolve()), sha256=digest)
+
+    return cached_arrays(f"{name}-imgzip-{digest[:16]}", build)
+
+
+def load_image_dir(root: Path, name: str) -> ArrayData:
+    """Read a plain directory holding ``train/`` and ``test/``."""
+    files = [p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in EXTS
+             and p.relative_to(root).parts[0] in ("train", "test")]
+    digest = sha256_files(files, root)
+
+    def build() -> ArrayData:
+        rel = [str(p.relative_to(root)) for p in files]
+        arrays, k = _decode(lambda n: (root / n).read_bytes(), _split_members(rel), str(root))
+        return ArrayData(*arrays, num_classes=k, source=str(root.resolve()), sha256=digest)
+
+    return cached_arrays(f"{name}-imgdir-{digest[:16]}", build)

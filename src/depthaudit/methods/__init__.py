@@ -1,0 +1,20 @@
+"""Credit methods, looked up by name in :data:`METHODS`; register your own the same way."""
+
+from .base import METHODS, CreditMethod
+from .bp import BP
+from .dfa import DFA
+from .fa import FA
+
+__all__ = ["METHODS", "CreditMethod", "BP", "FA", "DFA", "build_method"]
+
+
+def build_method(name: str, model, seed: int) -> CreditMethod:
+    """Build a registered method for ``model``; ``seed`` is the run's seed (a feedback seed is derived)."""
+    from ..config import derive_seed
+
+    method = METHODS.get(name)(model, derive_seed(seed, "feedback"))
+    device = next(model.parameters()).device
+    if hasattr(method, "to"):
+        method.to(device)
+    return method
+

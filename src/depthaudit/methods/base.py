@@ -1,0 +1,57 @@
+"""The credit-method interface: turn the output error into a credit at every stream position."""
+
+from typing import ClassVar
+
+import torch
+
+from ..models.base import ResidualModel
+from ..recipe import Trace, local_update, output_error, readout_pass, trace_forward
+from ..registry import Registry
+
+METHODS: Registry = Registry("method")
+
+
+class CreditMethod:
+    """Base class. Subclasses implement :meth:`credits`; the recipe around it is shared.
+
+    A method is built once per run as ``cls(model, seed)``; any random feedback it draws comes from
+    ``seed`` (already derived from the run's seed), is fixed for the run, and lives in
+    :meth:`state_dict` so checkpoints carry it. Register a new one with ``@METHODS.register("name")``.
+    """
+
+    name: ClassVar[str] = ""
+    needs_input_grad: ClassVar[bool] = False  # trace block inputs as grad-requiring leaves
+    needs_cache: ClassVar[bool] = False  # keep per-block forward caches (feedback VJPs)
+
+    def __init__(self, model: ResidualModel, seed: int):
+        self.seed = seed
+
+    def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
+        """Return ``[c_0, …, c_L]``, each shaped like ``tr.states[l]``; ``e`` is (B, C)."""
+        raise NotImplementedError
+
+    def step(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor,
+             scale_penalty: float = 0.0) -> torch.Tensor:
+        """Accumulate the recipe's gradients into ``.grad`` for one batch; return the mean loss."""
+        tr = trace_forward(model, x, input_grad=self.needs_input_grad, cache=self.needs_cache)
+        loss = readout_pass(tr, y)
+        cs = self.credits(model, tr, output_error(tr.logits, y))
+        local_update(model, tr, cs, scale_penalty)
+        return loss
+
+    def probe(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor):
+        """``(states, credits)`` on a batch without touching any ``.grad`` (for diagnostics)."""
+        tr = trace_forward(model, x, input_grad=self.needs_input_grad, cache=self.needs_cache)
+        readout_pass(tr, y, accumulate=False)
+        cs = self.credits(model, tr, output_error(tr.logits, y))
+        return tr.states, [c.detach() for c in cs]
+
+    def after_step(self, model: ResidualModel) -> None:
+        """Called after the optimizers step (methods whose feedback learns override this)."""
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Feedback tensors to save with a checkpoint."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what :meth:`state_dict` returned."""

@@ -1,0 +1,51 @@
+"""Direct feedback alignment (Nøkland): ``c_l = B_l e`` straight from the output error."""
+
+import math
+
+import torch
+
+from ..models.base import ResidualModel
+from ..recipe import Trace
+from .base import METHODS, CreditMethod
+
+
+@METHODS.register("dfa")
+class DFA(CreditMethod):
+    """One fixed random ``B_l`` (state numel × C) per stream position ``l = 0..L``.
+
+    Entries U(±1/√C). For token or spatial states the projection covers the whole state. The
+    matrices are drawn on first use (their shape needs one batch) from the method's seed, in
+    order l = 0..L, so they are the same whenever they are drawn.
+    """
+
+    name = "dfa"
+
+    def __init__(self, model: ResidualModel, seed: int):
+        super().__init__(model, seed)
+        self.feedback: dict[str, torch.Tensor] = {}
+
+    def _draw(self, states: list[torch.Tensor], num_classes: int) -> None:
+        gen = torch.Generator().manual_seed(self.seed)
+        bound = num_classes**-0.5
+        for i, h in enumerate(states):
+            b = torch.empty(math.prod(h.shape[1:]), num_classes).uniform_(-bound, bound, generator=gen)
+            self.feedback[f"B{i}"] = b.to(device=h.device, dtype=h.dtype)
+
+    def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
+        """``c_l = (e @ B_lᵀ)`` reshaped to ``h_l``."""
+        if not self.feedback:
+            self._draw(tr.states, e.shape[1])
+        return [(e @ self.feedback[f"B{i}"].T).view_as(h) for i, h in enumerate(tr.states)]
+
+    def state_dict(self):
+        """The fixed projections."""
+        return {k: v.detach().cpu().clone() for k, v in self.feedback.items()}
+
+    def load_state_dict(self, state):
+        """Restore the projections (they are moved to the stream's device on use)."""
+        self.feedback = {k: v.clone() for k, v in state.items()}
+
+    def to(self, device) -> "DFA":
+        """Move the projections to ``device``."""
+        self.feedback = {k: v.to(device) for k, v in self.feedback.items()}
+        return self

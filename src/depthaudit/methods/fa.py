@@ -1,0 +1,59 @@
+"""Feedback alignment (Lillicrap et al.): every weight transpose replaced by a fixed random matrix."""
+
+import torch
+
+from ..models.base import ResidualModel
+from ..models.functional import feedback_like
+from ..recipe import Trace
+from .base import METHODS, CreditMethod
+
+
+@METHODS.register("fa")
+class FA(CreditMethod):
+    """``e`` travels back through the readout and every block's Jacobian with ``Wᵀ → B``.
+
+    Feedback ``B`` has the shape of the forward weight ``W`` it replaces and its init distribution
+    (U(±1/√fan_in)); keys are ``readout.<name>`` and ``block<l>.<name>``. Each block's own update
+    still uses exact local backprop (the recipe); only the credit passed between blocks uses ``B``.
+    """
+
+    name = "fa"
+    needs_cache = True
+
+    def __init__(self, model: ResidualModel, seed: int):
+        super().__init__(model, seed)
+        gen = torch.Generator().manual_seed(seed)
+        self.feedback: dict[str, torch.Tensor] = {}
+        for i, blk in enumerate(model.blocks, start=1):
+            for k, w in blk.feedback_weights().items():
+                self.feedback[f"block{i}.{k}"] = feedback_like(w, gen)
+        for k, w in model.readout.feedback_weights().items():
+            self.feedback[f"readout.{k}"] = feedback_like(w, gen)
+
+    def feedback_for(self, prefix: str, module) -> dict[str, torch.Tensor]:
+        """The feedback matrices of one module, keyed as its ``feedback_weights()``."""
+        return {k: self.feedback[f"{prefix}.{k}"] for k in module.feedback_weights()}
+
+    def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
+        """``c_L`` = readout feedback VJP of ``e``; ``c_{l-1} = c_l + J̃_lᵀ c_l``."""
+        c = model.readout.fa_vjp(tr.hL.detach(), e, self.feedback_for("readout", model.readout))
+        out = [c]
+        for i in range(len(model.blocks), 0, -1):
+            blk = model.blocks[i - 1]
+            c = c + blk.fa_vjp(tr.caches[i - 1], c, self.feedback_for(f"block{i}", blk))
+            out.append(c)
+        return out[::-1]
+
+    def state_dict(self):
+        """The fixed feedback matrices."""
+        return {k: v.detach().cpu().clone() for k, v in self.feedback.items()}
+
+    def load_state_dict(self, state):
+        """Restore feedback matrices onto the device they were on."""
+        for k in self.feedback:
+            self.feedback[k] = state[k].to(self.feedback[k].device)
+
+    def to(self, device) -> "FA":
+        """Move the feedback to ``device``."""
+        self.feedback = {k: v.to(device) for k, v in self.feedback.items()}
+        return self

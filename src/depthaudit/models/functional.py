@@ -1,0 +1,49 @@
+"""Hand-written vector-Jacobian products that feedback methods need (exact nonlinearity/LN derivatives).
+
+Feedback alignment replaces weight transposes but keeps every other derivative exact, so these
+compute the exact VJP of the parameter-free parts; each is tested against autograd.
+"""
+
+import torch
+from torch import nn
+
+
+def layer_norm_input_vjp(x: torch.Tensor, g: torch.Tensor, weight: torch.Tensor | None, eps: float):
+    """Exact ∂/∂x of ``LayerNorm(x)`` (over the last dim) applied to cotangent ``g``.
+
+    Args:
+        x: the LayerNorm input, (..., d).
+        g: cotangent at the LayerNorm output, (..., d).
+        weight: the elementwise affine weight γ (d,), or None.
+        eps: the LayerNorm epsilon.
+    """
+    mean = x.mean(-1, keepdim=True)
+    var = x.var(-1, unbiased=False, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    xhat = (x - mean) * rstd
+    if weight is not None:
+        g = g * weight
+    # (…, d): rstd · (g − mean(g) − x̂·mean(g·x̂))
+    return rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+
+
+def gelu_vjp(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Exact (erf) GELU derivative at pre-activation ``a`` applied to ``g``."""
+    return torch.ops.aten.gelu_backward(g, a)
+
+
+def init_linear_(lin: nn.Linear, gen: torch.Generator) -> None:
+    """Weights U(±1/√fan_in) (PyTorch's default scale), biases zero, drawn from ``gen``."""
+    bound = lin.in_features**-0.5
+    with torch.no_grad():
+        lin.weight.uniform_(-bound, bound, generator=gen)
+        if lin.bias is not None:
+            lin.bias.zero_()
+
+
+def feedback_like(weight: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """A fixed random feedback matrix with ``weight``'s shape and init distribution U(±1/√fan_in)."""
+    bound = weight.shape[1] ** -0.5
+    out = torch.empty(weight.shape, dtype=weight.dtype)
+    out.uniform_(-bound, bound, generator=gen)
+    return out.to(weight.device)

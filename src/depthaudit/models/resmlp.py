@@ -1,0 +1,134 @@
+"""ResMLP (terminal LayerNorm readout) and StudentNet (no terminal LN), SPEC §1.
+
+Initialisation (all drawn from one generator seeded by the run's seed, in module order):
+Linear weights U(±1/√fan_in), biases 0, LayerNorm γ=1, β=0.
+
+The blocks' pre-LN has no elementwise affine: γ/β right before ``fc1`` are absorbed exactly by
+``fc1``'s weight and bias, so this loses no expressiveness and spares FA an extra matmul per block.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..registry import Registry
+from .base import ResidualModel
+from .functional import gelu_vjp, init_linear_, layer_norm_input_vjp
+
+MODELS: Registry = Registry("arch")
+LN_EPS = 1e-5
+
+
+class MLPBlock(nn.Module):
+    """Pre-LN MLP block: LN → Linear(d, r·d) → GELU → Linear(r·d, d)."""
+
+    def __init__(self, d: int, ratio: int, gen: torch.Generator):
+        super().__init__()
+        self.d = d
+        self.fc1 = nn.Linear(d, ratio * d)
+        self.fc2 = nn.Linear(ratio * d, d)
+        init_linear_(self.fc1, gen)
+        init_linear_(self.fc2, gen)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, d)
+        return self.fc2(F.gelu(self.fc1(F.layer_norm(x, (self.d,), eps=LN_EPS))))
+
+    def forward_cached(self, x: torch.Tensor):
+        """Forward that also returns ``(x, a)``, the LN input and the GELU pre-activation."""
+        a = self.fc1(F.layer_norm(x, (self.d,), eps=LN_EPS))  # (B, r·d)
+        return self.fc2(F.gelu(a)), (x, a)
+
+    def feedback_weights(self) -> dict[str, torch.Tensor]:
+        """The weights whose transposes FA replaces."""
+        return {"fc1": self.fc1.weight, "fc2": self.fc2.weight}
+
+    @torch.no_grad()
+    def fa_vjp(self, cache, g: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Input VJP with ``fc*.weightᵀ`` replaced by ``fb[...]``; GELU and LN derivatives exact."""
+        x, a = cache
+        dz = g @ fb["fc2"]  # (B, d) @ (d, r·d) -> (B, r·d)
+        du = gelu_vjp(a, dz) @ fb["fc1"]  # (B, r·d) @ (r·d, d) -> (B, d)
+        return layer_norm_input_vjp(x, du, None, LN_EPS)
+
+
+class LNReadout(nn.Module):
+    """Terminal LayerNorm ``out_ln`` then linear ``out_head``."""
+
+    def __init__(self, d: int, num_classes: int, gen: torch.Generator):
+        super().__init__()
+        self.out_ln = nn.LayerNorm(d, eps=LN_EPS)
+        self.out_head = nn.Linear(d, num_classes)
+        init_linear_(self.out_head, gen)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.out_head(self.out_ln(h))
+
+    def feedback_weights(self) -> dict[str, torch.Tensor]:
+        """The weights whose transposes FA replaces."""
+        return {"out_head": self.out_head.weight}
+
+    @torch.no_grad()
+    def fa_vjp(self, h: torch.Tensor, e: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Credit at ``h_L`` from output error ``e`` (B, C) through feedback; LN derivative exact."""
+        return layer_norm_input_vjp(h, e @ fb["out_head"], self.out_ln.weight, LN_EPS)
+
+
+class LinearReadout(nn.Module):
+    """Head directly on ``h_L`` (StudentNet: Mode 1 cannot occur)."""
+
+    def __init__(self, d: int, num_classes: int, gen: torch.Generator):
+        super().__init__()
+        self.out_head = nn.Linear(d, num_classes)
+        init_linear_(self.out_head, gen)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.out_head(h)
+
+    def feedback_weights(self) -> dict[str, torch.Tensor]:
+        """The weights whose transposes FA replaces."""
+        return {"out_head": self.out_head.weight}
+
+    @torch.no_grad()
+    def fa_vjp(self, h: torch.Tensor, e: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Credit at ``h_L``: ``e @ B``."""
+        return e @ fb["out_head"]
+
+
+class FlattenLinear(nn.Module):
+    """Embedding: flatten the input, one Linear to the stream width."""
+
+    def __init__(self, in_features: int, d: int, gen: torch.Generator):
+        super().__init__()
+        self.proj = nn.Linear(in_features, d)
+        init_linear_(self.proj, gen)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, *input_shape) -> (B, d)
+        return self.proj(x.flatten(1))
+
+
+class _ResMLPBase(ResidualModel):
+    readout_cls: type = LNReadout
+
+    def __init__(self, input_shape, num_classes: int, d_hidden: int = 256, num_blocks: int = 4,
+                 mlp_ratio: int = 4, seed: int = 0):
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        self.embed = FlattenLinear(math.prod(input_shape), d_hidden, gen)
+        self.blocks = nn.ModuleList(MLPBlock(d_hidden, mlp_ratio, gen) for _ in range(num_blocks))
+        self.readout = self.readout_cls(d_hidden, num_classes, gen)
+
+
+@MODELS.register("resmlp")
+class ResMLP(_ResMLPBase):
+    """Pre-LN residual MLP with terminal ``out_ln`` + ``out_head`` (the primary audit arch)."""
+
+    readout_cls = LNReadout
+
+
+@MODELS.register("studentnet")
+class StudentNet(_ResMLPBase):
+    """The same blocks with the head directly on ``h_L`` (no terminal LN): the Mode-1 control."""
+
+    readout_cls = LinearReadout

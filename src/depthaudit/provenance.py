@@ -1,0 +1,52 @@
+"""Provenance recorded in every result file."""
+
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from . import __version__
+
+
+def git_commit() -> dict:
+    """Commit and dirty flag of the source tree depthaudit runs from (None outside a git checkout)."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10)
+
+    try:
+        rev = git("rev-parse", "HEAD")
+        if rev.returncode != 0:
+            return {"commit": None, "dirty": None}
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+        return {"commit": rev.stdout.strip(), "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def device_name(device: torch.device) -> str:
+    """Human-readable device: ``cpu (N threads)`` or the CUDA device's name."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})"
+
+
+def provenance(device: torch.device, data_prov: dict, seed: int, argv: list[str] | None) -> dict:
+    """Everything a reader needs to reproduce or trust a result."""
+    return {
+        "package": "depthaudit",
+        "version": __version__,
+        "git": git_commit(),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "device": device_name(device),
+        "data": data_prov,
+        "seed": seed,
+        "argv": argv,
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }

@@ -1,0 +1,117 @@
+"""The training recipe shared by every credit method (SPEC §2).
+
+One step: forward → readout trained on the exact loss → method credits ``c_0..c_L`` → each trainable
+block gets the gradient of its rms-normalised local surrogate ``⟨f_l(h_{l-1}), sg(c_l/rms(c_l))⟩``
+(batch mean), the embedding likewise from ``c_0``.
+
+Conventions (documented in the README):
+* a credit is per example: ``c_l = ∂(Σ_b ℓ_b)/∂h_l`` for BP, so its scale does not depend on batch size;
+  ``e = softmax(logits) − onehot(y)`` is the per-example output error;
+* ``rms(c)`` is one scalar over the whole batch credit tensor, floored at the dtype's ``tiny``;
+* hence under BP a block's update is exactly ``∇_θ ℓ_mean · 1/rms(c_l)``.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .models.base import ResidualModel
+
+
+@dataclass
+class Trace:
+    """One forward pass, cut at every block input so each block's graph reaches only its own params."""
+
+    h0: torch.Tensor  # (B, …) embedding output, graph to embed params
+    states: list[torch.Tensor]  # h_0..h_L detached, each (B, …)
+    inputs: list[torch.Tensor]  # x_l (= h_{l-1}) per block, leaves (requiring grad if asked)
+    outs: list[torch.Tensor]  # f_l(x_l), graph to block-l params (and x_l)
+    caches: list | None  # per-block data for feedback VJPs
+    hL: torch.Tensor  # readout input leaf (requires grad if asked)
+    logits: torch.Tensor  # (B, C), graph to readout params (and hL)
+    gL: torch.Tensor | None = None  # ∂(Σ_b ℓ_b)/∂h_L when hL requires grad (after the readout pass)
+
+
+def trace_forward(model: ResidualModel, x: torch.Tensor, *, input_grad: bool = False,
+                  cache: bool = False) -> Trace:
+    """Forward ``x`` through ``model`` with the stream cut before every block."""
+    h0 = model.embed(x)
+    h = h0.detach()
+    states, inputs, outs, caches = [h], [], [], [] if cache else None
+    for blk in model.blocks:
+        xin = h.detach().requires_grad_() if input_grad else h
+        if cache:
+            f, c = blk.forward_cached(xin)
+            caches.append(c)
+        else:
+            f = blk(xin)
+        inputs.append(xin)
+        outs.append(f)
+        h = h + f.detach()
+        states.append(h)
+    hL = h.detach().requires_grad_(input_grad)
+    return Trace(h0, states, inputs, outs, caches, hL, model.readout(hL))
+
+
+def readout_pass(tr: Trace, y: torch.Tensor, *, accumulate: bool = True) -> torch.Tensor:
+    """Exact task-loss gradient into the readout's ``.grad`` (if ``accumulate``); returns the mean loss.
+
+    Also fills ``tr.gL`` when ``tr.hL`` requires grad.
+    """
+    loss = F.cross_entropy(tr.logits, y)
+    if accumulate:
+        loss.backward()
+        g = tr.hL.grad
+    elif tr.hL.requires_grad:
+        (g,) = torch.autograd.grad(loss, tr.hL)
+    else:
+        g = None
+    if g is not None:
+        tr.gL = g * y.shape[0]  # mean-loss gradient → per-example convention
+    return loss.detach()
+
+
+def output_error(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-example ``e = ∂ℓ_b/∂logits_b = softmax − onehot``, (B, C)."""
+    e = torch.softmax(logits.detach().float(), dim=-1)
+    e[torch.arange(y.shape[0], device=y.device), y] -= 1.0
+    return e.to(logits.dtype)
+
+
+def rms(c: torch.Tensor) -> torch.Tensor:
+    """One scalar over the whole batch credit tensor, floored so a zero credit gives a zero update."""
+    return c.pow(2).mean().sqrt().clamp_min(torch.finfo(c.dtype).tiny)
+
+
+def scale_penalty_terms(f: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Per-example ``‖f_l(h_{l-1})‖² / ‖h_{l-1}‖²``, (B,); ``x`` is treated as a constant."""
+    x = x.detach().flatten(1)
+    return f.flatten(1).pow(2).sum(1) / x.pow(2).sum(1).clamp_min(torch.finfo(x.dtype).tiny)
+
+
+def local_update(model: ResidualModel, tr: Trace, credits: list[torch.Tensor],
+                 scale_penalty: float = 0.0) -> None:
+    """Accumulate every trainable block's and the embedding's recipe gradient, in one backward call."""
+    batch = tr.states[0].shape[0]
+    outs, cots, params = [], [], []
+    for blk, f, xin, c in zip(model.blocks, tr.outs, tr.inputs, credits[1:], strict=True):
+        ps = [p for p in blk.parameters() if p.requires_grad]
+        if not ps:
+            continue  # frozen block
+        chat = c / rms(c)
+        if scale_penalty > 0:
+            loss = (f * chat).sum() / batch + scale_penalty * scale_penalty_terms(f, xin).mean()
+            outs.append(loss)
+            cots.append(torch.ones_like(loss))
+        else:
+            outs.append(f)
+            cots.append(chat / batch)
+        params += ps
+    eps = [p for p in model.embed.parameters() if p.requires_grad]
+    if eps:
+        outs.append(tr.h0)
+        cots.append(credits[0] / rms(credits[0]) / batch)
+        params += eps
+    if outs:
+        torch.autograd.backward(outs, cots, inputs=params)

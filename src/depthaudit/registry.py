@@ -1,0 +1,49 @@
+"""Name → factory registries (timm style): models, credit methods and datasets are looked up by name."""
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from .errors import UsageError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """A named table of factories; the CLI's choices are its keys.
+
+    Example:
+        >>> METHODS = Registry("method")
+        >>> @METHODS.register("mine")
+        ... class Mine: ...
+    """
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str, *, overwrite: bool = False) -> Callable[[T], T]:
+        """Decorator that registers ``obj`` under ``name``."""
+
+        def deco(obj: T) -> T:
+            if name in self._items and not overwrite:
+                raise ValueError(f"{self.kind} {name!r} is already registered")
+            self._items[name] = obj
+            return obj
+
+        return deco
+
+    def get(self, name: str) -> T:
+        """Look up ``name``; an unknown name is a UsageError listing the known ones."""
+        try:
+            return self._items[name]
+        except KeyError:
+            raise UsageError(
+                f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}"
+            ) from None
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._items)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._items

@@ -1,0 +1,112 @@
+"""The training loop: data on the device, ``randperm`` shuffles, one sync per epoch."""
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .config import TrainConfig, derive_seed
+from .data import DataBundle
+from .methods import CreditMethod, build_method
+from .models import ResidualModel, build_model
+
+
+@dataclass
+class RunOutput:
+    """What one run produced (the CLI adds provenance and writes it)."""
+
+    status: str  # "ok" | "diverged"
+    history: list[dict]
+    final: dict
+    seconds: float
+    model: ResidualModel = field(repr=False)
+    method: CreditMethod = field(repr=False)
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+@torch.no_grad()
+def evaluate(model: ResidualModel, x: torch.Tensor, y: torch.Tensor, batch: int = 1000):
+    """(mean loss, accuracy) over ``x``; one host sync at the end."""
+    model.eval()
+    loss = torch.zeros((), device=x.device)
+    correct = torch.zeros((), device=x.device, dtype=torch.long)
+    for i in range(0, x.shape[0], batch):
+        logits = model(x[i:i + batch])
+        loss += F.cross_entropy(logits.float(), y[i:i + batch], reduction="sum")
+        correct += (logits.argmax(-1) == y[i:i + batch]).sum()
+    model.train()
+    n = x.shape[0]
+    return (loss / n).item(), correct.item() / n  # sync point: once per evaluation
+
+
+def make_optimizers(model: ResidualModel, cfg: TrainConfig) -> dict[str, torch.optim.Optimizer]:
+    """One independent AdamW per group (embed, each trainable block, readout)."""
+    return {name: torch.optim.AdamW(ps, lr=cfg.lr, weight_decay=cfg.weight_decay)
+            for name, ps in model.groups().items() if ps and all(p.requires_grad for p in ps)}
+
+
+def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMethod]:
+    """Model (init from ``cfg.seed``) with the frozen blocks' params not requiring grad, and its method."""
+    model = build_model(cfg.arch, data.input_shape, data.num_classes, cfg.d_hidden, cfg.num_blocks,
+                        cfg.mlp_ratio, cfg.seed).to(cfg.device)
+    trainable = set(cfg.trainable())
+    for i, blk in enumerate(model.blocks, start=1):
+        blk.requires_grad_(i in trainable)
+    return model, build_method(cfg.method, model, cfg.seed)
+
+
+def train(cfg: TrainConfig, data: DataBundle, log=None) -> RunOutput:
+    """Train under the recipe; a non-finite loss ends the run with status ``diverged``.
+
+    ``log(msg)`` receives one line per epoch (default: stderr).
+    """
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    device = torch.device(cfg.device)
+    model, method = build(cfg, data)
+    opts = make_optimizers(model, cfg)
+    n, bs = data.x_train.shape[0], cfg.batch_size
+    steps_per_epoch = math.ceil(n / bs)
+    total = max(1, cfg.epochs * steps_per_epoch)
+    gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "shuffle"))
+    history, status, step, t0 = [], "ok", 0, time.perf_counter()
+    tty = sys.stderr.isatty()
+    for epoch in range(1, cfg.epochs + 1):
+        perm = torch.randperm(n, device=device, generator=gen)
+        loss_sum = torch.zeros((), device=device)
+        for i in range(steps_per_epoch):
+            idx = perm[i * bs:(i + 1) * bs]
+            lr = cfg.lr * 0.5 * (1 + math.cos(math.pi * step / total))  # cosine to 0, per step
+            for opt in opts.values():
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                opt.zero_grad(set_to_none=True)
+            loss = method.step(model, data.x_train[idx], data.y_train[idx], cfg.scale_penalty)
+            for opt in opts.values():
+                opt.step()
+            method.after_step(model)
+            loss_sum += loss * idx.shape[0]  # stays on the device: no per-step sync
+            step += 1
+            if tty and i % 50 == 0:
+                print(f"\r  epoch {epoch} step {i}/{steps_per_epoch}", end="", file=sys.stderr, flush=True)
+        train_loss = (loss_sum / n).item()  # sync point: once per epoch
+        test_loss, test_acc = evaluate(model, data.x_test, data.y_test)
+        rec = {"epoch": epoch, "train_loss": _finite(train_loss), "test_loss": _finite(test_loss),
+               "test_acc": test_acc, "lr_end": lr, "seconds": round(time.perf_counter() - t0, 3)}
+        history.append(rec)
+        log(f"{chr(13) if tty else ''}epoch {epoch}/{cfg.epochs}  train_loss {train_loss:.4f}  "
+            f"test_loss {test_loss:.4f}  test_acc {test_acc:.4f}  [{rec['seconds']:.1f}s]")
+        if not (math.isfinite(train_loss) and math.isfinite(test_loss)):
+            status = "diverged"
+            log(f"diverged at epoch {epoch}: non-finite loss; stopping and recording the run")
+            break
+    last = history[-1] if history else {}
+    final = {"test_acc": last.get("test_acc"), "test_loss": last.get("test_loss"),
+             "train_loss": last.get("train_loss"), "epochs_completed": len(history),
+             "diverged_at_epoch": last.get("epoch") if status == "diverged" else None}
+    return RunOutput(status, history, final, time.perf_counter() - t0, model, method)
