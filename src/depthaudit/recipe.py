@@ -74,7 +74,8 @@ def readout_pass(tr: Trace, y: torch.Tensor, *, accumulate: bool = True) -> torc
 
 def output_error(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Per-example ``e = ∂ℓ_b/∂logits_b = softmax − onehot``, (B, C)."""
-    e = torch.softmax(logits.detach().float(), dim=-1)
+    # softmax in at least fp32 (half-precision logits would round e)
+    e = torch.softmax(logits.detach().to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
     e[torch.arange(y.shape[0], device=y.device), y] -= 1.0
     return e.to(logits.dtype)
 

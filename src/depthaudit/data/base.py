@@ -104,7 +104,7 @@ def to_bundle(name: str, a: ArrayData, device: torch.device) -> DataBundle:
         xtr = xtr.permute(0, 3, 1, 2).float().div_(255)
         xte = xte.permute(0, 3, 1, 2).float().div_(255)
         mean = xtr.mean(dim=(0, 2, 3), keepdim=True)
-        std = xtr.std(dim=(0, 2, 3), keepdim=True)
+        std = xtr.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)  # a constant channel stays 0, not inf
         xtr, xte = (xtr - mean) / std, (xte - mean) / std
     return DataBundle(
         name=name,

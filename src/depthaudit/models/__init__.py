@@ -1,7 +1,7 @@
 """Residual models, looked up by name in :data:`MODELS`."""
 
 from .base import ResidualModel
-from .resmlp import MODELS, LNReadout, LinearReadout, MLPBlock, ResMLP, StudentNet
+from .resmlp import MODELS, LinearReadout, LNReadout, MLPBlock, ResMLP, StudentNet
 
 __all__ = ["MODELS", "ResidualModel", "ResMLP", "StudentNet", "MLPBlock", "LNReadout", "LinearReadout",
            "build_model"]

@@ -32,7 +32,8 @@ class MLPBlock(nn.Module):
         init_linear_(self.fc1, gen)
         init_linear_(self.fc2, gen)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, d)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's update ``f(x)``, (B, d) → (B, d)."""
         return self.fc2(F.gelu(self.fc1(F.layer_norm(x, (self.d,), eps=LN_EPS))))
 
     def forward_cached(self, x: torch.Tensor):
@@ -63,6 +64,7 @@ class LNReadout(nn.Module):
         init_linear_(self.out_head, gen)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits (B, C) from ``h_L`` (B, d)."""
         return self.out_head(self.out_ln(h))
 
     def feedback_weights(self) -> dict[str, torch.Tensor]:
@@ -84,6 +86,7 @@ class LinearReadout(nn.Module):
         init_linear_(self.out_head, gen)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits (B, C) from ``h_L`` (B, d)."""
         return self.out_head(h)
 
     def feedback_weights(self) -> dict[str, torch.Tensor]:
@@ -104,7 +107,8 @@ class FlattenLinear(nn.Module):
         self.proj = nn.Linear(in_features, d)
         init_linear_(self.proj, gen)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, *input_shape) -> (B, d)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``h_0``, (B, *input_shape) → (B, d)."""
         return self.proj(x.flatten(1))
 
 

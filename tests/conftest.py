@@ -1,0 +1,17 @@
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    # every test reads/writes decoded data under one session-wide temp cache, never ~/.cache
+    monkeypatch.setenv("DEPTHAUDIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture
+def double():
+    # law tests compare in float64 so "equal" means equal to ~1e-12
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
