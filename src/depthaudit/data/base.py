@@ -99,18 +99,26 @@ def to_bundle(name: str, a: ArrayData, device: torch.device) -> DataBundle:
     Images (uint8, N×H×W×3) become float32 N×3×H×W standardised per channel with training-set
     statistics; float inputs are used as they are.
     """
-    xtr, xte = torch.from_numpy(a.x_train), torch.from_numpy(a.x_test)
+    # uint8 travels to the device first (4× less to copy), conversion happens there, in place
+    xtr, xte = torch.from_numpy(a.x_train).to(device), torch.from_numpy(a.x_test).to(device)
     if xtr.dtype == torch.uint8:
-        xtr = xtr.permute(0, 3, 1, 2).float().div_(255)
-        xte = xte.permute(0, 3, 1, 2).float().div_(255)
-        mean = xtr.mean(dim=(0, 2, 3), keepdim=True)
-        std = xtr.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)  # a constant channel stays 0, not inf
-        xtr, xte = (xtr - mean) / std, (xte - mean) / std
+        xtr, xte = (_chw_float(t) for t in (xtr, xte))
+        std, mean = torch.std_mean(xtr, dim=(0, 2, 3), keepdim=True)
+        std = std.clamp_min(1e-6)  # a constant channel stays 0, not inf
+        for t in (xtr, xte):
+            t.sub_(mean).div_(std)
     return DataBundle(
         name=name,
-        x_train=xtr.float().contiguous().to(device),
+        x_train=xtr.float().contiguous(),
         y_train=torch.from_numpy(a.y_train).long().to(device),
-        x_test=xte.float().contiguous().to(device),
+        x_test=xte.float().contiguous(),
         y_test=torch.from_numpy(a.y_test).long().to(device),
         num_classes=a.num_classes, source=a.source, sha256=a.sha256,
     )
+
+
+def _chw_float(x: torch.Tensor) -> torch.Tensor:
+    """(N, H, W, C) uint8 → (N, C, H, W) float32 in [0, 1], one copy."""
+    out = torch.empty((x.shape[0], x.shape[3], x.shape[1], x.shape[2]), dtype=torch.float32, device=x.device)
+    out.copy_(x.permute(0, 3, 1, 2))
+    return out.div_(255)

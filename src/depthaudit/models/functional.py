@@ -8,7 +8,14 @@ import torch
 from torch import nn
 
 
-def layer_norm_input_vjp(x: torch.Tensor, g: torch.Tensor, weight: torch.Tensor | None, eps: float):
+def layer_norm_stats(x: torch.Tensor, eps: float):
+    """``(mean, rstd)`` of LayerNorm over the last dim, shaped (..., 1), from the fused kernel."""
+    _, mean, rstd = torch.native_layer_norm(x, x.shape[-1:], None, None, eps)
+    return mean, rstd
+
+
+def layer_norm_input_vjp(x: torch.Tensor, g: torch.Tensor, weight: torch.Tensor | None, eps: float,
+                         stats=None) -> torch.Tensor:
     """Exact ∂/∂x of ``LayerNorm(x)`` (over the last dim) applied to cotangent ``g``.
 
     Args:
@@ -16,15 +23,12 @@ def layer_norm_input_vjp(x: torch.Tensor, g: torch.Tensor, weight: torch.Tensor 
         g: cotangent at the LayerNorm output, (..., d).
         weight: the elementwise affine weight γ (d,), or None.
         eps: the LayerNorm epsilon.
+        stats: ``(mean, rstd)`` from the forward (see :func:`layer_norm_stats`); recomputed if None.
     """
-    mean = x.mean(-1, keepdim=True)
-    var = x.var(-1, unbiased=False, keepdim=True)
-    rstd = torch.rsqrt(var + eps)
-    xhat = (x - mean) * rstd
-    if weight is not None:
-        g = g * weight
-    # (…, d): rstd · (g − mean(g) − x̂·mean(g·x̂))
-    return rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    mean, rstd = stats if stats is not None else layer_norm_stats(x, eps)
+    # fused kernel: rstd · (g' − mean(g') − x̂·mean(g'·x̂)) with g' = g·γ
+    return torch.ops.aten.native_layer_norm_backward(
+        g, x, x.shape[-1:], mean, rstd, weight, None, [True, False, False])[0]
 
 
 def gelu_vjp(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:

@@ -37,9 +37,13 @@ class MLPBlock(nn.Module):
         return self.fc2(F.gelu(self.fc1(F.layer_norm(x, (self.d,), eps=LN_EPS))))
 
     def forward_cached(self, x: torch.Tensor):
-        """Forward that also returns ``(x, a)``, the LN input and the GELU pre-activation."""
-        a = self.fc1(F.layer_norm(x, (self.d,), eps=LN_EPS))  # (B, r·d)
-        return self.fc2(F.gelu(a)), (x, a)
+        """Forward that also returns ``(x, mean, rstd, a)``: LN input and stats, GELU pre-activation."""
+        # the block LN has no parameters, so its fused forward needs no autograd graph
+        u, mean, rstd = torch.native_layer_norm(x.detach(), (self.d,), None, None, LN_EPS)
+        if x.requires_grad:  # keep the input path differentiable when a caller asks for it
+            u = F.layer_norm(x, (self.d,), eps=LN_EPS)
+        a = self.fc1(u)  # (B, r·d)
+        return self.fc2(F.gelu(a)), (x.detach(), (mean, rstd), a.detach())
 
     def feedback_weights(self) -> dict[str, torch.Tensor]:
         """The weights whose transposes FA replaces."""
@@ -48,10 +52,10 @@ class MLPBlock(nn.Module):
     @torch.no_grad()
     def fa_vjp(self, cache, g: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
         """Input VJP with ``fc*.weightᵀ`` replaced by ``fb[...]``; GELU and LN derivatives exact."""
-        x, a = cache
+        x, stats, a = cache
         dz = g @ fb["fc2"]  # (B, d) @ (d, r·d) -> (B, r·d)
         du = gelu_vjp(a, dz) @ fb["fc1"]  # (B, r·d) @ (r·d, d) -> (B, d)
-        return layer_norm_input_vjp(x, du, None, LN_EPS)
+        return layer_norm_input_vjp(x, du, None, LN_EPS, stats)
 
 
 class LNReadout(nn.Module):
