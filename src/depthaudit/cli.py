@@ -89,8 +89,7 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
 def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
     """Train one run and write ``OUT/result.json`` (+ ``checkpoint.pt``)."""
     from .data import load_data
-    from .io import save_torch, write_json
-    from .provenance import provenance
+    from .runner import result_record, save_run
     from .train import train
 
     cfg = config_from_args(a)
@@ -99,18 +98,11 @@ def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
     if (out / "result.json").exists() and not a.force:
         raise UsageError(f"{out}/result.json already exists; pass --force to overwrite or choose another --out")
     data = load_data(cfg.dataset, cfg.data_dir, cfg.download, torch.device(cfg.device))  # validates data
-    prov = provenance(torch.device(cfg.device), data.provenance(), cfg.seed, ["depthaudit", *argv])
     print(f"depthaudit train: {cfg.method} on {cfg.arch} d={cfg.d_hidden} L={cfg.num_blocks} "
           f"train_blocks={cfg.train_blocks}, {cfg.dataset} ({data.x_train.shape[0]} train), "
           f"{cfg.epochs} epochs on {cfg.device}", file=sys.stderr)
     run = train(cfg, data)
-    result = {"schema": "depthaudit.train.v1", "status": run.status, "config": cfg.to_dict(),
-              "provenance": prov, "history": run.history, "final": run.final,
-              "timing": {"train_seconds": round(run.seconds, 3)}}
-    if not a.no_checkpoint:
-        save_torch(out / "checkpoint.pt", {"config": cfg.to_dict(), "model": run.model.state_dict(),
-                                           "method": run.method.state_dict(), "status": run.status})
-    write_json(out / "result.json", result)
+    save_run(out, result_record(cfg, data, run, ["depthaudit", *argv]), run, checkpoint=not a.no_checkpoint)
     print(f"{run.status}: final test_acc {run.final['test_acc']}  → {out / 'result.json'}")
     return 0
 

@@ -1,6 +1,7 @@
 """Atomic file writes: a reader never sees a half-written result."""
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -25,9 +26,20 @@ def _atomic(path: Path, write) -> None:
         raise
 
 
+def finite_json(obj: Any) -> Any:
+    """Replace non-finite floats (a diverged run's NaN/inf) by None so the file is strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_json(v) for v in obj]
+    return obj
+
+
 def write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON by write-to-temp then ``os.replace``."""
-    data = (json.dumps(obj, indent=2, sort_keys=False, allow_nan=True) + "\n").encode()
+    """Write ``obj`` as strict, indented JSON by write-to-temp then ``os.replace``."""
+    data = (json.dumps(finite_json(obj), indent=2, allow_nan=False) + "\n").encode()
     _atomic(path, lambda fh: fh.write(data))
 
 

@@ -24,6 +24,7 @@ class RunOutput:
     seconds: float
     model: ResidualModel = field(repr=False)
     method: CreditMethod = field(repr=False)
+    probe_init: dict | None = None  # tracker measurements at initialisation (epoch 0)
 
 
 def _finite(v: float) -> float | None:
@@ -61,10 +62,12 @@ def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMeth
     return model, build_method(cfg.method, model, cfg.seed)
 
 
-def train(cfg: TrainConfig, data: DataBundle, log=None) -> RunOutput:
+def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None) -> RunOutput:
     """Train under the recipe; a non-finite loss ends the run with status ``diverged``.
 
-    ``log(msg)`` receives one line per epoch (default: stderr).
+    ``log(msg)`` receives one line per epoch (default: stderr). ``tracker(epoch, model, method, final)``
+    (see :class:`depthaudit.diagnostics.Tracker`) is called at init (epoch 0) and after every epoch;
+    what it returns is stored in that epoch's ``history`` record under ``probe``.
     """
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     device = torch.device(cfg.device)
@@ -76,6 +79,7 @@ def train(cfg: TrainConfig, data: DataBundle, log=None) -> RunOutput:
     gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "shuffle"))
     history, status, step, t0 = [], "ok", 0, time.perf_counter()
     tty = sys.stderr.isatty()
+    probe_init = tracker(0, model, method, cfg.epochs == 0) if tracker else None
     for epoch in range(1, cfg.epochs + 1):
         perm = torch.randperm(n, device=device, generator=gen)
         loss_sum = torch.zeros((), device=device)
@@ -98,10 +102,15 @@ def train(cfg: TrainConfig, data: DataBundle, log=None) -> RunOutput:
         test_loss, test_acc = evaluate(model, data.x_test, data.y_test)
         rec = {"epoch": epoch, "train_loss": _finite(train_loss), "test_loss": _finite(test_loss),
                "test_acc": test_acc, "lr_end": lr, "seconds": round(time.perf_counter() - t0, 3)}
+        diverged = not (math.isfinite(train_loss) and math.isfinite(test_loss))
+        if tracker:
+            measured = tracker(epoch, model, method, final=diverged or epoch == cfg.epochs)
+            if measured is not None:
+                rec["probe"] = measured
         history.append(rec)
         log(f"{chr(13) if tty else ''}epoch {epoch}/{cfg.epochs}  train_loss {train_loss:.4f}  "
             f"test_loss {test_loss:.4f}  test_acc {test_acc:.4f}  [{rec['seconds']:.1f}s]")
-        if not (math.isfinite(train_loss) and math.isfinite(test_loss)):
+        if diverged:
             status = "diverged"
             log(f"diverged at epoch {epoch}: non-finite loss; stopping and recording the run")
             break
@@ -109,4 +118,4 @@ def train(cfg: TrainConfig, data: DataBundle, log=None) -> RunOutput:
     final = {"test_acc": last.get("test_acc"), "test_loss": last.get("test_loss"),
              "train_loss": last.get("train_loss"), "epochs_completed": len(history),
              "diverged_at_epoch": last.get("epoch") if status == "diverged" else None}
-    return RunOutput(status, history, final, time.perf_counter() - t0, model, method)
+    return RunOutput(status, history, final, time.perf_counter() - t0, model, method, probe_init)
