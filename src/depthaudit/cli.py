@@ -30,8 +30,8 @@ def _flag(group, name: str, **kw):
     group.add_argument(*spellings, dest=name, **kw)
 
 
-def add_train_args(p: argparse.ArgumentParser) -> None:
-    """Flags shared by every command that trains."""
+def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
+    """Flags shared by every command that trains (``per_run``: also --method, --train-blocks, --seed)."""
     from .data import DATASETS
     from .methods import METHODS
     from .models import MODELS
@@ -46,14 +46,20 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     _flag(g, "num_blocks", type=int, default=DEFAULTS.num_blocks, help="residual blocks L")
     _flag(g, "mlp_ratio", type=int, default=DEFAULTS.mlp_ratio, help="MLP expansion")
     g = p.add_argument_group("credit and recipe")
-    _flag(g, "method", default=DEFAULTS.method, choices=METHODS.names(), help="credit method")
-    _flag(g, "train_blocks", default=DEFAULTS.train_blocks, help="all | none | last:k | first:k")
+    if per_run:
+        _flag(g, "method", default=DEFAULTS.method, choices=METHODS.names(), help="credit method")
+        _flag(g, "train_blocks", default=DEFAULTS.train_blocks, help="all | none | last:k | first:k")
+    else:
+        _flag(g, "methods", nargs="+", default=["bp", "fa", "dfa"], choices=METHODS.names(), metavar="M",
+              help=f"credit methods, from {{{','.join(METHODS.names())}}}")
+        _flag(g, "seeds", nargs="+", type=int, default=[42], metavar="S", help="seeds (mean ± std, ddof 1)")
     _flag(g, "epochs", type=int, default=DEFAULTS.epochs, help="epochs")
     _flag(g, "batch_size", type=int, default=DEFAULTS.batch_size, help="batch size")
     _flag(g, "lr", type=float, default=DEFAULTS.lr, help="AdamW learning rate (cosine to 0)")
     _flag(g, "weight_decay", type=float, default=DEFAULTS.weight_decay, help="AdamW weight decay")
     _flag(g, "scale_penalty", type=float, default=DEFAULTS.scale_penalty, help="λ on ‖f‖²/‖h‖²")
-    _flag(g, "seed", type=int, default=DEFAULTS.seed, help="seed (init, feedback, shuffle)")
+    if per_run:
+        _flag(g, "seed", type=int, default=DEFAULTS.seed, help="seed (init, feedback, shuffle)")
     _flag(g, "device", default="auto", help="cpu | cuda | cuda:N | auto = cuda if available")
 
 
@@ -78,12 +84,13 @@ def resolve_device(spec: str) -> str:
 
 
 def config_from_args(a: argparse.Namespace) -> TrainConfig:
-    """The frozen config, built once here and passed down."""
+    """The frozen config, built once here and passed down (experiments vary method/seed/blocks from it)."""
     return TrainConfig(
         dataset=a.dataset, data_dir=a.data_dir, download=a.download, arch=a.arch, d_hidden=a.d_hidden,
-        num_blocks=a.num_blocks, mlp_ratio=a.mlp_ratio, method=a.method, train_blocks=a.train_blocks,
-        epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, weight_decay=a.weight_decay,
-        scale_penalty=a.scale_penalty, seed=a.seed, device=resolve_device(a.device))
+        num_blocks=a.num_blocks, mlp_ratio=a.mlp_ratio, method=getattr(a, "method", DEFAULTS.method),
+        train_blocks=getattr(a, "train_blocks", DEFAULTS.train_blocks), epochs=a.epochs, batch_size=a.batch_size,
+        lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty,
+        seed=getattr(a, "seed", (getattr(a, "seeds", None) or [DEFAULTS.seed])[0]), device=resolve_device(a.device))
 
 
 def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
@@ -107,6 +114,65 @@ def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
+    """Run the audit protocol and write report.md, report.json and figures into ``--out``."""
+    from .data import load_data
+    from .experiments.audit import AuditConfig, run_audit
+    from .io import write_json, write_text
+    from .report import audit_markdown, audit_terminal
+    from .report.figures import audit_figures
+    from .verdicts import Thresholds
+
+    base = config_from_args(a)
+    if a.probe_size < 2 or a.track_every < 0 or a.eps <= 0 or a.rho_max <= 0:
+        raise UsageError("--probe-size must be >= 2, --track-every >= 0, --eps and --rho-max > 0")
+    acfg = AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),
+                       probe_size=a.probe_size, track_every=a.track_every,
+                       thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min))
+    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    out = Path(a.out)
+    print(f"depthaudit audit: {', '.join(acfg.methods)} × seeds {list(acfg.seeds)} on {base.dataset} "
+          f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}",
+          file=sys.stderr)
+    report = run_audit(acfg, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
+                       argv=["depthaudit", *argv])
+    figures = audit_figures(report, out)
+    report["figures"] = figures
+    write_json(out / "report.json", report)
+    write_text(out / "report.md", audit_markdown(report, figures))
+    print(audit_terminal(report))
+    print(f"\nwrote {out / 'report.md'}, {out / 'report.json'} and {len(figures)} figures")
+    return 0
+
+
+def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
+    """Frozen-init identity check over seeds; prints a table, writes JSON with ``--out``."""
+    from .data import load_data
+    from .diagnostics.identity import identity_over_seeds
+    from .io import write_json
+    from .report import fmt_ms
+    from .runner import probe_batch
+    from .verdicts import mean_std
+
+    base = config_from_args(a)
+    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    x, _ = probe_batch(data, a.seeds[0], a.probe_size)
+    res = identity_over_seeds(base.arch, data.input_shape, data.num_classes, base.d_hidden, base.num_blocks,
+                              base.mlp_ratio, a.seeds, x)
+    per = res["per_seed"]
+    rows = [(f"block {i + 1}: |f_l(h_(l-1))|/|h_(l-1)|", mean_std([p["block_ratio"][i] for p in per]))
+            for i in range(base.num_blocks)]
+    rows += [("stack: |h_L - h_0|/|h_0|", mean_std([p["stack_rel_change"] for p in per])),
+             ("stack: cos(h_L, h_0)", mean_std([p["stack_cos"] for p in per]))]
+    print(f"identity at init: {base.arch} d={base.d_hidden} L={base.num_blocks}, {base.dataset} batch of "
+          f"{x.shape[0]}, seeds {a.seeds}")
+    for name, ms in rows:
+        print(f"  {name:40s} {fmt_ms(ms, '.4f')}")
+    if a.out:
+        write_json(Path(a.out), {"config": base.to_dict(), **res, "summary": {n: ms for n, ms in rows}})
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser (plug-ins must be imported first so their names are choices)."""
     p = _Parser(prog="depthaudit", description="Audit whether a credit-assignment method trains depth.")
@@ -123,6 +189,29 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-checkpoint", "--no_checkpoint", dest="no_checkpoint", action="store_true",
                    help="do not write checkpoint.pt (weights + feedback)")
     t.set_defaults(func=cmd_train)
+
+    au = sub.add_parser("audit", help="the audit protocol: standard pair vs D1/D2/D3 and per-layer cosine",
+                        description="Train each method (all blocks, tracked) and its frozen-blocks baseline; "
+                        "report the standard pair beside D1 scale, D2 reference validity, D3 depth utility.")
+    add_train_args(au, per_run=False)
+    g = au.add_argument_group("measurement and thresholds")
+    g.add_argument("--probe-size", "--probe_size", dest="probe_size", type=int, default=512,
+                   help="fixed held-out probe batch size (default: %(default)s)")
+    g.add_argument("--track-every", "--track_every", dest="track_every", type=int, default=1,
+                   help="measure every N epochs; 0 = end only (default: %(default)s)")
+    g.add_argument("--rho-max", type=float, default=50.0, help="D1 flag when ρ > this (default: %(default)s)")
+    g.add_argument("--eps", type=float, default=1e-8, help="cosine denominator floor ε (default: %(default)s)")
+    g.add_argument("--ref-factor", type=float, default=10.0, help="D2 flag when ‖g_L‖ < this·ε (default: %(default)s)")
+    g.add_argument("--gap-min", type=float, default=2.0, help="D3 flag when gap < this pp (default: %(default)s)")
+    au.add_argument("--out", default="results/audit", help="output folder (default: %(default)s)")
+    au.set_defaults(func=cmd_audit)
+
+    idt = sub.add_parser("identity", help="frozen-init identity check over seeds",
+                         description="At random init: per-block |f_l(h)|/|h|, |h_L-h_0|/|h_0|, cos(h_L, h_0).")
+    add_train_args(idt, per_run=False)
+    idt.add_argument("--probe-size", type=int, default=512, help="data batch size (default: %(default)s)")
+    idt.add_argument("--out", default=None, help="write the numbers to this JSON file")
+    idt.set_defaults(func=cmd_identity)
     return p
 
 

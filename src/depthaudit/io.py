@@ -46,3 +46,13 @@ def write_json(path: Path, obj: Any) -> None:
 def save_torch(path: Path, obj: Any) -> None:
     """``torch.save`` with the same atomic replace."""
     _atomic(path, lambda fh: torch.save(obj, fh))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomic text write."""
+    _atomic(path, lambda fh: fh.write(text.encode()))
+
+
+def save_figure(fig, path: Path) -> None:
+    """Atomic PNG write of a matplotlib figure."""
+    _atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120, bbox_inches="tight"))

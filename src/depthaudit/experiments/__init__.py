@@ -1,0 +1,1 @@
+"""Experiments built on the runner: the audit (and later ladder, saturation, growth)."""

@@ -1,0 +1,153 @@
+"""The audit protocol (SPEC §3): per method, a tracked full run and its frozen-blocks baseline, then verdicts."""
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from ..config import TrainConfig
+from ..data import DataBundle
+from ..diagnostics import audit_tracker
+from ..diagnostics.identity import identity_over_seeds
+from ..provenance import provenance
+from ..runner import probe_batch, run_or_load, run_slug
+from ..verdicts import Thresholds, accuracy_gap_pp, check_d1, check_d2, check_d3, mean_std
+
+SCHEMA = "depthaudit.audit.v1"
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """What the audit runs: the base training config, methods, seeds, probe and thresholds."""
+
+    base: TrainConfig
+    methods: tuple[str, ...] = ("bp", "fa", "dfa")
+    seeds: tuple[int, ...] = (42,)
+    probe_size: int = 512
+    track_every: int = 1
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    def to_dict(self) -> dict:
+        """JSON-able (the base config nested)."""
+        d = asdict(self)
+        d["methods"], d["seeds"] = list(self.methods), list(self.seeds)
+        return d
+
+
+def _num(v) -> float:
+    return math.nan if v is None else float(v)
+
+
+def _final_probe(rec: dict) -> dict:
+    for h in reversed(rec["history"]):
+        if "probe" in h:
+            return h["probe"]
+    return rec.get("probe_init") or {}
+
+
+def _trajectory(rec: dict) -> list[tuple[int, dict]]:
+    pts = [(0, rec["probe_init"])] if rec.get("probe_init") else []
+    return pts + [(h["epoch"], h["probe"]) for h in rec["history"] if "probe" in h]
+
+
+def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: Thresholds) -> dict:
+    """Aggregate one method's seeds into the standard pair, the three checks and per-layer detail."""
+    probes = [_final_probe(r) for r in trained]
+    L = trained[0]["config"]["num_blocks"]
+    acc_t = [r["final"]["test_acc"] for r in trained]
+    acc_f = [r["final"]["test_acc"] for r in frozen]
+    gaps = [accuracy_gap_pp(_num(a), _num(b)) for a, b in zip(acc_t, acc_f, strict=True)]
+    cos = [p.get("credit_cosine", {}) for p in probes]
+    rho = [_num(p.get("stream", {}).get("rho")) for p in probes]
+    g_l = [_num(p.get("reference", {}).get("g_L")) for p in probes]
+    per_seed_checks = [{"D1": check_d1(r, th)["status"], "D2": check_d2(g, th)["status"],
+                        "D3": check_d3(gp, th)["status"]} for r, g, gp in zip(rho, g_l, gaps, strict=True)]
+    agg = {"rho": mean_std(rho), "g_L": mean_std(g_l), "gap_pp": mean_std(gaps)}
+    checks = {"D1": check_d1(_num(agg["rho"]["mean"]), th), "D2": check_d2(_num(agg["g_L"]["mean"]), th),
+              "D3": check_d3(_num(agg["gap_pp"]["mean"]), th)}
+    for k, c in checks.items():
+        key = {"D1": "rho", "D2": "g_L", "D3": "gap_pp"}[k]
+        c["std"], c["n"] = agg[key]["std"], agg[key]["n"]
+        c["flagged_seeds"] = sum(s[k] == "FLAG" for s in per_seed_checks)
+    upd = [p.get("update_cosine", {}).get("per_block", [None] * L) for p in probes]
+    # trajectories (seed-mean at each measured epoch) for the figures
+    trajs = [_trajectory(r) for r in trained]
+    epochs = sorted(set.intersection(*(set(e for e, _ in t) for t in trajs))) if trajs else []
+    hist = {"epochs": epochs, "per_layer_cosine": [], "rho": [], "g_L": []}
+    for e in epochs:
+        at = [dict(t)[e] for t in trajs]
+        hist["per_layer_cosine"].append([mean_std([a["credit_cosine"]["per_layer"][i] for a in at])["mean"]
+                                         for i in range(L + 1)])
+        hist["rho"].append(mean_std([a["stream"]["rho"] for a in at])["mean"])
+        hist["g_L"].append(mean_std([a["reference"]["g_L"] for a in at])["mean"])
+    return {
+        "method": method,
+        "n_seeds": len(trained),
+        "status": [r["status"] for r in trained],
+        "standard_pair": {"test_acc": mean_std(acc_t),
+                          "aggregate_cosine_mean_per_layer": mean_std([c.get("mean_per_layer") for c in cos]),
+                          "aggregate_cosine_concat": mean_std([c.get("concat") for c in cos])},
+        "checks": checks,
+        "flags": [k for k, c in checks.items() if c["status"] == "FLAG"],
+        "trained_test_acc": mean_std(acc_t),
+        "frozen_test_acc": mean_std(acc_f),
+        "per_layer_cosine": [mean_std([c.get("per_layer", [None] * (L + 1))[i] for c in cos]) for i in range(L + 1)],
+        "update_cosine": [mean_std([u[i] for u in upd]) for i in range(L)],
+        "stream_norms": [mean_std([p.get("stream", {}).get("norms", [None] * (L + 1))[i] for p in probes])
+                         for i in range(L + 1)],
+        "history": hist,
+        "runs": {"trained": [run_slug_of(r) for r in trained], "frozen": [run_slug_of(r) for r in frozen]},
+    }
+
+
+def run_slug_of(rec: dict) -> str:
+    """The folder name a stored run lives under."""
+    return run_slug(TrainConfig.from_dict(rec["config"]), rec.get("tracking"))
+
+
+def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=None) -> dict:
+    """Train (or reuse) every trained/frozen pair, measure, and return the report dict."""
+    root = Path(out) / "runs"
+    th = acfg.thresholds
+    total = 2 * len(acfg.methods) * len(acfg.seeds)
+    done, methods = 0, []
+    for m in acfg.methods:
+        trained, frozen = [], []
+        for s in acfg.seeds:
+            x, y = probe_batch(data, s, acfg.probe_size)
+            for kind, every, bucket in (("trained", acfg.track_every, trained), ("frozen", 0, frozen)):
+                cfg = replace(acfg.base, method=m, seed=s, train_blocks="all" if kind == "trained" else "none")
+                tracking = {"probe_size": int(x.shape[0]), "every": every, "eps": th.eps}
+                done += 1
+                log(f"[{done}/{total}] {m} seed {s}: {kind} ({'all blocks' if kind == 'trained' else 'blocks frozen'},"
+                    f" {cfg.epochs} epochs)")
+                rec, _ = run_or_load(cfg, data, root, tracker=audit_tracker(x, y, every, th.eps), tracking=tracking,
+                                     log=lambda msg: log("    " + msg), argv=argv)
+                bucket.append(rec)
+        methods.append(summarise_method(m, trained, frozen, th))
+    b = acfg.base
+    x0, _ = probe_batch(data, acfg.seeds[0], acfg.probe_size)
+    ident = identity_over_seeds(b.arch, data.input_shape, data.num_classes, b.d_hidden, b.num_blocks, b.mlp_ratio,
+                                acfg.seeds, x0)
+    ident["summary"] = {
+        "block_ratio": [mean_std([p["block_ratio"][i] for p in ident["per_seed"]]) for i in range(b.num_blocks)],
+        "stack_rel_change": mean_std([p["stack_rel_change"] for p in ident["per_seed"]]),
+        "stack_cos": mean_std([p["stack_cos"] for p in ident["per_seed"]]),
+    }
+    return {"schema": SCHEMA, "config": acfg.to_dict(), "thresholds": th.to_dict(),
+            "provenance": provenance(torch.device(b.device), data.provenance(), acfg.seeds[0], argv),
+            "definitions": DEFINITIONS, "methods": methods, "identity": ident}
+
+
+DEFINITIONS = {
+    "credit": "per-example c_l = d(sum_b loss_b)/d h_l for BP; methods' credits use the same convention",
+    "cosine": "<a,b> / (max(|a|,eps) * max(|b|,eps)) over the whole probe-batch tensor, fp32",
+    "aggregate_cosine_mean_per_layer": "mean over l=0..L of the per-layer cosines",
+    "aggregate_cosine_concat": "cosine of the concatenation of all layers' credits vs all references",
+    "update_cosine": "cos(grad_theta <f_l, c_l>, grad_theta <f_l, g_l>) for block l's parameters",
+    "rho": "max_l mean_b|h_l| / mean_b|h_{l-1}| on the probe batch (D1)",
+    "g_L": "norm of the BP reference at h_L over the probe batch, the tensor fed to the cosine (D2)",
+    "gap_pp": "100 * (test_acc trained - test_acc of the frozen-blocks baseline, same method and recipe) (D3)",
+    "margin": "signed distance to the threshold, positive on the passing side: decades for D1/D2, pp for D3",
+}

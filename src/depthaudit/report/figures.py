@@ -1,0 +1,86 @@
+"""Audit figures (matplotlib, Agg): cosine heatmaps, scale checks over training, depth utility bars."""
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ..io import save_figure  # noqa: E402
+
+
+def _nan(v):
+    return np.nan if v is None else v
+
+
+def cosine_heatmaps(report: dict, path: Path) -> None:
+    """Per-layer credit cosine (rows l = 0..L) over training epochs (columns), one panel per method."""
+    ms = report["methods"]
+    fig, axes = plt.subplots(1, len(ms), figsize=(3.4 * len(ms) + 1, 3.2), squeeze=False, layout="constrained")
+    for ax, m in zip(axes[0], ms, strict=True):
+        h = m["history"]
+        grid = np.array([[_nan(v) for v in row] for row in h["per_layer_cosine"]], dtype=float).T  # (L+1, T)
+        im = ax.imshow(grid, aspect="auto", origin="lower", cmap="RdBu_r", vmin=-1, vmax=1,
+                       extent=(-0.5, len(h["epochs"]) - 0.5, -0.5, grid.shape[0] - 0.5) if grid.size else None)
+        ax.set_title(m["method"])
+        ax.set_xlabel("epoch")
+        ticks = range(len(h["epochs"]))
+        step = max(1, len(h["epochs"]) // 6)
+        ax.set_xticks(list(ticks)[::step], [str(e) for e in h["epochs"]][::step])
+    axes[0][0].set_ylabel("stream position l")
+    fig.colorbar(im, ax=axes[0].tolist(), label="cos(c_l, g_l)")
+    fig.suptitle("Per-layer credit cosine over training (Mode 2: alignment at one end only)")
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def scale_checks(report: dict, path: Path) -> None:
+    """ρ (D1) and ‖g_L‖ (D2) over training on log axes, thresholds dashed."""
+    th = report["thresholds"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for m in report["methods"]:
+        h = m["history"]
+        a1.plot(h["epochs"], [_nan(v) for v in h["rho"]], marker=".", label=m["method"])
+        a2.plot(h["epochs"], [_nan(v) for v in h["g_L"]], marker=".", label=m["method"])
+    a1.axhline(th["rho_max"], ls="--", c="k", lw=1, label=f"D1 flag > {th['rho_max']:g}")
+    a2.axhline(th["ref_factor"] * th["eps"], ls="--", c="k", lw=1,
+               label=f"D2 flag < {th['ref_factor'] * th['eps']:.0e}")
+    for ax, t in ((a1, "D1: ρ = max ‖h_l‖/‖h_(l-1)‖"), (a2, "D2: ‖g_L‖ (BP reference)")):
+        ax.set_yscale("log")
+        ax.set_xlabel("epoch")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_title(t)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def depth_utility(report: dict, path: Path) -> None:
+    """Test accuracy trained vs frozen-blocks baseline per method (error bars = std over seeds)."""
+    ms = report["methods"]
+    x = np.arange(len(ms))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(ms), 3.4))
+    for off, key, lab in ((-0.18, "trained_test_acc", "trained (all blocks)"), (0.18, "frozen_test_acc", "frozen blocks")):
+        vals = [_nan(m[key]["mean"]) for m in ms]
+        err = [m[key]["std"] or 0 for m in ms]
+        ax.bar(x + off, vals, 0.36, yerr=err, capsize=3, label=lab)
+    ax.set_xticks(x, [m["method"] for m in ms])
+    ax.set_ylabel("test accuracy")
+    ax.set_title("D3: depth utility")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def audit_figures(report: dict, out: Path) -> dict[str, str]:
+    """Write all audit figures into ``out``; return ``{name: relative path}``."""
+    figs = {"cosine_heatmap": "cosine_heatmap.png", "scale_checks": "scale_checks.png",
+            "depth_utility": "depth_utility.png"}
+    cosine_heatmaps(report, out / figs["cosine_heatmap"])
+    scale_checks(report, out / figs["scale_checks"])
+    depth_utility(report, out / figs["depth_utility"])
+    return figs

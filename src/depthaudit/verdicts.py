@@ -1,0 +1,70 @@
+"""The audit's checks (SPEC §3): value, threshold, PASS/FLAG and calibration margin.
+
+Margins are signed so that positive means "on the passing side", in the unit a reader compares by:
+decades (log10) for the scale checks D1 and D2, percentage points for D3.
+"""
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Defaults from SPEC §3; every one is a CLI flag."""
+
+    rho_max: float = 50.0  # D1: flag when ρ > rho_max
+    eps: float = 1e-8  # the cosine's denominator floor
+    ref_factor: float = 10.0  # D2: flag when ‖g_L‖ < ref_factor · eps
+    gap_min_pp: float = 2.0  # D3: flag when trained − frozen accuracy < gap_min_pp percentage points
+
+    def to_dict(self) -> dict:
+        """JSON-able."""
+        return asdict(self)
+
+
+def _check(value, threshold, flag: bool, margin, flag_when: str, unit: str) -> dict:
+    return {"value": value, "threshold": threshold, "flag_when": flag_when, "status": "FLAG" if flag else "PASS",
+            "margin": margin, "margin_unit": unit}
+
+
+def _decades(a: float, b: float) -> float:
+    if a <= 0:
+        return -math.inf
+    if b <= 0:
+        return math.inf
+    return math.log10(a / b)
+
+
+def check_d1(rho: float, th: Thresholds) -> dict:
+    """D1 scale stability: ρ = max_l ‖h_l‖/‖h_{l-1}‖; non-finite ρ is a FLAG."""
+    flag = not math.isfinite(rho) or rho > th.rho_max
+    return _check(rho, th.rho_max, flag, _decades(th.rho_max, rho), "value > threshold", "decades")
+
+
+def check_d2(g_l: float, th: Thresholds) -> dict:
+    """D2 reference validity: ‖g_L‖ of the tensor fed to the cosine vs ``ref_factor · eps``."""
+    limit = th.ref_factor * th.eps
+    flag = not math.isfinite(g_l) or g_l < limit
+    return _check(g_l, limit, flag, _decades(g_l, limit), "value < threshold", "decades")
+
+
+def check_d3(gap_pp: float, th: Thresholds) -> dict:
+    """D3 depth utility: accuracy gap (pp) of trained over the frozen-blocks baseline."""
+    flag = not math.isfinite(gap_pp) or gap_pp < th.gap_min_pp
+    return _check(gap_pp, th.gap_min_pp, flag, gap_pp - th.gap_min_pp, "value < threshold", "pp")
+
+
+def accuracy_gap_pp(trained_acc: float, frozen_acc: float) -> float:
+    """Trained minus frozen test accuracy in percentage points (accuracies are fractions)."""
+    return 100.0 * (trained_acc - frozen_acc)
+
+
+def mean_std(values: list) -> dict:
+    """``{"mean", "std", "n"}`` with the sample std (ddof = 1); std is None for n < 2; None values skipped."""
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return {"mean": None, "std": None, "n": 0}
+    finite = all(math.isfinite(v) for v in vals)
+    std = statistics.stdev(vals) if len(vals) > 1 and finite else None
+    return {"mean": statistics.fmean(vals) if finite else math.nan, "std": std, "n": len(vals)}
