@@ -29,9 +29,12 @@ def _check(value, threshold, flag: bool, margin, flag_when: str, unit: str) -> d
 
 
 def _decades(a: float, b: float) -> float:
-    if a <= 0:
+    """log10(a / b), with the limits spelled out for zero, infinite and NaN inputs."""
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    if a <= 0 or math.isinf(b):
         return -math.inf
-    if b <= 0:
+    if b <= 0 or math.isinf(a):
         return math.inf
     return math.log10(a / b)
 

@@ -63,7 +63,8 @@ def depth_utility(report: dict, path: Path) -> None:
     ms = report["methods"]
     x = np.arange(len(ms))
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(ms), 3.4))
-    for off, key, lab in ((-0.18, "trained_test_acc", "trained (all blocks)"), (0.18, "frozen_test_acc", "frozen blocks")):
+    bars = ((-0.18, "trained_test_acc", "trained (all blocks)"), (0.18, "frozen_test_acc", "frozen blocks"))
+    for off, key, lab in bars:
         vals = [_nan(m[key]["mean"]) for m in ms]
         err = [m[key]["std"] or 0 for m in ms]
         ax.bar(x + off, vals, 0.36, yerr=err, capsize=3, label=lab)

@@ -1,0 +1,48 @@
+"""Cost of the audit's per-epoch tracking: the same training with and without the tracker, side by side.
+
+    python benchmarks/bench_tracking.py --epochs 5 --repeats 3
+
+Interleaves the two variants for each method over ``--repeats`` rounds in one process and reports
+the minimum per variant and the ratio (target <= 1.05).
+"""
+
+import argparse
+import time
+
+import torch
+
+from depthaudit.config import TrainConfig
+from depthaudit.data import load_data
+from depthaudit.diagnostics import audit_tracker
+from depthaudit.runner import probe_batch
+from depthaudit.train import train
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="mnist1d")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--methods", nargs="+", default=["bp", "fa", "dfa"])
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--probe-size", type=int, default=512)
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args()
+    data = load_data(a.dataset, a.data_dir, False, torch.device("cpu"))
+    x, y = probe_batch(data, 42, a.probe_size)
+    print(f"{a.dataset} ResMLP d=256 L=4, {a.epochs} epochs, probe {x.shape[0]}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, min of {a.repeats}")
+    for m in a.methods:
+        cfg = TrainConfig(dataset=a.dataset, method=m, epochs=a.epochs)
+        t = {"plain": [], "tracked": []}
+        for _ in range(a.repeats):
+            for kind in t:
+                tracker = audit_tracker(x, y) if kind == "tracked" else None
+                t0 = time.perf_counter()
+                train(cfg, data, log=lambda s: None, tracker=tracker)
+                t[kind].append(time.perf_counter() - t0)
+        plain, tracked = min(t["plain"]), min(t["tracked"])
+        print(f"  {m:4s} plain {plain:6.2f}s  tracked {tracked:6.2f}s  ratio {tracked / plain:.3f}  (target <= 1.05)")
+
+
+if __name__ == "__main__":
+    main()
