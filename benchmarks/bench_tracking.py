@@ -24,7 +24,7 @@ def main():
     p.add_argument("--data-dir", default=None)
     p.add_argument("--methods", nargs="+", default=["bp", "fa", "dfa"])
     p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--probe-size", type=int, default=512)
+    p.add_argument("--probe-size", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     data = load_data(a.dataset, a.data_dir, False, torch.device("cpu"))

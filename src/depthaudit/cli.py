@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "report the standard pair beside D1 scale, D2 reference validity, D3 depth utility.")
     add_train_args(au, per_run=False)
     g = au.add_argument_group("measurement and thresholds")
-    g.add_argument("--probe-size", "--probe_size", dest="probe_size", type=int, default=512,
+    g.add_argument("--probe-size", "--probe_size", dest="probe_size", type=int, default=256,
                    help="fixed held-out probe batch size (default: %(default)s)")
     g.add_argument("--track-every", "--track_every", dest="track_every", type=int, default=1,
                    help="measure every N epochs; 0 = end only (default: %(default)s)")
@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     idt = sub.add_parser("identity", help="frozen-init identity check over seeds",
                          description="At random init: per-block |f_l(h)|/|h|, |h_L-h_0|/|h_0|, cos(h_L, h_0).")
     add_train_args(idt, per_run=False)
-    idt.add_argument("--probe-size", type=int, default=512, help="data batch size (default: %(default)s)")
+    idt.add_argument("--probe-size", type=int, default=256, help="data batch size (default: %(default)s)")
     idt.add_argument("--out", default=None, help="write the numbers to this JSON file")
     idt.set_defaults(func=cmd_identity)
     return p

@@ -12,7 +12,9 @@ import torch
 
 from ..methods import BP
 from ..methods.base import CreditMethod
+from ..methods.bp import bp_credits
 from ..models.base import ResidualModel
+from ..recipe import Trace, output_error, readout_pass, trace_forward
 
 EPS = 1e-8  # the cosine's denominator floor (fp32)
 
@@ -25,26 +27,48 @@ class Probe:
         self.model, self.method, self.x, self.y, self.eps = model, method, x, y, eps
 
     @cached_property
-    def _method_probe(self):
-        states, credits = self.method.probe(self.model, self.x, self.y)
-        return [h.float() for h in states], [c.float() for c in credits]
+    def trace(self) -> Trace:
+        """One forward serves the method's credits, the BP reference and the update cosines."""
+        tr = trace_forward(self.model, self.x, input_grad=True, cache=self.method.needs_cache)
+        readout_pass(tr, self.y, accumulate=False)  # fills tr.gL; touches no .grad
+        return tr
+
+    @cached_property
+    def error(self) -> torch.Tensor:
+        """Per-example output error ``e`` (B, C)."""
+        return output_error(self.trace.logits, self.y)
 
     @property
     def states(self) -> list[torch.Tensor]:
         """``h_0..h_L`` on the probe batch, fp32, each (B, …)."""
-        return self._method_probe[0]
-
-    @property
-    def credits(self) -> list[torch.Tensor]:
-        """The method's ``c_0..c_L``, fp32."""
-        return self._method_probe[1]
+        return [h.float() for h in self.trace.states]
 
     @cached_property
+    def credits(self) -> list[torch.Tensor]:
+        """The method's ``c_0..c_L``, fp32."""
+        if isinstance(self.method, BP):
+            return self.reference
+        return [c.detach().float() for c in self.method.credits(self.model, self.trace, self.error)]
+
+    @cached_property
+    def block_params(self) -> list[list[torch.Tensor]]:
+        """Each block's trainable parameters (empty for a frozen block)."""
+        return [[p for p in blk.parameters() if p.requires_grad] for blk in self.model.blocks]
+
+    @cached_property
+    def _reference(self):
+        refs, grads = bp_credits(self.trace, self.block_params)
+        return [g.detach().float() for g in refs], grads
+
+    @property
     def reference(self) -> list[torch.Tensor]:
         """Exact BP ``g_l = ∂(Σ_b ℓ_b)/∂h_l`` on the same batch and parameters, fp32."""
-        if isinstance(self.method, BP):
-            return self.credits
-        return [g.float() for g in BP(self.model, 0).probe(self.model, self.x, self.y)[1]]
+        return self._reference[0]
+
+    @property
+    def reference_param_grads(self) -> list[list[torch.Tensor]]:
+        """Per block, ``∇θ⟨f_l, g_l⟩`` (block l's exact BP gradient), from the reference's own backward."""
+        return self._reference[1]
 
 
 class Diagnostic:

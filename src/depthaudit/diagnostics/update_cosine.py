@@ -2,7 +2,7 @@
 
 import torch
 
-from ..recipe import trace_forward
+from ..methods import BP
 from .base import Diagnostic, Probe, cosine
 
 
@@ -17,15 +17,23 @@ class UpdateCosine(Diagnostic):
 
     def compute(self, probe: Probe) -> dict:
         """``per_block``: list of L cosines (None for frozen blocks)."""
-        tr = trace_forward(probe.model, probe.x)
-        out = []
-        for blk, f, c, g in zip(probe.model.blocks, tr.outs, probe.credits[1:], probe.reference[1:], strict=True):
-            ps = [p for p in blk.parameters() if p.requires_grad]
-            if not ps:
-                out.append(None)
-                continue
-            gm = torch.autograd.grad(f, ps, c.to(f.dtype), retain_graph=True)
-            gb = torch.autograd.grad(f, ps, g.to(f.dtype), retain_graph=True)
-            out.append(cosine(torch.cat([t.flatten() for t in gm]), torch.cat([t.flatten() for t in gb]),
-                              probe.eps))
+        tr = probe.trace  # block inputs are leaves, so each f_l reaches only its own block's params
+        ref = probe.reference_param_grads
+        live = [i for i, ps in enumerate(probe.block_params) if ps]
+        out: list[float | None] = [None] * len(tr.outs)
+        if not live:
+            return {"per_block": out}
+        if isinstance(probe.method, BP):
+            mine = ref  # identical credits: identical updates, no second backward
+        else:  # one backward for every block at once, cotangent = the method's credit
+            params = [p for i in live for p in probe.block_params[i]]
+            flat = torch.autograd.grad([tr.outs[i] for i in live], params,
+                                       [probe.credits[i + 1].to(tr.outs[i].dtype) for i in live], retain_graph=True)
+            mine, k = [[] for _ in tr.outs], 0
+            for i in live:
+                n = len(probe.block_params[i])
+                mine[i], k = list(flat[k:k + n]), k + n
+        for i in live:
+            out[i] = cosine(torch.cat([t.flatten() for t in mine[i]]), torch.cat([t.flatten() for t in ref[i]]),
+                            probe.eps)
         return {"per_block": out}

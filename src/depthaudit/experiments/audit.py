@@ -24,7 +24,7 @@ class AuditConfig:
     base: TrainConfig
     methods: tuple[str, ...] = ("bp", "fa", "dfa")
     seeds: tuple[int, ...] = (42,)
-    probe_size: int = 512
+    probe_size: int = 256
     track_every: int = 1
     thresholds: Thresholds = field(default_factory=Thresholds)
 

@@ -8,6 +8,24 @@ from ..recipe import Trace, rms
 from .base import METHODS, CreditMethod
 
 
+def bp_credits(tr: Trace, block_params: list[list[torch.Tensor]] | None = None):
+    """Exact ``c_l``: from ``tr.gL``, chain ``c_{l-1} = c_l + J_lᵀ c_l`` down the stream with autograd.
+
+    ``tr`` must come from ``trace_forward(..., input_grad=True)`` followed by ``readout_pass``. With
+    ``block_params`` (one list per block, possibly empty) the same backward calls also return each
+    block's parameter gradient ``∇θ⟨f_l, c_l⟩``: ``(credits, grads)``.
+    """
+    c = tr.gL
+    out, grads = [c], []
+    for i in range(len(tr.outs) - 1, -1, -1):
+        ps = block_params[i] if block_params is not None else []
+        vjp, *gp = torch.autograd.grad(tr.outs[i], [tr.inputs[i], *ps], c, retain_graph=True)
+        grads.append(gp)
+        c = c + vjp
+        out.append(c)
+    return (out[::-1], grads[::-1]) if block_params is not None else out[::-1]
+
+
 @METHODS.register("bp")
 class BP(CreditMethod):
     """Exact credits. ``step`` takes a one-backward fast path that is exactly the recipe (tested)."""
@@ -17,14 +35,8 @@ class BP(CreditMethod):
     fast = True
 
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
-        """Chain ``c_{l-1} = c_l + J_lᵀ c_l`` down the stream with autograd."""
-        c = tr.gL
-        out = [c]
-        for f, xin in zip(reversed(tr.outs), reversed(tr.inputs), strict=True):
-            (vjp,) = torch.autograd.grad(f, xin, c, retain_graph=True)
-            c = c + vjp
-            out.append(c)
-        return out[::-1]
+        """Exact credits (see :func:`bp_credits`)."""
+        return bp_credits(tr)
 
     def step(self, model, x, y, scale_penalty=0.0):
         """One ordinary forward/backward, then rescale each group's gradient to the recipe's.

@@ -31,7 +31,7 @@ def cosine_heatmaps(report: dict, path: Path) -> None:
         ax.set_xticks(list(ticks)[::step], [str(e) for e in h["epochs"]][::step])
     axes[0][0].set_ylabel("stream position l")
     fig.colorbar(im, ax=axes[0].tolist(), label="cos(c_l, g_l)")
-    fig.suptitle("Per-layer credit cosine over training (Mode 2: alignment at one end only)")
+    fig.suptitle("Per-layer credit cosine cos(c_l, g_l) over training (seed mean)")
     save_figure(fig, path)
     plt.close(fig)
 
@@ -66,7 +66,7 @@ def depth_utility(report: dict, path: Path) -> None:
     bars = ((-0.18, "trained_test_acc", "trained (all blocks)"), (0.18, "frozen_test_acc", "frozen blocks"))
     for off, key, lab in bars:
         vals = [_nan(m[key]["mean"]) for m in ms]
-        err = [m[key]["std"] or 0 for m in ms]
+        err = [m[key]["std"] or 0 for m in ms] if any(m[key]["std"] for m in ms) else None
         ax.bar(x + off, vals, 0.36, yerr=err, capsize=3, label=lab)
     ax.set_xticks(x, [m["method"] for m in ms])
     ax.set_ylabel("test accuracy")
