@@ -1,7 +1,9 @@
-"""Engine speed: one CIFAR-10 epoch of ResMLP under BP, FA, DFA vs a bare hand-written PyTorch BP loop.
+"""Engine speed: CIFAR-10 ResMLP steps under BP, FA, DFA vs a bare hand-written PyTorch BP loop.
 
-All four run side by side in this one process, interleaved over ``--repeats`` rounds; the minimum per
-configuration is reported (the least-disturbed measurement on a shared machine) and the ratios printed.
+All four train side by side in this one process on the same data and batch size. To keep a noisy
+shared machine from favouring whichever ran during a quiet spell, they advance in interleaved chunks
+(``--chunk`` steps each, round-robin, order rotated every round) until each has done ``--epochs``
+epochs' worth of steps; each configuration's chunk times are summed and the ratios printed.
 
     python benchmarks/bench_engine.py --data-dir ../shared/data/cifar10/cifar10-jpeg.zip
 """
@@ -16,39 +18,26 @@ import torch.nn.functional as F
 from depthaudit.config import TrainConfig, derive_seed
 from depthaudit.data import load_data
 from depthaudit.models import build_model
-from depthaudit.train import evaluate, train
+from depthaudit.train import Stepper, build, cosine_lr
 
 
-def bare_epoch(cfg: TrainConfig, data) -> float:
-    """Textbook loop: one AdamW, cosine per step, loss.backward(); same model, batch size, shuffling."""
-    t0 = time.perf_counter()
-    model = build_model(cfg.arch, data.input_shape, data.num_classes, cfg.d_hidden, cfg.num_blocks,
-                        cfg.mlp_ratio, cfg.seed).to(cfg.device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    n, bs = data.x_train.shape[0], cfg.batch_size
-    steps = math.ceil(n / bs)
-    gen = torch.Generator(device=cfg.device).manual_seed(derive_seed(cfg.seed, "shuffle"))
-    perm = torch.randperm(n, device=cfg.device, generator=gen)
-    for i in range(steps):
-        idx = perm[i * bs:(i + 1) * bs]
-        for g in opt.param_groups:
-            g["lr"] = cfg.lr * 0.5 * (1 + math.cos(math.pi * i / steps))
-        opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(data.x_train[idx]), data.y_train[idx]).backward()
-        opt.step()
-    evaluate(model, data.x_test, data.y_test)
-    if cfg.device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
+class Bare:
+    """Textbook loop: one AdamW, cosine per step, ``loss.backward()``; same model and batch size."""
 
+    def __init__(self, cfg, data):
+        self.data = data
+        self.model = build_model(cfg.arch, data.input_shape, data.num_classes, cfg.d_hidden, cfg.num_blocks,
+                                 cfg.mlp_ratio, cfg.seed).to(cfg.device)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
-def our_epoch(cfg: TrainConfig, data) -> float:
-    """One epoch of depthaudit's own loop (includes its per-epoch evaluation, like the bare loop)."""
-    t0 = time.perf_counter()
-    train(cfg, data, log=lambda m: None)
-    if cfg.device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    def __call__(self, idx, lr):
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(self.model(self.data.x_train[idx]), self.data.y_train[idx])
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
 
 
 def main():
@@ -57,27 +46,48 @@ def main():
     p.add_argument("--data-dir", default="../shared/data/cifar10/cifar10-jpeg.zip")
     p.add_argument("--d-hidden", type=int, default=256)
     p.add_argument("--num-blocks", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--epochs", type=float, default=1.0, help="epochs' worth of steps per configuration")
+    p.add_argument("--chunk", type=int, default=25, help="steps per interleaved chunk")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args()
     data = load_data(a.dataset, a.data_dir, False, torch.device(a.device))
     base = dict(dataset=a.dataset, d_hidden=a.d_hidden, num_blocks=a.num_blocks, epochs=1, device=a.device)
-    runs = {"bare": lambda: bare_epoch(TrainConfig(**base), data)}
+    cfg = TrainConfig(**base)
+    steppers = {"bare": Bare(cfg, data)}
     for m in ("bp", "fa", "dfa"):
-        runs[m] = lambda m=m: our_epoch(TrainConfig(method=m, **base), data)
-    times = {k: [] for k in runs}
-    for r in range(a.repeats):
-        for k, fn in runs.items():
-            times[k].append(fn())
-            print(f"round {r + 1}: {k:5s} {times[k][-1]:7.2f}s", flush=True)
-    best = {k: min(v) for k, v in times.items()}
-    print(f"\n{a.dataset} ResMLP d={a.d_hidden} L={a.num_blocks}, one epoch, device {a.device}, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, min of {a.repeats}")
-    for k, v in best.items():
-        print(f"  {k:5s} {v:7.2f}s")
-    print(f"  BP / bare = {best['bp'] / best['bare']:.3f}   (target <= 1.05)")
-    print(f"  FA / BP   = {best['fa'] / best['bp']:.3f}   (target <= 1.15; biotorch 1.17)")
-    print(f"  DFA / BP  = {best['dfa'] / best['bp']:.3f}   (target <= 1.05; biotorch 1.15)")
+        c = TrainConfig(method=m, **base)
+        steppers[m] = Stepper(c, data, *build(c, data))
+    n, bs = data.x_train.shape[0], cfg.batch_size
+    per_epoch = math.ceil(n / bs)
+    total = int(per_epoch * a.epochs)
+    gen = torch.Generator(device=a.device).manual_seed(derive_seed(cfg.seed, "shuffle"))
+    perm = torch.randperm(n, device=a.device, generator=gen)
+    batches = [perm[(i % per_epoch) * bs:(i % per_epoch + 1) * bs] for i in range(total)]
+    sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
+    for s in steppers.values():  # warm-up (allocator, kernels), not timed
+        for i in range(3):
+            s(batches[i], cfg.lr)
+    times = dict.fromkeys(steppers, 0.0)
+    names, done, rnd = list(steppers), 0, 0
+    while done < total:
+        k = min(a.chunk, total - done)
+        for name in names[rnd % 4:] + names[:rnd % 4]:
+            sync()
+            t0 = time.perf_counter()
+            for i in range(done, done + k):
+                steppers[name](batches[i], cosine_lr(cfg, i, total))
+            sync()
+            times[name] += time.perf_counter() - t0
+        done += k
+        rnd += 1
+    print(f"{a.dataset} ResMLP d={a.d_hidden} L={a.num_blocks}, {total} steps of batch {bs} per configuration "
+          f"({a.epochs:g} epoch), interleaved in chunks of {a.chunk}; device {a.device}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads")
+    for k, v in times.items():
+        print(f"  {k:5s} {v:7.2f}s  ({v / total * 1e3:.1f} ms/step)")
+    print(f"  BP / bare = {times['bp'] / times['bare']:.3f}   (target <= 1.05)")
+    print(f"  FA / BP   = {times['fa'] / times['bp']:.3f}   (target <= 1.15; biotorch 1.17)")
+    print(f"  DFA / BP  = {times['dfa'] / times['bp']:.3f}   (target <= 1.05; biotorch 1.15)")
 
 
 if __name__ == "__main__":

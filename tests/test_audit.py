@@ -181,7 +181,7 @@ def test_default_audit_end_to_end_and_report_schema(tmp_path, capsys):
         assert (out / f).stat().st_size > 0
     # rerunning reuses every finished run and reproduces the verdicts
     assert main(args) == 0
-    assert capsys.readouterr().err.count("reusing finished run") == 12
+    assert "12 of 12 runs already finished" in capsys.readouterr().err
     again = json.loads((out / "report.json").read_text())
     assert again["methods"] == report["methods"]
 
@@ -190,3 +190,24 @@ def test_audit_rejects_unknown_method(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["audit", "--methods", "bp", "nope", "--out", str(tmp_path / "a")])
     assert e.value.code == 2 and not (tmp_path / "a").exists()
+
+
+def test_default_audit_command_runs_end_to_end(tmp_path):
+    """`depthaudit audit` with every default except fewer epochs, as a user runs it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-m", "depthaudit.cli", "audit", "--epochs", "2", "--out", str(tmp_path / "a")],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "[####################] 6/6 runs" in p.stderr  # progress shown
+    report = json.loads((tmp_path / "a" / "report.json").read_text())
+    base = report["config"]["base"]
+    assert (base["dataset"], base["arch"], base["d_hidden"], base["num_blocks"]) == ("mnist1d", "resmlp", 256, 4)
+    assert [m["method"] for m in report["methods"]] == ["bp", "fa", "dfa"]
+    for m in report["methods"]:  # the card states what it measured: every check has a value and a status
+        for c in m["checks"].values():
+            assert c["status"] in ("PASS", "FLAG") and c["value"] is not None
+    assert "D1 ρ" in p.stdout and "Frozen-init identity" in p.stdout

@@ -15,7 +15,13 @@ DEFAULTS = TrainConfig()
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line (exit 2), not a usage dump."""
+    """argparse that reports a bad flag in one line (exit 2), not a usage dump; compact help."""
+
+    def __init__(self, *args, **kw):
+        kw.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(prog, max_help_position=30, width=100))
+        if kw.get("prog", "").count(" "):  # subcommands: the groups below say it all
+            kw.setdefault("usage", "%(prog)s [options]")
+        super().__init__(*args, **kw)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -25,8 +31,10 @@ def _flag(group, name: str, **kw):
     """Add ``--name-with-dashes`` and its ``--name_with_underscores`` spelling (the seed harness's)."""
     dashed = "--" + name.replace("_", "-")
     spellings = [dashed] if "_" not in name else [dashed, "--" + name]
-    if "default" in kw and "help" in kw:
+    if "default" in kw and "help" in kw and kw["default"] not in (None, False):
         kw["help"] += " (default: %(default)s)"
+    if kw.get("type") in (int, float) and "metavar" not in kw:
+        kw["metavar"] = "N" if kw["type"] is int else "X"
     group.add_argument(*spellings, dest=name, **kw)
 
 
@@ -38,7 +46,7 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
 
     g = p.add_argument_group("data")
     _flag(g, "dataset", default=DEFAULTS.dataset, choices=DATASETS.names(), help="dataset")
-    _flag(g, "data_dir", default=None, help="folder or .zip holding the data (cifar*)")
+    _flag(g, "data_dir", default=None, metavar="DIR", help="folder or .zip holding the data (cifar*)")
     _flag(g, "download", action="store_true", help="download a missing CIFAR archive (verified by md5)")
     g = p.add_argument_group("model")
     _flag(g, "arch", default=DEFAULTS.arch, choices=MODELS.names(), help="residual model")
@@ -60,7 +68,7 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
     _flag(g, "scale_penalty", type=float, default=DEFAULTS.scale_penalty, help="λ on ‖f‖²/‖h‖²")
     if per_run:
         _flag(g, "seed", type=int, default=DEFAULTS.seed, help="seed (init, feedback, shuffle)")
-    _flag(g, "device", default="auto", help="cpu | cuda | cuda:N | auto = cuda if available")
+    _flag(g, "device", default="auto", metavar="DEV", help="cpu | cuda | cuda:N | auto = cuda if available")
 
 
 def resolve_device(spec: str) -> str:
@@ -135,7 +143,7 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
           f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}",
           file=sys.stderr)
     report = run_audit(acfg, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
-                       argv=["depthaudit", *argv])
+                       argv=["depthaudit", *argv], jobs=a.jobs)
     figures = audit_figures(report, out)
     report["figures"] = figures
     write_json(out / "report.json", report)
@@ -173,6 +181,68 @@ def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
+    """Depth-utility ladder: train the last k blocks for every k, method and seed; resumable JSON."""
+    from .data import load_data
+    from .experiments.ladder import LadderConfig, ladder_specs, open_store
+    from .report.ladder import ladder_report
+    from .sweep import run_sweep
+
+    if a.gpu is not None:
+        a.device = f"cuda:{a.gpu}"
+    base = config_from_args(a)
+    ks = tuple(dict.fromkeys(a.k_values if a.k_values is not None else range(base.num_blocks + 1)))
+    bad = [k for k in ks if k < 0 or k > base.num_blocks]
+    if bad:
+        raise UsageError(f"--k_values {bad}: each k must be in 0..{base.num_blocks} (--num_blocks)")
+    if a.jobs < 1:
+        raise UsageError("--jobs must be >= 1")
+    lc = LadderConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), k_values=ks,
+                      seeds=tuple(dict.fromkeys(a.seeds)), probe_size=a.probe_size)
+    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    store = open_store(Path(a.output_dir), lc, data.sha256)  # refuses a file of another configuration
+    specs = ladder_specs(lc)
+    print(f"depthaudit ladder: {len(specs)} runs ({len(lc.methods)} methods × {len(ks)} k × {len(lc.seeds)} seeds), "
+          f"{base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device}, "
+          f"jobs {a.jobs} → {store}", file=sys.stderr)
+    run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv],
+              run_log=(lambda m: print("    " + m, file=sys.stderr, flush=True)) if a.verbose else None)
+    _, table = ladder_report(store.path, Path(a.audit_dir) if a.audit_dir else None)
+    print(table)
+    print(f"\nwrote {store.path}, {store.path.with_suffix('.md')} and {store.path.with_suffix('.png')}")
+    return 0
+
+
+def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
+    """Rebuild every table and figure in DIR from its saved JSON, without training."""
+    import json
+
+    from .io import write_json, write_text
+    from .report import audit_markdown, audit_terminal
+    from .report.figures import audit_figures
+    from .report.ladder import ladder_report
+
+    d = Path(a.dir)
+    if not d.is_dir():
+        raise UsageError(f"{d} is not a folder; pass the --out/--output_dir of an audit or ladder")
+    found = 0
+    for path in sorted(d.glob("ladder_*.json")):
+        _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)
+        print(f"{path.name}\n{table}\n")
+        found += 1
+    if (d / "report.json").exists():
+        report = json.loads((d / "report.json").read_text())
+        figures = audit_figures(report, d)
+        report["figures"] = figures
+        write_json(d / "report.json", report)
+        write_text(d / "report.md", audit_markdown(report, figures))
+        print(audit_terminal(report))
+        found += 1
+    if not found:
+        raise UsageError(f"{d} holds no ladder_*.json or report.json; pass a folder depthaudit wrote")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser (plug-ins must be imported first so their names are choices)."""
     p = _Parser(prog="depthaudit", description="Audit whether a credit-assignment method trains depth.")
@@ -204,7 +274,33 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ref-factor", type=float, default=10.0, help="D2 flag when ‖g_L‖ < this·ε (default: %(default)s)")
     g.add_argument("--gap-min", type=float, default=2.0, help="D3 flag when gap < this pp (default: %(default)s)")
     au.add_argument("--out", default="results/audit", help="output folder (default: %(default)s)")
+    au.add_argument("--jobs", type=int, default=1, help="trainings in parallel processes (default: %(default)s)")
     au.set_defaults(func=cmd_audit)
+
+    la = sub.add_parser("ladder", help="depth-utility ladder: train the last k blocks, k = 0..L",
+                        description="For each method, k and seed train only the last k blocks; one resumable JSON "
+                        "per configuration (ladder_d{d}_L{L}_{dataset}.json), a table and a figure.")
+    add_train_args(la, per_run=False)
+    la.set_defaults(dataset="cifar10", seeds=[42, 123, 456], epochs=100)
+    g = la.add_argument_group("ladder")
+    g.add_argument("--k_values", "--k-values", dest="k_values", nargs="+", type=int, default=None, metavar="K",
+                   help="rungs k (default: 0..num_blocks)")
+    g.add_argument("--gpu", type=int, default=None, metavar="N", help="use cuda:N (same as --device cuda:N)")
+    g.add_argument("--jobs", type=int, default=1, help="trainings in parallel processes (default: %(default)s)")
+    g.add_argument("--probe-size", "--probe_size", dest="probe_size", type=int, default=256,
+                   help="probe batch for the final audit measurements (default: %(default)s)")
+    g.add_argument("--output_dir", "--output-dir", dest="output_dir", default="results/depth_ladder",
+                   help="folder for the ladder JSON, table and figure (default: %(default)s)")
+    g.add_argument("--audit-dir", default=None, help="an audit --out folder to cross-check k=0 and k=L against")
+    g.add_argument("--verbose", action="store_true", help="print every epoch of every run")
+    la.set_defaults(func=cmd_ladder)
+
+    rp = sub.add_parser("report", help="rebuild tables and figures from saved JSON (no training)",
+                        description="Rebuild ladder tables/figures (ladder_*.json) and the audit report "
+                        "(report.json) found in DIR.")
+    rp.add_argument("dir", metavar="DIR", help="an audit --out or ladder --output_dir folder")
+    rp.add_argument("--audit-dir", default=None, help="cross-check ladder k=0/k=L against this audit folder")
+    rp.set_defaults(func=cmd_report)
 
     idt = sub.add_parser("identity", help="frozen-init identity check over seeds",
                          description="At random init: per-block |f_l(h)|/|h|, |h_L-h_0|/|h_0|, cos(h_L, h_0).")

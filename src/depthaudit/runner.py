@@ -1,7 +1,4 @@
-"""Run-or-reuse: one training run ↔ one folder with ``result.json``; a finished identical run is reused.
-
-This is the single mechanism every experiment (audit pairs, ladders, later sweeps) trains through.
-"""
+"""One run's record: the ``result.json`` content, its folder name, saving, and the audit's probe batch."""
 
 import hashlib
 import json
@@ -13,7 +10,7 @@ from .config import TrainConfig, derive_seed
 from .data import DataBundle
 from .io import finite_json, save_torch, write_json
 from .provenance import provenance
-from .train import RunOutput, train
+from .train import RunOutput
 
 SCHEMA = "depthaudit.train.v1"
 
@@ -46,34 +43,9 @@ def run_slug(cfg: TrainConfig, tracking: dict | None = None) -> str:
             f"_s{cfg.seed}_{hashlib.sha256(blob).hexdigest()[:8]}")
 
 
-def load_if_same(path: Path, cfg: TrainConfig, tracking: dict | None) -> dict | None:
-    """The stored result if ``path`` holds a finished run of exactly this config and tracking."""
-    try:
-        rec = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    if rec.get("config") == cfg.to_dict() and rec.get("tracking") == tracking:
-        return rec
-    return None
-
-
 def probe_batch(data: DataBundle, seed: int, size: int):
     """A fixed probe batch from the held-out split, drawn with a seed derived from the run's seed."""
     n = data.x_test.shape[0]
     gen = torch.Generator().manual_seed(derive_seed(seed, "probe"))
     idx = torch.randperm(n, generator=gen)[:min(size, n)].to(data.x_test.device)
     return data.x_test[idx], data.y_test[idx]
-
-
-def run_or_load(cfg: TrainConfig, data: DataBundle, root: Path, *, tracker=None, tracking: dict | None = None,
-                log=print, argv: list[str] | None = None, checkpoint: bool = False) -> tuple[dict, bool]:
-    """Reuse ``root/<slug>/result.json`` when it matches ``cfg``; otherwise train and save. → (record, reused)."""
-    out = Path(root) / run_slug(cfg, tracking)
-    rec = load_if_same(out / "result.json", cfg, tracking)
-    if rec is not None:
-        log(f"  reusing finished run {out}")
-        return rec, True
-    run = train(cfg, data, log=log, tracker=tracker)
-    rec = result_record(cfg, data, run, argv, tracking)
-    save_run(out, rec, run, checkpoint)
-    return rec, False

@@ -62,6 +62,31 @@ def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMeth
     return model, build_method(cfg.method, model, cfg.seed)
 
 
+class Stepper:
+    """One optimisation step of the recipe: set the cosine lr, zero grads, method step, optimizers step."""
+
+    def __init__(self, cfg: TrainConfig, data: DataBundle, model: ResidualModel, method: CreditMethod):
+        self.cfg, self.data, self.model, self.method = cfg, data, model, method
+        self.opts = list(make_optimizers(model, cfg).values())
+
+    def __call__(self, idx: torch.Tensor, lr: float) -> torch.Tensor:
+        """Train on rows ``idx`` of the training tensors; returns the batch's mean loss (on the device)."""
+        for opt in self.opts:
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.zero_grad(set_to_none=True)
+        loss = self.method.step(self.model, self.data.x_train[idx], self.data.y_train[idx], self.cfg.scale_penalty)
+        for opt in self.opts:
+            opt.step()
+        self.method.after_step(self.model)
+        return loss
+
+
+def cosine_lr(cfg: TrainConfig, step: int, total: int) -> float:
+    """Cosine schedule from ``cfg.lr`` to 0 over ``total`` steps."""
+    return cfg.lr * 0.5 * (1 + math.cos(math.pi * step / total))
+
+
 def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None) -> RunOutput:
     """Train under the recipe; a non-finite loss ends the run with status ``diverged``.
 
@@ -72,7 +97,7 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None) -> RunOutp
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     device = torch.device(cfg.device)
     model, method = build(cfg, data)
-    opts = make_optimizers(model, cfg)
+    stepper = Stepper(cfg, data, model, method)
     n, bs = data.x_train.shape[0], cfg.batch_size
     steps_per_epoch = math.ceil(n / bs)
     total = max(1, cfg.epochs * steps_per_epoch)
@@ -85,15 +110,8 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None) -> RunOutp
         loss_sum = torch.zeros((), device=device)
         for i in range(steps_per_epoch):
             idx = perm[i * bs:(i + 1) * bs]
-            lr = cfg.lr * 0.5 * (1 + math.cos(math.pi * step / total))  # cosine to 0, per step
-            for opt in opts.values():
-                for g in opt.param_groups:
-                    g["lr"] = lr
-                opt.zero_grad(set_to_none=True)
-            loss = method.step(model, data.x_train[idx], data.y_train[idx], cfg.scale_penalty)
-            for opt in opts.values():
-                opt.step()
-            method.after_step(model)
+            lr = cosine_lr(cfg, step, total)
+            loss = stepper(idx, lr)
             loss_sum += loss * idx.shape[0]  # stays on the device: no per-step sync
             step += 1
             if tty and i % 50 == 0:

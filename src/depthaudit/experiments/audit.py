@@ -8,10 +8,10 @@ import torch
 
 from ..config import TrainConfig
 from ..data import DataBundle
-from ..diagnostics import audit_tracker
 from ..diagnostics.identity import identity_over_seeds
 from ..provenance import provenance
-from ..runner import probe_batch, run_or_load, run_slug
+from ..runner import probe_batch, run_slug
+from ..sweep import FolderStore, RunSpec, run_sweep
 from ..verdicts import Thresholds, accuracy_gap_pp, check_d1, check_d2, check_d3, mean_std
 
 SCHEMA = "depthaudit.audit.v1"
@@ -106,26 +106,26 @@ def run_slug_of(rec: dict) -> str:
     return run_slug(TrainConfig.from_dict(rec["config"]), rec.get("tracking"))
 
 
-def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=None) -> dict:
-    """Train (or reuse) every trained/frozen pair, measure, and return the report dict."""
-    root = Path(out) / "runs"
-    th = acfg.thresholds
-    total = 2 * len(acfg.methods) * len(acfg.seeds)
-    done, methods = 0, []
+def audit_specs(acfg: AuditConfig) -> list[RunSpec]:
+    """Per method and seed: the tracked full run and its frozen-blocks baseline (tracked at the end)."""
+    specs = []
     for m in acfg.methods:
-        trained, frozen = [], []
         for s in acfg.seeds:
-            x, y = probe_batch(data, s, acfg.probe_size)
-            for kind, every, bucket in (("trained", acfg.track_every, trained), ("frozen", 0, frozen)):
-                cfg = replace(acfg.base, method=m, seed=s, train_blocks="all" if kind == "trained" else "none")
-                tracking = {"probe_size": int(x.shape[0]), "every": every, "eps": th.eps}
-                done += 1
-                log(f"[{done}/{total}] {m} seed {s}: {kind} ({'all blocks' if kind == 'trained' else 'blocks frozen'},"
-                    f" {cfg.epochs} epochs)")
-                rec, _ = run_or_load(cfg, data, root, tracker=audit_tracker(x, y, every, th.eps), tracking=tracking,
-                                     log=lambda msg: log("    " + msg), argv=argv)
-                bucket.append(rec)
-        methods.append(summarise_method(m, trained, frozen, th))
+            for kind, blocks, every in (("trained", "all", acfg.track_every), ("frozen", "none", 0)):
+                cfg = replace(acfg.base, method=m, seed=s, train_blocks=blocks)
+                tracking = {"probe_size": acfg.probe_size, "every": every, "eps": acfg.thresholds.eps}
+                specs.append(RunSpec(f"{m}/{kind}/s{s}", cfg, tracking))
+    return specs
+
+
+def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=None, jobs: int = 1) -> dict:
+    """Train (or reuse) every trained/frozen pair through the sweep runner, measure, return the report dict."""
+    specs = audit_specs(acfg)
+    recs = run_sweep(specs, FolderStore(Path(out) / "runs"), data=data, jobs=jobs, log=log, argv=argv,
+                     run_log=lambda m: log("    " + m))
+    th = acfg.thresholds
+    methods = [summarise_method(m, [recs[f"{m}/trained/s{s}"] for s in acfg.seeds],
+                                [recs[f"{m}/frozen/s{s}"] for s in acfg.seeds], th) for m in acfg.methods]
     b = acfg.base
     x0, _ = probe_batch(data, acfg.seeds[0], acfg.probe_size)
     ident = identity_over_seeds(b.arch, data.input_shape, data.num_classes, b.d_hidden, b.num_blocks, b.mlp_ratio,

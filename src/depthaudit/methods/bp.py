@@ -39,25 +39,56 @@ class BP(CreditMethod):
         return bp_credits(tr)
 
     def step(self, model, x, y, scale_penalty=0.0):
-        """One ordinary forward/backward, then rescale each group's gradient to the recipe's.
+        """One ordinary forward/backward whose gradients already are the recipe's updates.
 
-        The summed loss's backward leaves ``Σ_b J_lᵀ c_l`` in block l's ``.grad`` and ``c_l`` in
-        ``h_l.grad``; the recipe's update is that times ``1/(B·rms(c_l))``, and the readout's is the
-        mean-loss gradient (×1/B). The penalty needs the surrogate itself, so it takes the generic path.
+        Around each trainable block, an identity with a custom backward rescales the gradient entering
+        the block by ``s_l = 1/(B·rms(c_l))`` and the one leaving it by ``1/s_l``: the block's parameters
+        get ``s_l · Σ_b J_lᵀ c_l`` (the recipe's update) while the credit passed down is exact. This
+        costs two activation-sized products per block instead of a pass over every gradient. The
+        penalty needs the surrogate itself, so it takes the generic path.
         """
         if scale_penalty > 0 or not self.fast:
             return super().step(model, x, y, scale_penalty)
         batch = x.shape[0]
-        logits, states = model(x, return_states=True)
-        for h in states:
-            h.retain_grad()
-        loss_sum = F.cross_entropy(logits, y, reduction="sum")
-        loss_sum.backward()
-        modules = [model.embed, *model.blocks]
-        for mod, h in zip(modules, states, strict=True):
-            ps = [p for p in mod.parameters() if p.grad is not None]
-            if ps:
-                torch._foreach_mul_([p.grad for p in ps], 1.0 / (batch * rms(h.grad)))
-        ps = [p for p in model.readout.parameters() if p.grad is not None]
-        torch._foreach_mul_([p.grad for p in ps], 1.0 / batch)
-        return loss_sum.detach() / batch
+        h = model.embed(x)
+        if any(p.requires_grad for p in model.embed.parameters()):
+            h = _Rescale.apply(h, {}, batch)
+        for blk in model.blocks:
+            if any(p.requires_grad for p in blk.parameters()):
+                cell: dict = {}
+                h = h + _Rescale.apply(blk(_Unscale.apply(h, cell)), cell, batch)
+            else:
+                h = h + blk(h)
+        loss = F.cross_entropy(model.readout(h), y)  # mean loss: the readout's exact gradient
+        loss.backward()
+        return loss.detach()
+
+
+class _Rescale(torch.autograd.Function):
+    """Identity; backward multiplies the incoming credit by ``1/(B·rms)`` of its per-example version."""
+
+    @staticmethod
+    def forward(ctx, f, cell, batch):
+        ctx.cell, ctx.batch = cell, batch
+        return f.view_as(f)
+
+    @staticmethod
+    def backward(ctx, g):
+        # g = ∂ℓ_mean/∂h_l = c_l/B, and the block then gets s·Jᵀg = s·Jᵀc_l/B; the recipe wants
+        # Jᵀc_l/(B·rms(c_l)), so s = 1/rms(c_l) = 1/(B·rms(g))
+        s = 1.0 / (ctx.batch * rms(g))
+        ctx.cell["s"] = s
+        return g * s, None, None
+
+
+class _Unscale(torch.autograd.Function):
+    """Identity; backward undoes the block's :class:`_Rescale` so the credit passed down is exact."""
+
+    @staticmethod
+    def forward(ctx, h, cell):
+        ctx.cell = cell
+        return h.view_as(h)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g / ctx.cell["s"], None

@@ -1,0 +1,103 @@
+"""Depth-utility ladder (SPEC §3): for k = 0..L train only the last k blocks; aggregate over seeds.
+
+k = 0 is exactly the audit's frozen-blocks baseline config (``train_blocks="none"``) and k = L exactly
+its full config (``"all"``); 0 < k < L use ``"last:k"``.
+"""
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from ..config import TrainConfig
+from ..sweep import FileStore, RunSpec
+from ..verdicts import mean_std
+
+SCHEMA = "depthaudit.ladder.v1"
+
+
+@dataclass(frozen=True)
+class LadderConfig:
+    """Base config plus the grid: methods × k × seeds; the final state is measured on a probe batch."""
+
+    base: TrainConfig
+    methods: tuple[str, ...] = ("bp", "fa", "dfa")
+    k_values: tuple[int, ...] = (0, 1, 2, 3, 4)
+    seeds: tuple[int, ...] = (42, 123, 456)
+    probe_size: int = 256
+    eps: float = 1e-8
+
+    def to_dict(self) -> dict:
+        """JSON-able."""
+        d = asdict(self)
+        for k in ("methods", "k_values", "seeds"):
+            d[k] = list(d[k])
+        return d
+
+
+def blocks_for(k: int, num_blocks: int) -> str:
+    """The ``train_blocks`` spelling for rung k."""
+    return "none" if k == 0 else "all" if k == num_blocks else f"last:{k}"
+
+
+def ladder_specs(lc: LadderConfig) -> list[RunSpec]:
+    """One spec per (method, k, seed), keyed ``method/k{k}/s{seed}``."""
+    tracking = {"probe_size": lc.probe_size, "every": 0, "eps": lc.eps}  # final-state audit measurements
+    return [RunSpec(f"{m}/k{k}/s{s}", replace(lc.base, method=m, seed=s,
+                                               train_blocks=blocks_for(k, lc.base.num_blocks)), tracking)
+            for m in lc.methods for k in lc.k_values for s in lc.seeds]
+
+
+def ladder_filename(base: TrainConfig) -> str:
+    """``ladder_d{d}_L{L}_{dataset}.json`` (the seed harness's name)."""
+    return f"ladder_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
+
+
+def ladder_identity(base: TrainConfig, data_sha256: str, probe_size: int, eps: float) -> dict:
+    """What every run in one ladder file shares: the recipe and model (not method/k/seed/device/path)."""
+    d = base.to_dict()
+    for k in ("method", "seed", "train_blocks", "device", "data_dir", "download"):
+        d.pop(k)
+    return {**d, "data_sha256": data_sha256, "probe_size": probe_size, "eps": eps}
+
+
+def open_store(out_dir: Path, lc: LadderConfig, data_sha256: str) -> FileStore:
+    """The ladder's results file (refusing one written under a different configuration)."""
+    return FileStore(Path(out_dir) / ladder_filename(lc.base), SCHEMA,
+                     ladder_identity(lc.base, data_sha256, lc.probe_size, lc.eps))
+
+
+def _final_probe(rec: dict) -> dict:
+    for h in reversed(rec.get("history", [])):
+        if "probe" in h:
+            return h["probe"]
+    return {}
+
+
+def aggregate(doc: dict) -> dict:
+    """From a ladder file's ``runs``: per (method, k) accuracy mean ± std (ddof 1) and n, plus helpers."""
+    cells: dict[str, dict[int, list]] = {}
+    extra: dict[str, dict[int, dict[str, list]]] = {}
+    L = doc["identity"]["num_blocks"]
+    for key, rec in doc["runs"].items():
+        m, k, _ = key.split("/")
+        k = int(k[1:])
+        cells.setdefault(m, {}).setdefault(k, []).append(rec["final"]["test_acc"])
+        p = _final_probe(rec)
+        e = extra.setdefault(m, {}).setdefault(k, {"rho": [], "g_L": [], "cos_mean": [], "diverged": []})
+        e["rho"].append(p.get("stream", {}).get("rho"))
+        e["g_L"].append(p.get("reference", {}).get("g_L"))
+        e["cos_mean"].append(p.get("credit_cosine", {}).get("mean_per_layer"))
+        e["diverged"].append(rec["status"] == "diverged")
+    table = {m: {k: mean_std(v) for k, v in sorted(ks.items())} for m, ks in cells.items()}
+    helpers = {}
+    for m, ks in table.items():
+        means = [(k, c["mean"]) for k, c in ks.items() if c["mean"] is not None]
+        h = {"max_rung": max(means, key=lambda kv: kv[1])[0] if means else None,
+             "monotone": all(b >= a for (_, a), (_, b) in zip(means, means[1:], strict=False)) if means else None}
+        if 0 in ks and L in ks and ks[0]["mean"] is not None and ks[L]["mean"] is not None:
+            h["gain_pp_k0_to_kL"] = 100 * (ks[L]["mean"] - ks[0]["mean"])
+        else:
+            h["gain_pp_k0_to_kL"] = None
+        helpers[m] = h
+    measures = {m: {k: {q: mean_std(v) if q != "diverged" else sum(v) for q, v in e.items()}
+                    for k, e in sorted(ks.items())} for m, ks in extra.items()}
+    return {"num_blocks": L, "table": table, "helpers": helpers, "measures": measures}

@@ -1,0 +1,110 @@
+"""Ladder tables, interpretation helpers, cross-checks and figure — rebuilt from the JSON alone."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ..config import TrainConfig  # noqa: E402
+from ..experiments.ladder import aggregate  # noqa: E402
+from ..io import save_figure  # noqa: E402
+from ..sweep import FolderStore, RunSpec  # noqa: E402
+from .card import fmt_ms  # noqa: E402
+
+
+def ladder_table_md(agg: dict) -> str:
+    """Rows k, columns methods, cells ``0.389 ± 0.001 (n=3)``-style test accuracy."""
+    methods = list(agg["table"])
+    ks = sorted({k for m in methods for k in agg["table"][m]})
+    out = ["| k (last blocks trained) | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for k in ks:
+        cells = []
+        for m in methods:
+            c = agg["table"][m].get(k)
+            cells.append(f"{fmt_ms(c)} (n={c['n']})" if c else "—")
+        out.append(f"| {k} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def helpers_md(agg: dict) -> str:
+    """Gain k=0→k=L, monotonicity and best rung per method, computed from the data."""
+    L = agg["num_blocks"]
+    rows = [f"| method | gain k=0→k={L} (pp) | monotone in k | max rung |", "|---|---|---|---|"]
+    for m, h in agg["helpers"].items():
+        g = "—" if h["gain_pp_k0_to_kL"] is None else f"{h['gain_pp_k0_to_kL']:+.1f}"
+        rows.append(f"| {m} | {g} | {'yes' if h['monotone'] else 'no'} | k={h['max_rung']} |")
+    return "\n".join(rows)
+
+
+def cross_check_md(doc: dict, audit_dir: Path | None) -> str:
+    """k=0 is the audit's frozen-baseline config and k=L its full config; compare with an audit run if given."""
+    L = doc["identity"]["num_blocks"]
+    lines = [f"k=0 trains with `train_blocks=none` — the audit's frozen-blocks baseline config — and k={L} with "
+             "`train_blocks=all` — the audit's full config; same recipe, model, data and seed, so a stored audit "
+             "run of the same configuration must give the same accuracy (tracking does not touch training)."]
+    if audit_dir is None:
+        return "\n".join(lines + ["", "(pass `--audit-dir` to compare with a stored audit.)"])
+    store = FolderStore(Path(audit_dir) / "runs")
+    rows = ["", "| run | ladder acc | audit acc | equal |", "|---|---|---|---|"]
+    for key, rec in sorted(doc["runs"].items()):
+        m, k, s = key.split("/")
+        if int(k[1:]) not in (0, L):
+            continue
+        cfg = TrainConfig.from_dict(rec["config"])
+        found = None
+        for every in (0, 1):  # the audit tracks trained runs every epoch (by default), frozen at the end
+            tracking = {**(rec.get("tracking") or {}), "every": every} if rec.get("tracking") else None
+            for dev in ("cpu", cfg.device):
+                found = found or store.get(RunSpec(key, replace(cfg, device=dev), tracking))
+        a = rec["final"]["test_acc"]
+        b = found["final"]["test_acc"] if found else None
+        rows.append(f"| {key} | {a:.4f} | {'not in audit' if b is None else f'{b:.4f}'} | "
+                    f"{'—' if b is None else ('yes' if a == b else 'NO')} |")
+    return "\n".join(lines + rows)
+
+
+def ladder_figure(agg: dict, path: Path, title: str) -> None:
+    """Accuracy vs k per method (error bars = std over seeds); each method's k=0 level dashed."""
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    for i, (m, ks) in enumerate(agg["table"].items()):
+        k = sorted(ks)
+        mean = [ks[j]["mean"] for j in k]
+        std = [ks[j]["std"] or 0 for j in k]
+        line = ax.errorbar([j + 0.04 * (i - 1) for j in k], mean, yerr=std, marker="o", capsize=3, label=m)
+        if 0 in ks and ks[0]["mean"] is not None:
+            ax.axhline(ks[0]["mean"], ls="--", lw=1, color=line[0].get_color())
+    ax.set_xlabel("k = number of last blocks trained")
+    ax.set_ylabel("test accuracy")
+    ax.set_xticks(range(agg["num_blocks"] + 1))
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def ladder_report(path: Path, audit_dir: Path | None = None) -> tuple[str, str]:
+    """Write ``<stem>.md`` and ``<stem>.png`` beside a ladder JSON; return (markdown, table)."""
+    from ..io import write_text
+
+    path = Path(path)
+    doc = json.loads(path.read_text())
+    agg = aggregate(doc)
+    ident = doc["identity"]
+    title = (f"Depth-utility ladder — {ident['dataset']}, {ident['arch']} d={ident['d_hidden']} "
+             f"L={ident['num_blocks']}, {ident['epochs']} epochs")
+    table = ladder_table_md(agg)
+    fig = path.with_suffix(".png")
+    ladder_figure(agg, fig, title)
+    n_div = sum(r["status"] == "diverged" for r in doc["runs"].values())
+    md = "\n".join([
+        f"# {title}", "", f"Test accuracy, mean ± std over seeds (ddof 1), n runs per cell; from `{path.name}`.",
+        "", table, "", "## Reading the ladder", "", helpers_md(agg), "",
+        f"{n_div} run(s) diverged (kept, status `diverged`)." if n_div else "No run diverged.", "",
+        "## Cross-check with the audit", "", cross_check_md(doc, audit_dir), "", f"![ladder]({fig.name})", ""])
+    write_text(path.with_suffix(".md"), md)
+    return md, table

@@ -1,0 +1,183 @@
+"""The one sweep mechanism: a list of run specs, a store that remembers finished runs, N worker processes.
+
+Every experiment (audit pairs, depth ladder, later sweeps) trains through :func:`run_sweep`. A finished
+run is stored the moment it ends (atomic replace), so an interrupted sweep resumes and loses at most
+the runs in flight; runs already in the store are skipped and reported as such.
+"""
+
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+import torch
+
+from .config import TrainConfig
+from .errors import UsageError
+from .io import write_json
+from .runner import result_record, run_slug
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of a sweep: its config, its measurement plan and its key in the store."""
+
+    key: str
+    cfg: TrainConfig
+    tracking: dict | None = None  # {"probe_size", "every", "eps"}: audit diagnostics on a probe batch
+
+
+class FolderStore:
+    """One folder per run, ``root/<slug>/result.json`` (the audit's layout); reuse needs an identical config."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def path(self, spec: RunSpec) -> Path:
+        """Where ``spec``'s result lives."""
+        return self.root / run_slug(spec.cfg, spec.tracking) / "result.json"
+
+    def get(self, spec: RunSpec) -> dict | None:
+        """The stored record if it is a finished run of exactly this config and tracking."""
+        try:
+            rec = json.loads(self.path(spec).read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        return rec if rec.get("config") == spec.cfg.to_dict() and rec.get("tracking") == spec.tracking else None
+
+    def put(self, spec: RunSpec, rec: dict) -> None:
+        """Store a finished run."""
+        write_json(self.path(spec), rec)
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+
+class FileStore:
+    """All runs of one configuration in one JSON file, rewritten atomically after every finished run.
+
+    ``identity`` describes what every run in the file shares (e.g. the base config and the data hash);
+    a file holding a different identity is refused, never mixed.
+    """
+
+    def __init__(self, path: Path, schema: str, identity: dict, meta: dict | None = None):
+        self.path, self.schema, self.identity = Path(path), schema, identity
+        self.doc = {"schema": schema, "identity": identity, **(meta or {}), "runs": {}}
+        if self.path.exists():
+            try:
+                old = json.loads(self.path.read_text())
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{self.path} is not valid JSON ({exc}); move it away to start afresh") from None
+            if old.get("schema") != schema or old.get("identity") != identity:
+                diff = sorted(k for k in set(identity) | set(old.get("identity") or {})
+                              if (old.get("identity") or {}).get(k) != identity.get(k))
+                raise UsageError(f"{self.path} holds runs of a different configuration (differs in: "
+                                 f"{', '.join(diff) or 'schema'}); use another --output_dir or move the file")
+            self.doc["runs"] = old.get("runs", {})
+
+    def get(self, spec: RunSpec) -> dict | None:
+        """The stored record for ``spec.key`` if its config and tracking match."""
+        rec = self.doc["runs"].get(spec.key)
+        if rec and rec.get("config") == spec.cfg.to_dict() and rec.get("tracking") == spec.tracking:
+            return rec
+        return None
+
+    def put(self, spec: RunSpec, rec: dict) -> None:
+        """Add a finished run and rewrite the file atomically."""
+        self.doc["runs"][spec.key] = rec
+        write_json(self.path, self.doc)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+class Progress:
+    """One line per finished run: a bar across runs, elapsed time and an ETA from this session's pace."""
+
+    def __init__(self, total: int, skipped: int, log):
+        self.total, self.done, self.new, self.log, self.t0 = total, skipped, 0, log, time.perf_counter()
+
+    def update(self, label: str) -> None:
+        """Count one finished run and print the bar."""
+        self.done += 1
+        self.new += 1
+        el = time.perf_counter() - self.t0
+        eta = el / self.new * (self.total - self.done)
+        bar = "#" * round(20 * self.done / self.total)
+        self.log(f"[{bar:<20}] {self.done}/{self.total} runs  elapsed {_hms(el)}  ETA {_hms(eta)}  | {label}")
+
+
+def _hms(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
+    """Train one spec (loading its data when not given) and return its result record."""
+    from .data import load_data
+    from .diagnostics import audit_tracker
+    from .runner import probe_batch
+    from .train import train
+
+    cfg = spec.cfg
+    if data is None:
+        data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
+    tracker = None
+    if spec.tracking:
+        x, y = probe_batch(data, cfg.seed, spec.tracking["probe_size"])
+        tracker = audit_tracker(x, y, spec.tracking["every"], spec.tracking["eps"])
+    run = train(cfg, data, log=log or (lambda m: None), tracker=tracker)
+    return result_record(cfg, data, run, argv, spec.tracking)
+
+
+def _worker_init(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def _summary(rec: dict) -> str:
+    acc = rec["final"]["test_acc"]
+    return f"{rec['status']}, test_acc {acc:.4f}" if acc is not None else rec["status"]
+
+
+def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None, argv=None,
+              run_log=None) -> dict[str, dict]:
+    """Run every spec not already in ``store``; return ``{key: record}`` for all specs.
+
+    ``jobs > 1`` trains in that many spawned processes (each loads the data from the cache and uses
+    ``cpu_count // jobs`` threads); only this process writes the store.
+    """
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    results, pending = {}, []
+    for s in specs:
+        rec = store.get(s)
+        if rec is not None:
+            results[s.key] = rec
+        else:
+            pending.append(s)
+    if results:
+        log(f"{len(results)} of {len(specs)} runs already finished in {store}; skipping them")
+    prog = Progress(len(specs), len(results), log)
+    if jobs <= 1 or len(pending) <= 1:
+        for s in pending:
+            log(f"run {s.key}: {s.cfg.method}, train_blocks {s.cfg.train_blocks}, seed {s.cfg.seed}, "
+                f"{s.cfg.epochs} epochs")
+            rec = execute(s, data, log=run_log, argv=argv)
+            store.put(s, rec)
+            results[s.key] = rec
+            prog.update(f"{s.key}: {_summary(rec)}")
+        return results
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_worker_init,
+                             initargs=(threads,)) as pool:
+        futs = {pool.submit(execute, s, None, None, argv): s for s in pending}
+        for fut in as_completed(futs):
+            s = futs[fut]
+            rec = fut.result()
+            store.put(s, rec)
+            results[s.key] = rec
+            prog.update(f"{s.key}: {_summary(rec)}")
+    return results
