@@ -78,7 +78,7 @@ class Stepper:
         loss = self.method.step(self.model, self.data.x_train[idx], self.data.y_train[idx], self.cfg.scale_penalty)
         for opt in self.opts:
             opt.step()
-        self.method.after_step(self.model)
+        self.method.after_step(self.model, lr, self.cfg.weight_decay)
         return loss
 
 

@@ -4,8 +4,10 @@ from .base import METHODS, CreditMethod
 from .bp import BP
 from .dfa import DFA
 from .fa import FA
+from .kp import KolenPollack
+from .sign import BRSF, FRSF, USF
 
-__all__ = ["METHODS", "CreditMethod", "BP", "FA", "DFA", "build_method"]
+__all__ = ["METHODS", "CreditMethod", "BP", "FA", "DFA", "USF", "FRSF", "BRSF", "KolenPollack", "build_method"]
 
 
 def build_method(name: str, model, seed: int) -> CreditMethod:

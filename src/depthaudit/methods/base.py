@@ -46,8 +46,8 @@ class CreditMethod:
         cs = self.credits(model, tr, output_error(tr.logits, y))
         return tr.states, [c.detach() for c in cs]
 
-    def after_step(self, model: ResidualModel) -> None:
-        """Called after the optimizers step (methods whose feedback learns override this)."""
+    def after_step(self, model: ResidualModel, lr: float = 0.0, weight_decay: float = 0.0) -> None:
+        """Called after the optimizers step with that step's lr and weight decay (learning feedback)."""
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Feedback tensors to save with a checkpoint."""

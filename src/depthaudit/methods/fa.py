@@ -32,7 +32,11 @@ class FA(CreditMethod):
 
     def feedback_for(self, prefix: str, module) -> dict[str, torch.Tensor]:
         """The feedback matrices of one module, keyed as its ``feedback_weights()``."""
-        return {k: self.feedback[f"{prefix}.{k}"] for k in module.feedback_weights()}
+        return {k: self.matrix(f"{prefix}.{k}", w) for k, w in module.feedback_weights().items()}
+
+    def matrix(self, key: str, weight: torch.Tensor) -> torch.Tensor:
+        """The feedback used in place of ``weightᵀ`` (FA: the fixed random draw; relatives override)."""
+        return self.feedback[key]
 
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
         """``c_L`` = readout feedback VJP of ``e``; ``c_{l-1} = c_l + J̃_lᵀ c_l``."""
