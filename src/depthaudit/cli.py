@@ -57,6 +57,8 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
     if per_run:
         _flag(g, "method", default=DEFAULTS.method, choices=METHODS.names(), help="credit method")
         _flag(g, "train_blocks", default=DEFAULTS.train_blocks, help="all | none | last:k | first:k")
+        _flag(g, "bridge_alpha", type=float, default=None, help="Credit Bridge: (1-α)·method + α·BP credit")
+        _flag(g, "init_checkpoint", default=None, metavar="PT", help="State Bridge: start from these weights")
     else:
         _flag(g, "methods", nargs="+", default=["bp", "fa", "dfa"], choices=METHODS.names(), metavar="M",
               help=f"credit methods, from {{{','.join(METHODS.names())}}}")
@@ -97,6 +99,7 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
         dataset=a.dataset, data_dir=a.data_dir, download=a.download, arch=a.arch, d_hidden=a.d_hidden,
         num_blocks=a.num_blocks, mlp_ratio=a.mlp_ratio, method=getattr(a, "method", DEFAULTS.method),
         train_blocks=getattr(a, "train_blocks", DEFAULTS.train_blocks), epochs=a.epochs, batch_size=a.batch_size,
+        bridge_alpha=getattr(a, "bridge_alpha", None), init_checkpoint=getattr(a, "init_checkpoint", None),
         lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty,
         seed=getattr(a, "seed", (getattr(a, "seeds", None) or [DEFAULTS.seed])[0]), device=resolve_device(a.device))
 

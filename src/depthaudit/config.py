@@ -1,5 +1,6 @@
 """The frozen run configuration: built once by the CLI, passed down, serialised into every result."""
 
+import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -22,6 +23,8 @@ class TrainConfig:
     # credit method and which blocks train
     method: str = "bp"
     train_blocks: str = "all"
+    bridge_alpha: float | None = None  # Credit Bridge: mix the method's credit with BP's (see bridges)
+    init_checkpoint: str | None = None  # State Bridge: start from this checkpoint's weights
     # recipe
     epochs: int = 20
     batch_size: int = 128
@@ -40,6 +43,10 @@ class TrainConfig:
         if self.weight_decay < 0 or self.scale_penalty < 0:
             raise UsageError("--weight-decay and --scale-penalty must be >= 0")
         trainable_blocks(self.train_blocks, self.num_blocks)  # validates the spelling and k
+        if self.init_checkpoint and not os.path.isfile(self.init_checkpoint):
+            raise UsageError(f"--init-checkpoint {self.init_checkpoint}: no such file; give a checkpoint.pt path")
+        if self.bridge_alpha is not None and not 0.0 <= self.bridge_alpha <= 1.0:
+            raise UsageError(f"--bridge-alpha must be in [0, 1], got {self.bridge_alpha}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every field."""
@@ -50,6 +57,13 @@ class TrainConfig:
         """Inverse of :meth:`to_dict`; unknown keys are ignored (newer result files)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+    def same_as(self, stored: dict) -> bool:
+        """Whether a config stored by any version (missing fields = their defaults) equals this one."""
+        try:
+            return TrainConfig.from_dict(stored) == self
+        except (TypeError, UsageError):
+            return False
 
     def trainable(self) -> tuple[int, ...]:
         """1-based indices of the blocks that train (see :func:`trainable_blocks`)."""

@@ -47,7 +47,7 @@ class FolderStore:
             rec = json.loads(self.path(spec).read_text())
         except (OSError, json.JSONDecodeError):
             return None
-        return rec if rec.get("config") == spec.cfg.to_dict() and rec.get("tracking") == spec.tracking else None
+        return rec if spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking else None
 
     def put(self, spec: RunSpec, rec: dict) -> None:
         """Store a finished run."""
@@ -64,17 +64,21 @@ class FileStore:
     a file holding a different identity is refused, never mixed.
     """
 
-    def __init__(self, path: Path, schema: str, identity: dict, meta: dict | None = None):
+    def __init__(self, path: Path, schema: str, identity: dict, meta: dict | None = None,
+                 defaults: dict | None = None):
         self.path, self.schema, self.identity = Path(path), schema, identity
+        defaults = defaults or {}
         self.doc = {"schema": schema, "identity": identity, **(meta or {}), "runs": {}}
         if self.path.exists():
             try:
                 old = json.loads(self.path.read_text())
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{self.path} is not valid JSON ({exc}); move it away to start afresh") from None
-            if old.get("schema") != schema or old.get("identity") != identity:
-                diff = sorted(k for k in set(identity) | set(old.get("identity") or {})
-                              if (old.get("identity") or {}).get(k) != identity.get(k))
+            old_id = old.get("identity") or {}
+            # a field missing on one side (written by another version) counts as its default
+            diff = sorted(k for k in set(identity) | set(old_id)
+                          if old_id.get(k, defaults.get(k)) != identity.get(k, defaults.get(k)))
+            if old.get("schema") != schema or diff:
                 raise UsageError(f"{self.path} holds runs of a different configuration (differs in: "
                                  f"{', '.join(diff) or 'schema'}); use another --output_dir or move the file")
             self.doc["runs"] = old.get("runs", {})
@@ -82,7 +86,7 @@ class FileStore:
     def get(self, spec: RunSpec) -> dict | None:
         """The stored record for ``spec.key`` if its config and tracking match."""
         rec = self.doc["runs"].get(spec.key)
-        if rec and rec.get("config") == spec.cfg.to_dict() and rec.get("tracking") == spec.tracking:
+        if rec and spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking:
             return rec
         return None
 

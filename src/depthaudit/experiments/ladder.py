@@ -62,7 +62,7 @@ def ladder_identity(base: TrainConfig, data_sha256: str, probe_size: int, eps: f
 def open_store(out_dir: Path, lc: LadderConfig, data_sha256: str) -> FileStore:
     """The ladder's results file (refusing one written under a different configuration)."""
     return FileStore(Path(out_dir) / ladder_filename(lc.base), SCHEMA,
-                     ladder_identity(lc.base, data_sha256, lc.probe_size, lc.eps))
+                     ladder_identity(lc.base, data_sha256, lc.probe_size, lc.eps), defaults=TrainConfig().to_dict())
 
 
 def _final_probe(rec: dict) -> dict:

@@ -10,13 +10,17 @@ from .sign import BRSF, FRSF, USF
 __all__ = ["METHODS", "CreditMethod", "BP", "FA", "DFA", "USF", "FRSF", "BRSF", "KolenPollack", "build_method"]
 
 
-def build_method(name: str, model, seed: int) -> CreditMethod:
-    """Build a registered method for ``model``; ``seed`` is the run's seed (a feedback seed is derived)."""
+def build_method(name: str, model, seed: int, bridge_alpha: float | None = None) -> CreditMethod:
+    """Build a registered method for ``model``; ``seed`` is the run's seed (a feedback seed is derived).
+
+    With ``bridge_alpha`` the method is wrapped in a :class:`CreditBridge` toward BP.
+    """
     from ..config import derive_seed
+    from .bridge import CreditBridge
 
     method = METHODS.get(name)(model, derive_seed(seed, "feedback"))
     device = next(model.parameters()).device
     if hasattr(method, "to"):
         method.to(device)
-    return method
+    return method if bridge_alpha is None else CreditBridge(method, bridge_alpha)
 
