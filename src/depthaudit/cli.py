@@ -128,18 +128,13 @@ def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
 def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     """Run the audit protocol and write report.md, report.json and figures into ``--out``."""
     from .data import load_data
-    from .experiments.audit import AuditConfig, run_audit
+    from .experiments.audit import run_audit
     from .io import write_json, write_text
     from .report import audit_markdown, audit_terminal
     from .report.figures import audit_figures
-    from .verdicts import Thresholds
 
-    base = config_from_args(a)
-    if a.probe_size < 2 or a.track_every < 0 or a.eps <= 0 or a.rho_max <= 0:
-        raise UsageError("--probe-size must be >= 2, --track-every >= 0, --eps and --rho-max > 0")
-    acfg = AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),
-                       probe_size=a.probe_size, track_every=a.track_every,
-                       thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min))
+    acfg = _audit_config(a)
+    base = acfg.base
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
     out = Path(a.out)
     print(f"depthaudit audit: {', '.join(acfg.methods)} × seeds {list(acfg.seeds)} on {base.dataset} "
@@ -246,6 +241,73 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def _audit_config(a: argparse.Namespace):
+    from .experiments.audit import AuditConfig
+    from .verdicts import Thresholds
+
+    base = config_from_args(a)
+    if a.probe_size < 2 or a.track_every < 0 or a.eps <= 0 or a.rho_max <= 0:
+        raise UsageError("--probe-size must be >= 2, --track-every >= 0, --eps and --rho-max > 0")
+    return AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),
+                       probe_size=a.probe_size, track_every=a.track_every,
+                       thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min))
+
+
+def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
+    """The audit without and with the scale penalty, side by side."""
+    from .data import load_data
+    from .experiments.intervene import run_intervention
+    from .io import write_json, write_text
+    from .report.probes import intervention_md
+
+    acfg = _audit_config(a)
+    if a.penalty <= 0:
+        raise UsageError(f"--penalty must be > 0, got {a.penalty}")
+    data = load_data(acfg.base.dataset, acfg.base.data_dir, acfg.base.download, torch.device(acfg.base.device))
+    out = Path(a.out)
+    res = run_intervention(acfg, a.penalty, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
+                           argv=["depthaudit", *argv], jobs=a.jobs)
+    table = intervention_md(res)
+    write_json(out / "intervention.json", res)
+    write_text(out / "intervention.md", f"# Scale-penalty intervention (λ = {a.penalty:g})\n\n{table}\n")
+    print(table)
+    print(f"\nwrote {out / 'intervention.md'} and {out / 'intervention.json'}")
+    return 0
+
+
+def cmd_bridge(a: argparse.Namespace, argv: list[str]) -> int:
+    """Credit Bridge α sweep and State Bridge for one method."""
+    from .data import load_data
+    from .experiments.bridges import credit_bridge, state_bridge
+    from .io import write_json, write_text
+    from .report.probes import credit_bridge_figure, credit_bridge_md, state_bridge_md
+
+    base = config_from_args(a)
+    if any(not 0 <= x <= 1 for x in a.alphas):
+        raise UsageError("--alphas must lie in [0, 1]")
+    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    out = Path(a.out)
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    seeds = tuple(dict.fromkeys(a.seeds))
+    cb = credit_bridge(base, a.method, a.alphas, seeds, out, data, data.sha256, a.probe_size, jobs=a.jobs, log=log,
+                       argv=["depthaudit", *argv])
+    credit_bridge_figure(cb, out / f"credit_bridge_{a.method}.png")
+    parts = [f"# Bridge probes: {a.method}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
+             f"{base.epochs} epochs, seeds {list(seeds)}", "", "## Credit Bridge", "", credit_bridge_md(cb), "",
+             f"![credit bridge](credit_bridge_{a.method}.png)", ""]
+    res = {"credit_bridge": cb}
+    if a.pre_epochs > 0:
+        sb = state_bridge(base, a.method, a.pre_epochs, seeds, out, data, a.probe_size, log=log,
+                          argv=["depthaudit", *argv])
+        res["state_bridge"] = sb
+        parts += [f"## State Bridge (BP for {a.pre_epochs} epochs, then {base.epochs} more)", "",
+                  state_bridge_md(sb), ""]
+    write_json(out / f"bridges_{a.method}.json", res)
+    write_text(out / f"bridges_{a.method}.md", "\n".join(parts))
+    print("\n".join(parts))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser (plug-ins must be imported first so their names are choices)."""
     p = _Parser(prog="depthaudit", description="Audit whether a credit-assignment method trains depth.")
@@ -263,22 +325,48 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not write checkpoint.pt (weights + feedback)")
     t.set_defaults(func=cmd_train)
 
+    def audit_args(ap, out_default):
+        add_train_args(ap, per_run=False)
+        g = ap.add_argument_group("measurement and thresholds")
+        g.add_argument("--probe-size", "--probe_size", dest="probe_size", type=int, default=256, metavar="N",
+                       help="fixed held-out probe batch size (default: %(default)s)")
+        g.add_argument("--track-every", "--track_every", dest="track_every", type=int, default=1, metavar="N",
+                       help="measure every N epochs; 0 = end only (default: %(default)s)")
+        g.add_argument("--rho-max", type=float, default=50.0, metavar="X", help="D1 flag when ρ > X (default: 50)")
+        g.add_argument("--eps", type=float, default=1e-8, metavar="X", help="cosine floor ε (default: 1e-8)")
+        g.add_argument("--ref-factor", type=float, default=10.0, metavar="X",
+                       help="D2 flag when ‖g_L‖ < X·ε (default: 10)")
+        g.add_argument("--gap-min", type=float, default=2.0, metavar="X", help="D3 flag when gap < X pp (default: 2)")
+        ap.add_argument("--out", default=out_default, help="output folder (default: %(default)s)")
+        ap.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
+
     au = sub.add_parser("audit", help="the audit protocol: standard pair vs D1/D2/D3 and per-layer cosine",
                         description="Train each method (all blocks, tracked) and its frozen-blocks baseline; "
                         "report the standard pair beside D1 scale, D2 reference validity, D3 depth utility.")
-    add_train_args(au, per_run=False)
-    g = au.add_argument_group("measurement and thresholds")
-    g.add_argument("--probe-size", "--probe_size", dest="probe_size", type=int, default=256,
-                   help="fixed held-out probe batch size (default: %(default)s)")
-    g.add_argument("--track-every", "--track_every", dest="track_every", type=int, default=1,
-                   help="measure every N epochs; 0 = end only (default: %(default)s)")
-    g.add_argument("--rho-max", type=float, default=50.0, help="D1 flag when ρ > this (default: %(default)s)")
-    g.add_argument("--eps", type=float, default=1e-8, help="cosine denominator floor ε (default: %(default)s)")
-    g.add_argument("--ref-factor", type=float, default=10.0, help="D2 flag when ‖g_L‖ < this·ε (default: %(default)s)")
-    g.add_argument("--gap-min", type=float, default=2.0, help="D3 flag when gap < this pp (default: %(default)s)")
-    au.add_argument("--out", default="results/audit", help="output folder (default: %(default)s)")
-    au.add_argument("--jobs", type=int, default=1, help="trainings in parallel processes (default: %(default)s)")
+    audit_args(au, "results/audit")
     au.set_defaults(func=cmd_audit)
+
+    iv = sub.add_parser("intervene", help="scale-penalty intervention: the audit without and with λ",
+                        description="Run the audit at the base λ (default 0) and at --penalty; report D1/D2/D3 and "
+                        "per-layer cosines side by side.")
+    audit_args(iv, "results/intervene")
+    iv.set_defaults(methods=["dfa"])
+    iv.add_argument("--penalty", type=float, default=0.1, metavar="X", help="λ of the intervention (default: 0.1)")
+    iv.set_defaults(func=cmd_intervene)
+
+    br = sub.add_parser("bridge", help="Credit Bridge α sweep and State Bridge for one method",
+                        description="Credit Bridge: train with (1-α)·method + α·BP credit over --alphas. State Bridge "
+                        "(--pre-epochs > 0): BP first, then the method from that state.")
+    add_train_args(br, per_run=False)
+    br.set_defaults(methods=None)
+    br.add_argument("--method", default="dfa", help="the method to bridge to BP (default: dfa)")
+    br.add_argument("--alphas", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0], metavar="A",
+                    help="α grid (default: 0 0.25 0.5 0.75 1)")
+    br.add_argument("--pre-epochs", type=int, default=0, metavar="N", help="State Bridge: BP epochs first (0 = skip)")
+    br.add_argument("--probe-size", type=int, default=256, metavar="N", help="probe batch (default: 256)")
+    br.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
+    br.add_argument("--out", default="results/bridge", help="output folder (default: %(default)s)")
+    br.set_defaults(func=cmd_bridge)
 
     la = sub.add_parser("ladder", help="depth-utility ladder: train the last k blocks, k = 0..L",
                         description="For each method, k and seed train only the last k blocks; one resumable JSON "

@@ -29,6 +29,7 @@ class RunSpec:
     key: str
     cfg: TrainConfig
     tracking: dict | None = None  # {"probe_size", "every", "eps"}: audit diagnostics on a probe batch
+    checkpoint: str | None = None  # also save weights + feedback here (e.g. a State Bridge's start)
 
 
 class FolderStore:
@@ -135,7 +136,13 @@ def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
         x, y = probe_batch(data, cfg.seed, spec.tracking["probe_size"])
         tracker = audit_tracker(x, y, spec.tracking["every"], spec.tracking["eps"])
     run = train(cfg, data, log=log or (lambda m: None), tracker=tracker)
-    return result_record(cfg, data, run, argv, spec.tracking)
+    rec = result_record(cfg, data, run, argv, spec.tracking)
+    if spec.checkpoint:
+        from .io import save_torch
+
+        save_torch(Path(spec.checkpoint), {"config": rec["config"], "model": run.model.state_dict(),
+                                           "method": run.method.state_dict(), "status": run.status})
+    return rec
 
 
 def _worker_init(threads: int) -> None:

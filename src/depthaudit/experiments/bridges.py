@@ -1,0 +1,94 @@
+"""Bridge probes (our definitions, documented in the README): does a credit closer to BP buy accuracy?
+
+* Credit Bridge: for α on a grid, train with ``c(α) = (1−α)·ĉ_method + α·ĝ_BP`` and measure accuracy and
+  the per-layer / aggregate cosine of the credit actually used.
+* State Bridge: train BP for ``pre_epochs``, then continue with the method from that state; compare with
+  the method from scratch and with BP continued, cosines tracked every epoch.
+"""
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from ..config import TrainConfig
+from ..sweep import FileStore, FolderStore, RunSpec, run_sweep
+from ..verdicts import mean_std
+
+
+def _final_cos(rec: dict) -> dict:
+    for h in reversed(rec.get("history", [])):
+        if "probe" in h:
+            return h["probe"].get("credit_cosine", {})
+    return (rec.get("probe_init") or {}).get("credit_cosine", {})
+
+
+def credit_bridge(base: TrainConfig, method: str, alphas, seeds, out: Path, data, data_sha256: str,
+                  probe_size: int = 256, eps: float = 1e-8, jobs: int = 1, log=None, argv=None) -> dict:
+    """Run (or resume) the α sweep and return its summary table."""
+    tracking = {"probe_size": probe_size, "every": 0, "eps": eps}
+    specs = [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, bridge_alpha=float(a)), tracking)
+             for a in alphas for s in seeds]
+    ident = {k: v for k, v in base.to_dict().items() if k not in ("seed", "device", "data_dir", "download",
+                                                                   "method", "bridge_alpha")}
+    name = f"bridge_credit_{method}_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
+    store = FileStore(Path(out) / name, "depthaudit.credit_bridge.v1",
+                      {**ident, "method": method, "data_sha256": data_sha256, "probe_size": probe_size},
+                      defaults=TrainConfig().to_dict())
+    recs = run_sweep(specs, store, data=data if jobs == 1 else None, jobs=jobs, log=log, argv=argv)
+    rows = []
+    for a in alphas:
+        rs = [recs[f"a{a:g}/s{s}"] for s in seeds]
+        cos = [_final_cos(r) for r in rs]
+        L1 = len(cos[0].get("per_layer", []))
+        rows.append({"alpha": float(a), "test_acc": mean_std([r["final"]["test_acc"] for r in rs]),
+                     "cos_mean_per_layer": mean_std([c.get("mean_per_layer") for c in cos]),
+                     "cos_concat": mean_std([c.get("concat") for c in cos]),
+                     "per_layer": [mean_std([c["per_layer"][i] for c in cos]) for i in range(L1)]})
+    xs = [r["cos_mean_per_layer"]["mean"] for r in rows]
+    ys = [r["test_acc"]["mean"] for r in rows]
+    return {"method": method, "file": str(store.path), "rows": rows, "pearson_cos_acc": pearson(xs, ys)}
+
+
+def pearson(xs, ys) -> float | None:
+    """Pearson correlation of paired values (None when undefined)."""
+    pts = [(x, y) for x, y in zip(xs, ys, strict=True) if x is not None and y is not None]
+    if len(pts) < 3:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    sxy = sum((x - mx) * (y - my) for x, y in pts)
+    sx = math.sqrt(sum((x - mx) ** 2 for x, _ in pts))
+    sy = math.sqrt(sum((y - my) ** 2 for _, y in pts))
+    return sxy / (sx * sy) if sx > 0 and sy > 0 else None
+
+
+def state_bridge(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path, data, probe_size: int = 256,
+                 eps: float = 1e-8, log=None, argv=None) -> dict:
+    """BP for ``pre_epochs`` → checkpoint; then method-from-BP-state, method-from-scratch, BP-continued."""
+    root = Path(out) / "state_bridge"
+    store = FolderStore(root / "runs")
+    track = {"probe_size": probe_size, "every": 1, "eps": eps}
+    pre = [RunSpec(f"bp_pre/s{s}", replace(base, method="bp", seed=s, epochs=pre_epochs), track,
+                   checkpoint=str(root / f"bp_pre_s{s}.pt")) for s in seeds]
+    for spec in pre:  # a reused pre-run still needs its checkpoint on disk
+        if store.get(spec) is not None and not Path(spec.checkpoint).exists():
+            store.path(spec).unlink()
+    run_sweep(pre, store, data=data, log=log, argv=argv)
+    arms = {}
+    for s, spec in zip(seeds, pre, strict=True):
+        arms[f"{method}_from_bp/s{s}"] = replace(base, method=method, seed=s, init_checkpoint=spec.checkpoint)
+        arms[f"{method}_scratch/s{s}"] = replace(base, method=method, seed=s)
+        arms[f"bp_continued/s{s}"] = replace(base, method="bp", seed=s, init_checkpoint=spec.checkpoint)
+    recs = run_sweep([RunSpec(k, c, track) for k, c in arms.items()], store, data=data, log=log, argv=argv)
+    rows = []
+    for arm in (f"{method}_from_bp", f"{method}_scratch", "bp_continued"):
+        rs = [recs[f"{arm}/s{s}"] for s in seeds]
+        start = [((r.get("probe_init") or {}).get("credit_cosine") or {}) for r in rs]
+        end = [_final_cos(r) for r in rs]
+        rows.append({"arm": arm, "test_acc": mean_std([r["final"]["test_acc"] for r in rs]),
+                     "cos_mean_start": mean_std([c.get("mean_per_layer") for c in start]),
+                     "cos_mean_end": mean_std([c.get("mean_per_layer") for c in end]),
+                     "cos_concat_end": mean_std([c.get("concat") for c in end]),
+                     "history": [[h["epoch"], h["test_acc"], h.get("probe", {}).get("credit_cosine", {})
+                                  .get("mean_per_layer")] for h in rs[0]["history"]]})
+    return {"method": method, "pre_epochs": pre_epochs, "rows": rows}

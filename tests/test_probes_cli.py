@@ -1,0 +1,54 @@
+"""The intervention and bridge commands end to end on a tiny config, and CIFAR-100 end to end."""
+
+import json
+import pickle
+
+import numpy as np
+
+from depthaudit.cli import main
+
+TINY = ["--d-hidden", "24", "--num-blocks", "2", "--epochs", "1", "--probe-size", "64"]
+
+
+def test_intervene_reports_before_and_after(tmp_path, capsys):
+    assert main(["intervene", *TINY, "--methods", "dfa", "--penalty", "0.5", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "intervention.json").read_text())
+    (row,) = res["rows"]
+    assert row["method"] == "dfa" and res["penalty"] == 0.5
+    for side in ("before", "after"):
+        assert {"D1", "D2", "D3", "test_acc", "per_layer_cosine"} <= set(row[side])
+    cfgs = [json.loads(p.read_text())["config"]["scale_penalty"] for p in (tmp_path / "runs").glob("*/result.json")]
+    assert sorted(set(cfgs)) == [0.0, 0.5] and len(cfgs) == 4  # trained + frozen at each λ
+    assert "| dfa | 0.5 |" in capsys.readouterr().out
+
+
+def test_bridge_command_tables(tmp_path, capsys):
+    assert main(["bridge", *TINY[:-2], "--method", "fa", "--alphas", "0", "1", "--pre-epochs", "1",
+                 "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "bridges_fa.json").read_text())
+    rows = res["credit_bridge"]["rows"]
+    assert [r["alpha"] for r in rows] == [0.0, 1.0]
+    assert all(abs(c["mean"] - 1) < 1e-4 for c in rows[1]["per_layer"])  # α=1 credit is BP's, per layer
+    assert [r["arm"] for r in res["state_bridge"]["rows"]] == ["fa_from_bp", "fa_scratch", "bp_continued"]
+    assert (tmp_path / "credit_bridge_fa.png").stat().st_size > 0
+    # rerun: everything is reused from the stores
+    assert main(["bridge", *TINY[:-2], "--method", "fa", "--alphas", "0", "1", "--pre-epochs", "1",
+                 "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "2 of 2 runs already finished" in err and "3 of 3 runs already finished" in err
+
+
+def test_cifar100_end_to_end(tmp_path):
+    folder = tmp_path / "cifar-100-python"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for name, n in (("train", 300), ("test", 100)):
+        d = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+             b"fine_labels": list(rng.integers(0, 100, n)), b"coarse_labels": list(rng.integers(0, 20, n))}
+        (folder / name).write_bytes(pickle.dumps(d))
+    out = tmp_path / "run"
+    assert main(["train", "--dataset", "cifar100", "--data-dir", str(tmp_path), "--d-hidden", "32",
+                 "--num-blocks", "2", "--epochs", "2", "--method", "fa", "--out", str(out)]) == 0
+    res = json.loads((out / "result.json").read_text())
+    assert res["provenance"]["data"]["num_classes"] == 100 and res["provenance"]["data"]["n_train"] == 300
+    assert res["status"] == "ok" and len(res["history"]) == 2
