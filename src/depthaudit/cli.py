@@ -2,6 +2,7 @@
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -403,6 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _import_plugins(argv: list[str]) -> None:
+    if "" not in sys.path and os.getcwd() not in sys.path:  # like `python -m`: modules beside you import
+        sys.path.insert(0, os.getcwd())
     for i, tok in enumerate(argv):
         name = argv[i + 1] if tok == "--plugin" and i + 1 < len(argv) else (
             tok.split("=", 1)[1] if tok.startswith("--plugin=") else None)

@@ -2,6 +2,7 @@
 
 import torch
 
+from ..errors import UsageError
 from ..models.base import ResidualModel
 from ..models.functional import feedback_like
 from ..recipe import Trace
@@ -22,6 +23,13 @@ class FA(CreditMethod):
 
     def __init__(self, model: ResidualModel, seed: int):
         super().__init__(model, seed)
+        for where, mod in [*((f"block {i}", b) for i, b in enumerate(model.blocks, 1)), ("readout", model.readout)]:
+            missing = [m for m in ("feedback_weights", "fa_vjp") + (("forward_cached",) if where != "readout" else ())
+                       if not hasattr(mod, m)]
+            if missing:
+                raise UsageError(f"method {self.name or 'fa'} needs {', '.join(missing)} on {where} "
+                                 f"({type(mod).__name__}); use a method that reads states only (bp, dfa) or "
+                                 "implement them (see depthaudit/models/base.py)")
         gen = torch.Generator().manual_seed(seed)
         self.feedback: dict[str, torch.Tensor] = {}
         for i, blk in enumerate(model.blocks, start=1):

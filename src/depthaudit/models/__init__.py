@@ -1,10 +1,11 @@
 """Residual models, looked up by name in :data:`MODELS`."""
 
+from .adapter import ResidualAdapter
 from .base import ResidualModel
 from .resmlp import MODELS, LinearReadout, LNReadout, MLPBlock, ResMLP, StudentNet
 
-__all__ = ["MODELS", "ResidualModel", "ResMLP", "StudentNet", "MLPBlock", "LNReadout", "LinearReadout",
-           "build_model"]
+__all__ = ["MODELS", "ResidualAdapter", "ResidualModel", "ResMLP", "StudentNet", "MLPBlock", "LNReadout",
+           "LinearReadout", "build_model"]
 
 
 def build_model(arch: str, input_shape, num_classes: int, d_hidden: int, num_blocks: int,
