@@ -1,0 +1,146 @@
+"""ViT-Mini (SPEC §1): patch tokens, pre-LN transformer blocks (attention + MLP), terminal LN, pooled head.
+
+One audited block is both residual sub-layers: ``f(h) = a + m`` with ``a = Attn(LN1(h))`` and
+``m = MLP(LN2(h + a))``, so ``h_l = h_{l-1} + f_l(h_{l-1})`` as for every model. Images (C, H, W) are cut
+into p×p patches, sequences (L,) into length-p pieces; a learned position embedding is added.
+Initialisation as ResMLP (Linear U(±1/√fan_in), biases 0, position embedding N(0, 0.02²)); block
+LayerNorms carry no affine (absorbed by the following Linear layers).
+
+FA passes through attention: feedback matrices replace the transposes of Q, K, V, O, fc1 and fc2;
+softmax, GELU and LayerNorm derivatives stay exact (:meth:`ViTBlock.fa_vjp`, tested against autograd).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .base import ResidualModel
+from .functional import gelu_vjp, init_linear_, layer_norm_input_vjp, layer_norm_stats
+from .resmlp import LN_EPS, MODELS
+
+
+class PatchEmbed(nn.Module):
+    """(B, C, H, W) or (B, L) → (B, T, d) tokens plus a learned position embedding."""
+
+    def __init__(self, input_shape, d: int, patch: int, gen: torch.Generator):
+        super().__init__()
+        self.input_shape, self.patch = tuple(input_shape), patch
+        if len(self.input_shape) == 3:
+            c, hh, ww = self.input_shape
+            if hh % patch or ww % patch:
+                raise ValueError(f"image {hh}×{ww} is not divisible by patch {patch}")
+            tokens, pdim = (hh // patch) * (ww // patch), c * patch * patch
+        else:
+            n = math.prod(self.input_shape)
+            if n % patch:
+                raise ValueError(f"sequence length {n} is not divisible by patch {patch}")
+            tokens, pdim = n // patch, patch
+        self.proj = nn.Linear(pdim, d)
+        init_linear_(self.proj, gen)
+        self.pos = nn.Parameter(torch.randn(tokens, d, generator=gen) * 0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Tokens ``h_0``, (B, T, d)."""
+        p = self.patch
+        if len(self.input_shape) == 3:
+            b, c, hh, ww = x.shape  # (B, C, H, W) -> (B, T, C·p·p)
+            x = x.reshape(b, c, hh // p, p, ww // p, p).permute(0, 2, 4, 1, 3, 5).reshape(b, -1, c * p * p)
+        else:
+            x = x.reshape(x.shape[0], -1, p)
+        return self.proj(x) + self.pos
+
+
+class ViTBlock(nn.Module):
+    """Pre-LN transformer block; ``forward`` returns the update ``f(h) = a + m`` (not ``h + f``)."""
+
+    def __init__(self, d: int, heads: int, ratio: int, gen: torch.Generator):
+        super().__init__()
+        if d % heads:
+            raise ValueError(f"d_hidden {d} is not divisible by {heads} heads")
+        self.d, self.heads = d, heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.fc1, self.fc2 = nn.Linear(d, ratio * d), nn.Linear(ratio * d, d)
+        for lin in (self.q, self.k, self.v, self.o, self.fc1, self.fc2):
+            init_linear_(lin, gen)
+
+    def _split(self, t):  # (B, T, d) -> (B, H, T, dh)
+        b, n, _ = t.shape
+        return t.view(b, n, self.heads, self.d // self.heads).transpose(1, 2)
+
+    def _merge(self, t):  # (B, H, T, dh) -> (B, T, d)
+        b, _, n, _ = t.shape
+        return t.transpose(1, 2).reshape(b, n, self.d)
+
+    def forward_cached(self, h: torch.Tensor):
+        """``f(h)`` and what the feedback VJP needs (all detached)."""
+        u1 = F.layer_norm(h, (self.d,), eps=LN_EPS)
+        q, k, v = self._split(self.q(u1)), self._split(self.k(u1)), self._split(self.v(u1))
+        p = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(self.d // self.heads), dim=-1)  # (B, H, T, T)
+        a = self.o(self._merge(p @ v))
+        h2 = h + a
+        z = self.fc1(F.layer_norm(h2, (self.d,), eps=LN_EPS))  # (B, T, r·d)
+        f = a + self.fc2(F.gelu(z))
+        hd, h2d = h.detach(), h2.detach()
+        cache = (hd, layer_norm_stats(hd, LN_EPS), q.detach(), k.detach(), v.detach(), p.detach(), h2d,
+                 layer_norm_stats(h2d, LN_EPS), z.detach())
+        return f, cache
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """The block's update ``f(h)``, (B, T, d) → (B, T, d)."""
+        return self.forward_cached(h)[0]
+
+    def feedback_weights(self) -> dict[str, torch.Tensor]:
+        """The weights whose transposes FA replaces."""
+        return {n: getattr(self, n).weight for n in ("q", "k", "v", "o", "fc1", "fc2")}
+
+    @torch.no_grad()
+    def fa_vjp(self, cache, g: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``J_fᵀ g`` with every ``Wᵀ → B``: ``J_fᵀ g = v + J_aᵀ(g + v)``, ``v = J_mᵀ g`` (m sees h + a)."""
+        h, st1, q, k, v, p, h2, st2, z = cache
+        vm = layer_norm_input_vjp(h2, gelu_vjp(z, g @ fb["fc2"]) @ fb["fc1"], None, LN_EPS, st2)
+        dy = self._split((g + vm) @ fb["o"])  # (B, H, T, dh)
+        dp = dy @ v.transpose(-2, -1)  # (B, H, T, T)
+        dv = p.transpose(-2, -1) @ dy
+        ds = p * (dp - (dp * p).sum(-1, keepdim=True)) / math.sqrt(self.d // self.heads)  # exact softmax
+        dq, dk = ds @ k, ds.transpose(-2, -1) @ q
+        du1 = self._merge(dq) @ fb["q"] + self._merge(dk) @ fb["k"] + self._merge(dv) @ fb["v"]
+        return vm + layer_norm_input_vjp(h, du1, None, LN_EPS, st1)
+
+
+class PooledLNReadout(nn.Module):
+    """Terminal LayerNorm ``out_ln`` → mean over tokens → ``out_head``."""
+
+    def __init__(self, d: int, num_classes: int, gen: torch.Generator):
+        super().__init__()
+        self.out_ln = nn.LayerNorm(d, eps=LN_EPS)
+        self.out_head = nn.Linear(d, num_classes)
+        init_linear_(self.out_head, gen)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits (B, C) from tokens (B, T, d)."""
+        return self.out_head(self.out_ln(h).mean(1))
+
+    def feedback_weights(self) -> dict[str, torch.Tensor]:
+        """The weights whose transposes FA replaces."""
+        return {"out_head": self.out_head.weight}
+
+    @torch.no_grad()
+    def fa_vjp(self, h: torch.Tensor, e: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Credit at every token of ``h_L``: feedback head, exact mean-pool and LN derivatives."""
+        g = (e @ fb["out_head"]).unsqueeze(1).expand_as(h) / h.shape[1]
+        return layer_norm_input_vjp(h, g, self.out_ln.weight, LN_EPS)
+
+
+@MODELS.register("vit")
+class ViTMini(ResidualModel):
+    """ViT-Mini: ``--d-hidden`` token width, ``--num-blocks`` blocks, ``--mlp-ratio``; 4 heads, patch 4."""
+
+    def __init__(self, input_shape, num_classes: int, d_hidden: int = 128, num_blocks: int = 4,
+                 mlp_ratio: int = 2, seed: int = 0, heads: int = 4, patch: int = 4):
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        self.embed = PatchEmbed(input_shape, d_hidden, patch, gen)
+        self.blocks = nn.ModuleList(ViTBlock(d_hidden, heads, mlp_ratio, gen) for _ in range(num_blocks))
+        self.readout = PooledLNReadout(d_hidden, num_classes, gen)
