@@ -49,6 +49,10 @@ class MLPBlock(nn.Module):
         """The weights whose transposes FA replaces."""
         return {"fc1": self.fc1.weight, "fc2": self.fc2.weight}
 
+    def output_layers(self) -> list[nn.Linear]:
+        """The layers whose zeroing makes the block output exactly 0 (function-preserving insertion)."""
+        return [self.fc2]
+
     @torch.no_grad()
     def fa_vjp(self, cache, g: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
         """Input VJP with ``fc*.weightᵀ`` replaced by ``fb[...]``; GELU and LN derivatives exact."""

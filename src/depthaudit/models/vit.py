@@ -95,6 +95,10 @@ class ViTBlock(nn.Module):
         """The weights whose transposes FA replaces."""
         return {n: getattr(self, n).weight for n in ("q", "k", "v", "o", "fc1", "fc2")}
 
+    def output_layers(self) -> list[nn.Linear]:
+        """Zeroing both sub-layers' output projections makes ``f(h) = 0`` exactly."""
+        return [self.o, self.fc2]
+
     @torch.no_grad()
     def fa_vjp(self, cache, g: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
         """``J_fᵀ g`` with every ``Wᵀ → B``: ``J_fᵀ g = v + J_aᵀ(g + v)``, ``v = J_mᵀ g`` (m sees h + a)."""

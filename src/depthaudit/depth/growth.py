@@ -1,0 +1,70 @@
+"""AG_l and the growth value V_l at every candidate position of a residual model.
+
+Candidates are the stream positions ``l = 0..L`` (every one is shape-preserving in these models): a
+zero-output block ``h ↦ h + V ψ(h)`` with ``V = 0`` can be inserted after ``h_l`` without changing any
+output. Per analysis batch, with the **mean** loss over the batch and the model in eval mode (so no
+normalisation couples examples):
+
+* ``Q_l = ∂ℓ_mean/∂h_l`` as one flattened tensor; ``AG_l = ‖Q_l‖`` (one forward + one backward per
+  batch), averaged over batches. The per-example value is ``‖∂ℓ_b/∂h_{l,b}‖ = B·‖Q_{l,b}‖``; its max over
+  the batches is reported. ``AG_l/√dim`` (dim = numel of one batch's tensor) is for plots only.
+* ``V_l = ‖Ψ Ψ⁺ Q_l‖`` with Q reshaped to (positions × d) and Ψ the candidate block's features at each
+  position (positions × m): the norm of the activation gradient's projection onto the span of the
+  features — the first-order value of the new block's output projection. Computed in float64 through
+  an SVD with a relative rank cut, so rank-deficient features are handled; ``V_l ≤ AG_l`` always.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from ..models.base import ResidualModel
+from ..models.resmlp import LN_EPS
+
+
+def mlp_features(h: torch.Tensor, fc1: torch.nn.Linear) -> torch.Tensor:
+    """ResMLP-family features ψ(h) = GELU(fc1(LN(h))), flattened to (positions, m)."""
+    u = F.layer_norm(h, h.shape[-1:], eps=LN_EPS)
+    return F.gelu(fc1(u)).reshape(-1, fc1.out_features)
+
+
+def growth_value(psi: torch.Tensor, q: torch.Tensor, rtol: float = 1e-10) -> float:
+    """``‖Ψ Ψ⁺ Q‖_F`` in float64: Ψ (n × m) features, Q (n × d) activation gradients."""
+    psi, q = psi.double(), q.double()
+    u, s, _ = torch.linalg.svd(psi, full_matrices=False)
+    keep = s > rtol * s.max() if s.numel() and s.max() > 0 else torch.zeros_like(s, dtype=torch.bool)
+    ur = u[:, keep]  # orthonormal basis of the feature span
+    return (ur.T @ q).norm().item()
+
+
+def activation_gradients(model: ResidualModel, batches, feature_fn=None) -> dict:
+    """AG_l (mean over batches), per-example max, coordinate-normalised score, AGmax, and V_l if asked.
+
+    ``batches`` yields ``(x, y)``; ``feature_fn(l, h_l) -> Ψ`` gives the candidate's features at ``h_l``
+    (e.g. ``lambda l, h: mlp_features(h, fresh_block.fc1)``); omit it to skip V_l.
+    """
+    was_training = model.training
+    model.eval()
+    ag, per_ex_max, coord, vals, n = None, None, None, None, 0
+    for x, y in batches:
+        logits, states = model(x, return_states=True)
+        qs = torch.autograd.grad(F.cross_entropy(logits, y), states)  # mean loss, one backward
+        norms = [q.double().norm().item() for q in qs]  # float64, like V, so V ≤ AG holds to rounding
+        ex = [(q.flatten(1).norm(dim=1) * q.shape[0]).max().item() for q in qs]
+        ag = norms if ag is None else [a + b for a, b in zip(ag, norms, strict=True)]
+        per_ex_max = ex if per_ex_max is None else [max(a, b) for a, b in zip(per_ex_max, ex, strict=True)]
+        coord = [q.numel() ** -0.5 for q in qs]
+        if feature_fn is not None:
+            with torch.no_grad():
+                v = [growth_value(feature_fn(i, h.detach()), q.reshape(-1, q.shape[-1]))
+                     for i, (h, q) in enumerate(zip(states, qs, strict=True))]
+            vals = v if vals is None else [a + b for a, b in zip(vals, v, strict=True)]
+        n += 1
+    model.train(was_training)
+    if n == 0:
+        raise ValueError("no analysis batches")
+    ag = [a / n for a in ag]
+    out = {"AG": ag, "AG_per_example_max": per_ex_max, "AG_coord": [a * c for a, c in zip(ag, coord, strict=True)],
+           "AGmax": max(ag), "batches": n, "loss_reduction": "mean"}
+    if vals is not None:
+        out["V"] = [v / n for v in vals]
+    return out

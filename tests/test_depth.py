@@ -1,0 +1,74 @@
+"""Depth sufficiency laws: zero-output insertion, AG vs autograd, V ≤ AG, V = AG on spanning features, V = 0."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from depthaudit.depth import activation_gradients, growth_value, insert_zero_block, mlp_features
+from depthaudit.models import build_model
+
+
+@pytest.mark.parametrize("arch,shape", [("resmlp", (40,)), ("studentnet", (40,)), ("vit", (40,)),
+                                        ("vit", (3, 8, 8))])
+def test_zero_block_insertion_changes_no_output_bit(arch, shape):
+    model = build_model(arch, shape, 10, 16, 3, 2, 0).eval()
+    x = torch.randn(32, *shape)
+    ref = model(x)
+    for pos in range(model.num_blocks + 1):
+        grown = insert_zero_block(model, pos, seed=pos).eval()
+        assert grown.num_blocks == model.num_blocks + 1
+        diff = (grown(x) - ref).abs().max().item()
+        print(f"{arch}{shape} insert at {pos}: max |Δlogits| = {diff}")
+        assert torch.equal(grown(x), ref)
+    assert any(p.abs().sum() > 0 for p in grown.blocks[pos].parameters())  # not an empty block
+
+
+def test_ag_equals_autograd_reference():
+    model = build_model("resmlp", (40,), 10, 16, 3, 2, 0)
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(20, 40, generator=g), torch.randint(0, 10, (20,), generator=g)) for _ in range(3)]
+    out = activation_gradients(model, batches)
+    ref = [0.0] * 4
+    for x, y in batches:  # independent reference: explicit leaf per stream position
+        h = model.embed(x).detach().requires_grad_()
+        hs = [h]
+        for blk in model.blocks:
+            h = h + blk(h)
+            h.retain_grad()
+            hs.append(h)
+        F.cross_entropy(model.readout(h), y).backward()
+        for i, t in enumerate(hs):
+            ref[i] += t.grad.norm().item() / len(batches)
+    print("AG", out["AG"], "ref", ref)
+    assert out["AG"] == pytest.approx(ref, rel=1e-6) and out["AGmax"] == pytest.approx(max(ref), rel=1e-6)
+    assert all(m >= a for m, a in zip(out["AG_per_example_max"], out["AG"], strict=True))
+
+
+def test_growth_value_laws():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(30, 5, generator=g, dtype=torch.float64)
+    # features spanning the sample (rank n): projection is the identity
+    full = torch.randn(30, 40, generator=g, dtype=torch.float64)
+    assert growth_value(full, q) == pytest.approx(q.norm().item(), rel=1e-10)
+    # gradients orthogonal to the features: zero value
+    basis, _ = torch.linalg.qr(torch.randn(30, 30, generator=g, dtype=torch.float64))
+    psi, q_orth = basis[:, :10] @ torch.randn(10, 7, generator=g, dtype=torch.float64), basis[:, 10:15]
+    assert growth_value(psi, q_orth) < 1e-12
+    # rank-deficient features (duplicated columns) and the projection law V ≤ AG
+    dup = torch.cat([psi, psi[:, :3] * 2.0], dim=1)
+    for f in (psi, dup, psi[:, :1]):
+        assert growth_value(f, q) <= q.norm().item() + 1e-12
+    assert growth_value(dup, q) == pytest.approx(growth_value(psi, q), rel=1e-9)
+
+
+def test_v_never_exceeds_ag_on_a_model():
+    model = build_model("resmlp", (40,), 10, 16, 3, 2, 0)
+    fresh = build_model("resmlp", (40,), 10, 16, 1, 2, 99).blocks[0]  # the candidate's fixed seeded init
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(20, 40, generator=g), torch.randint(0, 10, (20,), generator=g)) for _ in range(2)]
+    out = activation_gradients(model, batches, feature_fn=lambda i, h: mlp_features(h, fresh.fc1))
+    print("AG", out["AG"], "V", out["V"])
+    assert all(v <= a * (1 + 1e-9) for v, a in zip(out["V"], out["AG"], strict=True))
+    assert all(v > 0 for v in out["V"])
+    # 20 positions and 32 features: the features span the sample, so V = AG
+    assert out["V"] == pytest.approx(out["AG"], rel=1e-6)
