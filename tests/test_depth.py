@@ -72,3 +72,50 @@ def test_v_never_exceeds_ag_on_a_model():
     assert all(v > 0 for v in out["V"])
     # 20 positions and 32 features: the features span the sample, so V = AG
     assert out["V"] == pytest.approx(out["AG"], rel=1e-6)
+
+
+def test_resnet_cifar_shapes_and_bit_exact_insertion():
+    from depthaudit.models.resnet import ResNetCIFAR
+
+    model = ResNetCIFAR(10, extra=4, seed=0).eval()
+    assert len(model.blocks) == 7  # ResNet-8 + 4: stages get 1+2, 1+1, 1+1 blocks
+    assert [b.conv2.out_channels for b in model.blocks] == [16, 16, 16, 32, 32, 64, 64]
+    x = torch.randn(4, 3, 16, 16)
+    ref = model(x)
+    for pos in model.candidates():
+        grown = model.insert_zero_block(pos, seed=pos).eval()
+        assert torch.equal(grown(x), ref), pos
+
+
+def test_tiny_saturation_sweep_runs(tmp_path, capsys):
+    import io
+    import json
+    import zipfile
+
+    import numpy as np
+    from PIL import Image
+
+    from depthaudit.cli import main
+
+    z = tmp_path / "imgs.zip"
+    rng = np.random.default_rng(0)
+    with zipfile.ZipFile(z, "w") as zf:
+        for split, n in (("train", 24), ("test", 8)):
+            for c in ("a", "b"):
+                for j in range(n):
+                    buf = io.BytesIO()
+                    arr = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8) // (2 if c == "a" else 1)
+                    Image.fromarray(arr).save(buf, format="PNG")
+                    zf.writestr(f"{split}/{c}/{j}.png", buf.getvalue())
+    out = tmp_path / "sat"
+    args = ["saturation", "--data-dir", str(z), "--extra", "0", "2", "--epochs", "1", "--batch-size", "16",
+            "--analysis-batches", "2", "--device", "cpu", "--out", str(out)]
+    assert main(args) == 0
+    doc = json.loads((out / "saturation_resnet_cifar10.json").read_text())
+    assert sorted(doc["runs"]) == ["N0", "N2"]
+    for rec in doc["runs"].values():
+        s = rec["signal"]
+        assert len(s["AG"]) == rec["blocks"] + 1 and s["AGmax"] == max(s["AG"])
+        assert all(v <= a * (1 + 1e-9) for v, a in zip(s["V"], s["AG"], strict=True))
+    assert (out / "saturation_resnet_cifar10.png").stat().st_size > 0
+    assert "| 5 (N=2) |" in capsys.readouterr().out

@@ -309,6 +309,38 @@ def cmd_bridge(a: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
+    """Depth sweep of ResNet-CIFAR: train each depth, measure AG/AGmax/V, table + figure."""
+    from .data import load_data
+    from .depth.saturation import SaturationRun, run_depth
+    from .io import write_text
+    from .report.saturation import saturation_figure, saturation_md
+    from .sweep import FileStore, RunSpec, run_sweep
+
+    device = resolve_device(a.device)
+    if any(n < 0 for n in a.extra) or a.epochs < 0 or a.analysis_batches < 1:
+        raise UsageError("--extra values must be >= 0, --epochs >= 0, --analysis-batches >= 1")
+    data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
+    if len(data.input_shape) != 3:
+        raise UsageError(f"saturation trains ResNet-CIFAR on images; {a.dataset} is not an image dataset")
+    specs = [RunSpec(f"N{n}", SaturationRun(a.dataset, a.data_dir, n, a.epochs, a.batch_size, a.lr, a.weight_decay,
+                                            a.seed, a.analysis_batches, a.low_signal, device), runner=run_depth)
+             for n in dict.fromkeys(a.extra)]
+    out = Path(a.out)
+    store = FileStore(out / f"saturation_resnet_{a.dataset}.json", "depthaudit.saturation.v1",
+                      {"dataset": a.dataset, "data_sha256": data.sha256, "epochs": a.epochs, "seed": a.seed,
+                       "batch_size": a.batch_size, "lr": a.lr, "weight_decay": a.weight_decay,
+                       "analysis_batches": a.analysis_batches})
+    run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv])
+    table = saturation_md(store.doc)
+    saturation_figure(store.doc, store.path.with_suffix(".png"), a.low_signal)
+    write_text(store.path.with_suffix(".md"), f"# Depth saturation: ResNet-CIFAR on {a.dataset}, {a.epochs} epochs"
+               f"\n\n{table}\n\n![saturation]({store.path.with_suffix('.png').name})\n")
+    print(table)
+    print(f"\nwrote {store.path}, its .md and .png")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser (plug-ins must be imported first so their names are choices)."""
     p = _Parser(prog="depthaudit", description="Audit whether a credit-assignment method trains depth.")
@@ -393,6 +425,26 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("dir", metavar="DIR", help="an audit --out or ladder --output_dir folder")
     rp.add_argument("--audit-dir", default=None, help="cross-check ladder k=0/k=L against this audit folder")
     rp.set_defaults(func=cmd_report)
+
+    sa = sub.add_parser("saturation", help="depth sweep: AG, AGmax and growth value V vs depth (ResNet-CIFAR)",
+                        description="Train ResNet-8 + N for each --extra N (plain backprop), then measure the "
+                        "activation-gradient signal AG_l, AGmax and the growth value V_l at every candidate.")
+    sa.add_argument("--dataset", default="cifar10", help="an image dataset (default: %(default)s)")
+    sa.add_argument("--data-dir", "--data_dir", dest="data_dir", default=None, metavar="DIR", help="data folder/zip")
+    sa.add_argument("--download", action="store_true", help="download a missing CIFAR archive")
+    sa.add_argument("--extra", nargs="+", type=int, default=[0, 1, 2, 3, 6], metavar="N",
+                    help="extra blocks N added to ResNet-8 (default: 0 1 2 3 6)")
+    sa.add_argument("--epochs", type=int, default=10, metavar="N", help="epochs per depth (default: 10)")
+    sa.add_argument("--batch-size", type=int, default=128, metavar="N", help="batch size (default: 128)")
+    sa.add_argument("--lr", type=float, default=1e-3, metavar="X", help="AdamW lr, cosine (default: 1e-3)")
+    sa.add_argument("--weight-decay", type=float, default=0.01, metavar="X", help="AdamW weight decay (default: 0.01)")
+    sa.add_argument("--seed", type=int, default=42, metavar="N", help="seed (default: 42)")
+    sa.add_argument("--analysis-batches", type=int, default=4, metavar="B", help="analysis batches (default: 4)")
+    sa.add_argument("--low-signal", type=float, default=5e-3, metavar="X", help="AGmax flag level (default: 5e-3)")
+    sa.add_argument("--device", default="auto", metavar="DEV", help="cpu | cuda[:N] | auto (default: auto)")
+    sa.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
+    sa.add_argument("--out", default="results/saturation", help="output folder (default: %(default)s)")
+    sa.set_defaults(func=cmd_saturation)
 
     idt = sub.add_parser("identity", help="frozen-init identity check over seeds",
                          description="At random init: per-block |f_l(h)|/|h|, |h_L-h_0|/|h_0|, cos(h_L, h_0).")

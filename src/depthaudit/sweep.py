@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -27,9 +28,10 @@ class RunSpec:
     """One training run of a sweep: its config, its measurement plan and its key in the store."""
 
     key: str
-    cfg: TrainConfig
+    cfg: TrainConfig  # or any frozen config with to_dict() and same_as(stored_dict) (other runners)
     tracking: dict | None = None  # {"probe_size", "every", "eps"}: audit diagnostics on a probe batch
     checkpoint: str | None = None  # also save weights + feedback here (e.g. a State Bridge's start)
+    runner: Callable | None = None  # runner(spec, data, log, argv) -> record; None = the training recipe
 
 
 class FolderStore:
@@ -122,7 +124,9 @@ def _hms(s: float) -> str:
 
 
 def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
-    """Train one spec (loading its data when not given) and return its result record."""
+    """Run one spec (loading its data when not given) and return its result record."""
+    if spec.runner is not None:
+        return spec.runner(spec, data, log, argv)
     from .data import load_data
     from .diagnostics import audit_tracker
     from .runner import probe_batch
@@ -174,8 +178,9 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
     prog = Progress(len(specs), len(results), log)
     if jobs <= 1 or len(pending) <= 1:
         for s in pending:
-            log(f"run {s.key}: {s.cfg.method}, train_blocks {s.cfg.train_blocks}, seed {s.cfg.seed}, "
-                f"{s.cfg.epochs} epochs")
+            c = s.cfg
+            what = (f"{c.method}, train_blocks {c.train_blocks}, " if isinstance(c, TrainConfig) else "")
+            log(f"run {s.key}: {what}seed {c.seed}, {c.epochs} epochs")
             rec = execute(s, data, log=run_log, argv=argv)
             store.put(s, rec)
             results[s.key] = rec

@@ -36,12 +36,14 @@ def growth_value(psi: torch.Tensor, q: torch.Tensor, rtol: float = 1e-10) -> flo
     return (ur.T @ q).norm().item()
 
 
-def activation_gradients(model: ResidualModel, batches, feature_fn=None) -> dict:
+def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent_fn=None) -> dict:
     """AG_l (mean over batches), per-example max, coordinate-normalised score, AGmax, and V_l if asked.
 
     ``batches`` yields ``(x, y)``; ``feature_fn(l, h_l) -> Ψ`` gives the candidate's features at ``h_l``
-    (e.g. ``lambda l, h: mlp_features(h, fresh_block.fc1)``); omit it to skip V_l.
+    (e.g. ``lambda l, h: mlp_features(h, fresh_block.fc1)``); omit it to skip V_l. ``tangent_fn(l, h_l, Q_l)``
+    maps the gradient to the (positions × d) matrix the new block's output sees (default: reshape).
     """
+    tangent_fn = tangent_fn or (lambda i, h, q: q.reshape(-1, q.shape[-1]))
     was_training = model.training
     model.eval()
     ag, per_ex_max, coord, vals, n = None, None, None, None, 0
@@ -55,7 +57,7 @@ def activation_gradients(model: ResidualModel, batches, feature_fn=None) -> dict
         coord = [q.numel() ** -0.5 for q in qs]
         if feature_fn is not None:
             with torch.no_grad():
-                v = [growth_value(feature_fn(i, h.detach()), q.reshape(-1, q.shape[-1]))
+                v = [growth_value(feature_fn(i, h.detach()), tangent_fn(i, h.detach(), q))
                      for i, (h, q) in enumerate(zip(states, qs, strict=True))]
             vals = v if vals is None else [a + b for a, b in zip(vals, v, strict=True)]
         n += 1

@@ -1,0 +1,134 @@
+"""``depthaudit saturation``: train ResNet-8 + N for each N, then measure AG, AGmax and V per candidate.
+
+Each depth is one run of the shared sweep runner (resumable, one JSON file). Training is plain
+backprop (AdamW, cosine, the recipe's defaults); measurement uses ``analysis_batches`` training batches
+of the trained model in eval mode (mean loss). V uses the BasicBlock family's features at a fixed
+seeded init, im2col'ed for its 3×3 output convolution (+ a bias column), against the activation
+gradient masked by the ReLU that follows the insertion (``h_l > 0``), since that is what the new block's
+output sees; AG is the plain activation-gradient norm, so V ≤ AG still holds.
+"""
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..config import derive_seed
+from ..models.resnet import BasicBlock, ResNetCIFAR
+from ..provenance import provenance
+from .growth import activation_gradients
+
+
+@dataclass(frozen=True)
+class SaturationRun:
+    """One depth of the sweep."""
+
+    dataset: str
+    data_dir: str | None
+    extra: int
+    epochs: int
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    seed: int = 42
+    analysis_batches: int = 4
+    low_signal: float = 5e-3
+    device: str = "cpu"
+
+    def to_dict(self) -> dict:
+        """JSON-able."""
+        return asdict(self)
+
+    def same_as(self, stored: dict) -> bool:
+        """Equality with a stored config."""
+        return stored == self.to_dict()
+
+
+def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed: int, device, log=None):
+    """Plain backprop: AdamW, cosine per step, data on the device; returns per-epoch history."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
+    n = data.x_train.shape[0]
+    steps = math.ceil(n / batch)
+    total, step, hist = max(1, epochs * steps), 0, []
+    gen = torch.Generator(device=device).manual_seed(derive_seed(seed, "shuffle"))
+    for ep in range(1, epochs + 1):
+        model.train()
+        perm = torch.randperm(n, device=device, generator=gen)
+        loss_sum = torch.zeros((), device=device)
+        for i in range(steps):
+            idx = perm[i * batch:(i + 1) * batch]
+            for g in opt.param_groups:
+                g["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / total))
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+            loss.backward()
+            opt.step()
+            loss_sum += loss.detach() * idx.shape[0]
+            step += 1
+        test_loss, test_acc = evaluate_plain(model, data)
+        hist.append({"epoch": ep, "train_loss": (loss_sum / n).item(), "test_loss": test_loss, "test_acc": test_acc})
+        if log:
+            log(f"epoch {ep}/{epochs}  train_loss {hist[-1]['train_loss']:.4f}  test_acc {test_acc:.4f}")
+    return hist
+
+
+@torch.no_grad()
+def evaluate_plain(model, data, batch: int = 1000):
+    """(mean loss, accuracy) on the test split in eval mode."""
+    model.eval()
+    loss, correct = 0.0, 0
+    for i in range(0, data.x_test.shape[0], batch):
+        logits = model(data.x_test[i:i + batch])
+        loss += F.cross_entropy(logits, data.y_test[i:i + batch], reduction="sum").item()
+        correct += (logits.argmax(-1) == data.y_test[i:i + batch]).sum().item()
+    return loss / data.x_test.shape[0], correct / data.x_test.shape[0]
+
+
+def resnet_features(model: ResNetCIFAR, seed: int):
+    """``feature_fn`` and ``tangent_fn`` for :func:`activation_gradients` on a ResNet-CIFAR."""
+    fresh = {}
+
+    def feature_fn(pos, h):
+        c = model.width_at(pos)
+        if c not in fresh:
+            torch.manual_seed(derive_seed(seed, f"candidate{c}"))
+            fresh[c] = BasicBlock(c, c).to(h.device).eval()
+        psi = fresh[c].features(h)  # (B, C, H, W)
+        cols = F.unfold(psi, 3, padding=1)  # (B, C·9, H·W)
+        cols = cols.transpose(1, 2).reshape(-1, cols.shape[1])  # (B·H·W, C·9)
+        return torch.cat([cols, torch.ones(cols.shape[0], 1, device=h.device)], 1)
+
+    def tangent_fn(pos, h, q):  # (B, C, H, W) → (B·H·W, C), masked by the ReLU after the insertion
+        q = q * (h > 0)
+        return q.permute(0, 2, 3, 1).reshape(-1, q.shape[1])
+
+    return feature_fn, tangent_fn
+
+
+def run_depth(spec, data=None, log=None, argv=None) -> dict:
+    """Sweep runner for one depth: train, measure, return the record."""
+    from ..data import load_data
+
+    cfg: SaturationRun = spec.cfg
+    device = torch.device(cfg.device)
+    if data is None:
+        data = load_data(cfg.dataset, cfg.data_dir, False, device)
+    t0 = time.perf_counter()
+    model = ResNetCIFAR(data.num_classes, cfg.extra, cfg.seed, in_ch=data.input_shape[0]).to(device)
+    hist = train_plain(model, data, cfg.epochs, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.seed, device, log)
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "analysis"))
+    idx = torch.randperm(data.x_train.shape[0], generator=gen).to(device)
+    bs = cfg.batch_size
+    batches = [(data.x_train[idx[i * bs:(i + 1) * bs]], data.y_train[idx[i * bs:(i + 1) * bs]])
+               for i in range(cfg.analysis_batches)]
+    feature_fn, tangent_fn = resnet_features(model, cfg.seed)
+    sig = activation_gradients(model, batches, feature_fn=feature_fn, tangent_fn=tangent_fn)
+    sig["low_signal"] = sig["AGmax"] < cfg.low_signal
+    return {"schema": "depthaudit.saturation_run.v1", "status": "ok", "config": cfg.to_dict(), "tracking": None,
+            "provenance": provenance(device, data.provenance(), cfg.seed, argv),
+            "blocks": 3 + cfg.extra, "params": sum(p.numel() for p in model.parameters()),
+            "history": hist, "final": {"test_loss": hist[-1]["test_loss"] if hist else None,
+                                       "test_acc": hist[-1]["test_acc"] if hist else None},
+            "signal": sig, "timing": {"seconds": round(time.perf_counter() - t0, 3)}}

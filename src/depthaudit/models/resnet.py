@@ -1,0 +1,97 @@
+"""ResNet-CIFAR for depth-sufficiency sweeps (SPEC §1, §4): BasicBlocks in 3 stages of widths 16/32/64.
+
+ResNet-8 is one BasicBlock per stage; ``extra`` more blocks are added cyclically across the stages
+(extra block i goes to stage i mod 3), giving 3 + extra blocks. The first block of stages 2 and 3
+downsamples (stride 2, 1×1 projection skip); every other block keeps the shape, and every stream
+position whose next block keeps the shape — and every stage end — is a candidate for a zero-output
+insertion. Init: PyTorch's defaults for conv/linear drawn under the seed, BatchNorm γ=1, β=0.
+
+This model is trained with plain backprop (it is not a credit-assignment subject), so it exposes
+``forward(x, return_states=True)`` → ``(logits, [h_0, …, h_L])`` and ``candidates()``.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+WIDTHS = (16, 32, 64)
+
+
+class BasicBlock(nn.Module):
+    """``relu(bn2(conv2(relu(bn1(conv1(h))))) + skip(h))``."""
+
+    def __init__(self, cin: int, cout: int, stride: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.skip = None
+        if stride != 1 or cin != cout:
+            self.skip = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def features(self, h: torch.Tensor) -> torch.Tensor:
+        """ψ(h) = relu(bn1(conv1(h))), the input of the output projection (conv2 + bn2), (B, C, H, W)."""
+        return F.relu(self.bn1(self.conv1(h)))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """The next stream state (this block adds its own skip)."""
+        out = self.bn2(self.conv2(self.features(h)))
+        return F.relu(out + (h if self.skip is None else self.skip(h)))
+
+    def output_layers(self) -> list[nn.Module]:
+        """Zeroing bn2's affine makes the residual branch exactly 0 (eval mode)."""
+        return [self.bn2]
+
+
+class ResNetCIFAR(nn.Module):
+    """Stem conv → stages of BasicBlocks → global average pool → linear."""
+
+    def __init__(self, num_classes: int = 10, extra: int = 0, seed: int = 0, in_ch: int = 3):
+        super().__init__()
+        torch.manual_seed(seed)  # conv/linear default init under the run's seed
+        per_stage = [1 + sum(1 for i in range(extra) if i % 3 == s) for s in range(3)]
+        self.stem = nn.Sequential(nn.Conv2d(in_ch, WIDTHS[0], 3, 1, 1, bias=False), nn.BatchNorm2d(WIDTHS[0]),
+                                  nn.ReLU())
+        blocks, cin = [], WIDTHS[0]
+        for s, (w, n) in enumerate(zip(WIDTHS, per_stage, strict=True)):
+            for j in range(n):
+                blocks.append(BasicBlock(cin, w, 2 if (s > 0 and j == 0) else 1))
+                cin = w
+        self.blocks = nn.ModuleList(blocks)
+        self.head = nn.Linear(WIDTHS[-1], num_classes)
+        self.extra = extra
+
+    def forward(self, x: torch.Tensor, return_states: bool = False):
+        """Logits, or ``(logits, [h_0..h_L])``."""
+        h = self.stem(x)
+        states = [h]
+        for b in self.blocks:
+            h = b(h)
+            states.append(h)
+        logits = self.head(F.adaptive_avg_pool2d(h, 1).flatten(1))
+        return (logits, states) if return_states else logits
+
+    def candidates(self) -> list[int]:
+        """Stream positions l where a shape-preserving block can be inserted after h_l (all of them)."""
+        return list(range(len(self.blocks) + 1))
+
+    def width_at(self, pos: int) -> int:
+        """Channels of h_pos."""
+        return WIDTHS[0] if pos == 0 else self.blocks[pos - 1].conv2.out_channels
+
+    @torch.no_grad()
+    def insert_zero_block(self, position: int, seed: int = 0) -> "ResNetCIFAR":
+        """A copy with a fresh identity-shaped BasicBlock after h_position whose branch outputs exactly 0."""
+        import copy
+
+        new = copy.deepcopy(self)
+        torch.manual_seed(seed)
+        c = self.width_at(position)
+        blk = BasicBlock(c, c).to(next(self.parameters()).device)
+        blk.bn2.weight.zero_()
+        blk.bn2.bias.zero_()
+        blocks = list(new.blocks)
+        blocks.insert(position, blk)
+        new.blocks = nn.ModuleList(blocks)
+        return new

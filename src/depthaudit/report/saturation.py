@@ -1,0 +1,56 @@
+"""Saturation sweep table and figure: AGmax (and V) vs depth beside the test metric."""
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ..io import save_figure  # noqa: E402
+
+
+def saturation_rows(doc: dict) -> list[dict]:
+    """One row per depth, sorted by number of blocks."""
+    rows = []
+    for rec in doc["runs"].values():
+        s = rec["signal"]
+        rows.append({"blocks": rec["blocks"], "extra": rec["config"]["extra"], "params": rec["params"],
+                     "AGmax": s["AGmax"], "Vmax": max(s.get("V") or [float("nan")]), "AG": s["AG"], "V": s.get("V"),
+                     "low_signal": s["low_signal"], "test_acc": rec["final"]["test_acc"],
+                     "test_loss": rec["final"]["test_loss"]})
+    return sorted(rows, key=lambda r: r["blocks"])
+
+
+def saturation_md(doc: dict) -> str:
+    """Markdown table: depth, AGmax, max V, low-signal flag, test loss and accuracy."""
+    out = ["| blocks (ResNet-8 + N) | params | AGmax | max V_l | low signal | test loss | test acc |",
+           "|---|---|---|---|---|---|---|"]
+    for r in saturation_rows(doc):
+        out.append(f"| {r['blocks']} (N={r['extra']}) | {r['params']:,} | {r['AGmax']:.3e} | {r['Vmax']:.3e} | "
+                   f"{'yes' if r['low_signal'] else 'no'} | {r['test_loss']:.4f} | {r['test_acc']:.4f} |")
+    return "\n".join(out)
+
+
+def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
+    """AGmax and max V vs depth (log), the low-signal band shaded, test accuracy on a second axis."""
+    rows = saturation_rows(doc)
+    x = [r["blocks"] for r in rows]
+    fig, ax = plt.subplots(figsize=(5.4, 3.6))
+    ax.plot(x, [r["AGmax"] for r in rows], "o-", label="AGmax")
+    ax.plot(x, [r["Vmax"] for r in rows], "s--", label="max V_l")
+    vals = [v for r in rows for v in (r["AGmax"], r["Vmax"]) if v == v and v > 0] + [low_signal]
+    ax.axhspan(min(vals) / 10, low_signal, color="grey", alpha=0.2, label=f"low signal (< {low_signal:g})")
+    ax.set_yscale("log")
+    ax.set_xlabel("residual blocks")
+    ax.set_ylabel("activation-gradient signal")
+    ax2 = ax.twinx()
+    ax2.plot(x, [r["test_acc"] for r in rows], "^:", color="k", label="test acc")
+    ax2.set_ylabel("test accuracy")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=7)
+    ax.set_title("Depth saturation: ResNet-CIFAR")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
