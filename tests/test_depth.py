@@ -88,25 +88,11 @@ def test_resnet_cifar_shapes_and_bit_exact_insertion():
 
 
 def test_tiny_saturation_sweep_runs(tmp_path, capsys):
-    import io
     import json
-    import zipfile
-
-    import numpy as np
-    from PIL import Image
 
     from depthaudit.cli import main
 
-    z = tmp_path / "imgs.zip"
-    rng = np.random.default_rng(0)
-    with zipfile.ZipFile(z, "w") as zf:
-        for split, n in (("train", 24), ("test", 8)):
-            for c in ("a", "b"):
-                for j in range(n):
-                    buf = io.BytesIO()
-                    arr = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8) // (2 if c == "a" else 1)
-                    Image.fromarray(arr).save(buf, format="PNG")
-                    zf.writestr(f"{split}/{c}/{j}.png", buf.getvalue())
+    z = _tiny_zip(tmp_path)
     out = tmp_path / "sat"
     args = ["saturation", "--data-dir", str(z), "--extra", "0", "2", "--epochs", "1", "--batch-size", "16",
             "--analysis-batches", "2", "--device", "cpu", "--out", str(out)]
@@ -117,6 +103,7 @@ def test_tiny_saturation_sweep_runs(tmp_path, capsys):
         s = rec["signal"]
         assert len(s["AG"]) == rec["blocks"] + 1 and s["AGmax"] == max(s["AG"])
         assert all(v <= a * (1 + 1e-9) for v, a in zip(s["V"], s["AG"], strict=True))
+        assert len(rec["matched"]["delta"]) == rec["blocks"] + 1  # gradient-matched insertion per candidate
     assert (out / "saturation_resnet_cifar10.png").stat().st_size > 0
     assert "| 5 (N=2) |" in capsys.readouterr().out
 
@@ -143,3 +130,54 @@ def test_gradient_matched_insertion_lowers_training_loss(family):
         res = gradient_matched(model, batches, pos, alpha=1e-2, seed=3)
         print(f"{family} insert at {pos}: loss {res['loss_before']:.6f} -> {res['loss_after']:.6f}")
         assert res["delta"] < 0
+
+
+def _tiny_zip(tmp_path):
+    import io
+    import zipfile
+
+    import numpy as np
+    from PIL import Image
+
+    z = tmp_path / "imgs.zip"
+    rng = np.random.default_rng(0)
+    with zipfile.ZipFile(z, "w") as zf:
+        for split, n in (("train", 24), ("test", 8)):
+            for c in ("a", "b"):
+                for j in range(n):
+                    buf = io.BytesIO()
+                    arr = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8) // (2 if c == "a" else 1)
+                    Image.fromarray(arr).save(buf, format="PNG")
+                    zf.writestr(f"{split}/{c}/{j}.png", buf.getvalue())
+    return z
+
+
+def test_growth_is_function_preserving_in_train_mode_too():
+    from depthaudit.models.resnet import ResNetCIFAR
+
+    model = ResNetCIFAR(10, 0, 0).train()
+    x = torch.rand(8, 3, 8, 8)
+    torch.manual_seed(0)
+    ref = model(x)
+    params = {id(p) for p in model.parameters()}
+    model.insert_zero_block(model.stage_end(1), seed=1, inplace=True)
+    assert torch.equal(model(x), ref)  # batch-stat BN: the zero branch is still exactly zero
+    assert params < {id(p) for p in model.parameters()}  # existing parameters kept their identity
+    assert [b.conv2.out_channels for b in model.blocks] == [16, 32, 32, 64]
+
+
+def test_grow_command_compares_with_scratch(tmp_path, capsys):
+    import json
+
+    from depthaudit.cli import main
+
+    out = tmp_path / "g"
+    assert main(["grow", "--data-dir", str(_tiny_zip(tmp_path)), "--extra", "2", "--epochs", "2",
+                 "--batch-size", "16", "--device", "cpu", "--out", str(out)]) == 0
+    doc = json.loads((out / "grow_resnet8+2_cifar10.json").read_text())
+    g, s = doc["runs"]["grown"], doc["runs"]["scratch"]
+    assert [h["blocks"] for h in g["history"]] == [5, 5] and g["final"]["blocks"] == s["final"]["blocks"] == 5
+    assert doc["identity"]["insert_at"] == [1, 1]
+    assert "| grown | 5 |" in capsys.readouterr().out
+    assert main(["grow", "--data-dir", str(tmp_path / "imgs.zip"), "--extra", "2", "--insert-at", "3", "1",
+                 "--epochs", "2", "--out", str(tmp_path / "bad")]) == 2

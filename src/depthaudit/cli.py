@@ -324,8 +324,8 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     if len(data.input_shape) != 3:
         raise UsageError(f"saturation trains ResNet-CIFAR on images; {a.dataset} is not an image dataset")
     specs = [RunSpec(f"N{n}", SaturationRun(a.dataset, a.data_dir, n, a.epochs, a.batch_size, a.lr, a.weight_decay,
-                                            a.seed, a.analysis_batches, a.low_signal, device), runner=run_depth)
-             for n in dict.fromkeys(a.extra)]
+                                            a.seed, a.analysis_batches, a.low_signal, a.alpha, device),
+                     runner=run_depth) for n in dict.fromkeys(a.extra)]
     out = Path(a.out)
     store = FileStore(out / f"saturation_resnet_{a.dataset}.json", "depthaudit.saturation.v1",
                       {"dataset": a.dataset, "data_sha256": data.sha256, "epochs": a.epochs, "seed": a.seed,
@@ -336,6 +336,40 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     saturation_figure(store.doc, store.path.with_suffix(".png"), a.low_signal)
     write_text(store.path.with_suffix(".md"), f"# Depth saturation: ResNet-CIFAR on {a.dataset}, {a.epochs} epochs"
                f"\n\n{table}\n\n![saturation]({store.path.with_suffix('.png').name})\n")
+    print(table)
+    print(f"\nwrote {store.path}, its .md and .png")
+    return 0
+
+
+def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
+    """Function-preserving growth vs scratch for ResNet-8 + N."""
+    from .data import load_data
+    from .depth.grow import GrowRun, default_schedule, run_arm
+    from .io import write_text
+    from .report.saturation import grow_figure, grow_md
+    from .sweep import FileStore, RunSpec, run_sweep
+
+    device = resolve_device(a.device)
+    sched = tuple(a.insert_at) if a.insert_at else default_schedule(a.extra, a.epochs)
+    bad = any(not 1 <= e <= a.epochs for e in sched) or list(sched) != sorted(sched)
+    if a.extra < 1 or len(sched) != a.extra or bad:
+        raise UsageError(f"--insert-at needs {a.extra} non-decreasing epochs in 1..{a.epochs} (one per extra block)")
+    data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
+    if len(data.input_shape) != 3:
+        raise UsageError(f"grow trains ResNet-CIFAR on images; {a.dataset} is not an image dataset")
+    specs = [RunSpec(arm, GrowRun(arm, a.dataset, a.data_dir, a.extra, a.epochs, sched, a.batch_size, a.lr,
+                                  a.weight_decay, a.seed, device), runner=run_arm) for arm in ("grown", "scratch")]
+    out = Path(a.out)
+    store = FileStore(out / f"grow_resnet8+{a.extra}_{a.dataset}.json", "depthaudit.grow.v1",
+                      {"dataset": a.dataset, "data_sha256": data.sha256, "extra": a.extra, "epochs": a.epochs,
+                       "insert_at": list(sched), "seed": a.seed})
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv], run_log=log)
+    table = grow_md(store.doc)
+    grow_figure(store.doc, store.path.with_suffix(".png"))
+    write_text(store.path.with_suffix(".md"), f"# Growth vs scratch: ResNet-8 + {a.extra} on {a.dataset}, "
+               f"{a.epochs} epochs, insertions at epochs {list(sched)}\n\n{table}\n\n"
+               f"![grow]({store.path.with_suffix('.png').name})\n")
     print(table)
     print(f"\nwrote {store.path}, its .md and .png")
     return 0
@@ -441,10 +475,31 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--seed", type=int, default=42, metavar="N", help="seed (default: 42)")
     sa.add_argument("--analysis-batches", type=int, default=4, metavar="B", help="analysis batches (default: 4)")
     sa.add_argument("--low-signal", type=float, default=5e-3, metavar="X", help="AGmax flag level (default: 5e-3)")
+    sa.add_argument("--alpha", type=float, default=1e-3, metavar="X",
+                    help="gradient-matched insertion: fit the new block to -α·g (default: 1e-3)")
     sa.add_argument("--device", default="auto", metavar="DEV", help="cpu | cuda[:N] | auto (default: auto)")
     sa.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
     sa.add_argument("--out", default="results/saturation", help="output folder (default: %(default)s)")
     sa.set_defaults(func=cmd_saturation)
+
+    gr = sub.add_parser("grow", help="function-preserving growth vs the same architecture from scratch",
+                        description="Grow ResNet-8 to ResNet-8 + N by zero-output insertions during training and "
+                        "compare final train/test loss with ResNet-8 + N trained from scratch for the same budget.")
+    gr.add_argument("--dataset", default="cifar10", help="an image dataset (default: %(default)s)")
+    gr.add_argument("--data-dir", "--data_dir", dest="data_dir", default=None, metavar="DIR", help="data folder/zip")
+    gr.add_argument("--download", action="store_true", help="download a missing CIFAR archive")
+    gr.add_argument("--extra", type=int, default=3, metavar="N", help="blocks to grow (default: 3)")
+    gr.add_argument("--epochs", type=int, default=10, metavar="N", help="total epochs, both arms (default: 10)")
+    gr.add_argument("--insert-at", nargs="+", type=int, default=None, metavar="E",
+                    help="epoch of each insertion (default: evenly over the first half)")
+    gr.add_argument("--batch-size", type=int, default=128, metavar="N", help="batch size (default: 128)")
+    gr.add_argument("--lr", type=float, default=1e-3, metavar="X", help="AdamW lr, cosine (default: 1e-3)")
+    gr.add_argument("--weight-decay", type=float, default=0.01, metavar="X", help="weight decay (default: 0.01)")
+    gr.add_argument("--seed", type=int, default=42, metavar="N", help="seed (default: 42)")
+    gr.add_argument("--device", default="auto", metavar="DEV", help="cpu | cuda[:N] | auto (default: auto)")
+    gr.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
+    gr.add_argument("--out", default="results/grow", help="output folder (default: %(default)s)")
+    gr.set_defaults(func=cmd_grow)
 
     idt = sub.add_parser("identity", help="frozen-init identity check over seeds",
                          description="At random init: per-block |f_l(h)|/|h|, |h_L-h_0|/|h_0|, cos(h_L, h_0).")

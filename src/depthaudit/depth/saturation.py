@@ -35,6 +35,7 @@ class SaturationRun:
     seed: int = 42
     analysis_batches: int = 4
     low_signal: float = 5e-3
+    alpha: float = 1e-3  # gradient-matched insertion step
     device: str = "cpu"
 
     def to_dict(self) -> dict:
@@ -126,9 +127,15 @@ def run_depth(spec, data=None, log=None, argv=None) -> dict:
     feature_fn, tangent_fn = resnet_features(model, cfg.seed)
     sig = activation_gradients(model, batches, feature_fn=feature_fn, tangent_fn=tangent_fn)
     sig["low_signal"] = sig["AGmax"] < cfg.low_signal
+    from .matched import gradient_matched
+
+    matched = [gradient_matched(model, batches, p, cfg.alpha, seed=derive_seed(cfg.seed, f"m{p}") % 2**31)
+               for p in model.candidates()]
     return {"schema": "depthaudit.saturation_run.v1", "status": "ok", "config": cfg.to_dict(), "tracking": None,
             "provenance": provenance(device, data.provenance(), cfg.seed, argv),
             "blocks": 3 + cfg.extra, "params": sum(p.numel() for p in model.parameters()),
             "history": hist, "final": {"test_loss": hist[-1]["test_loss"] if hist else None,
                                        "test_acc": hist[-1]["test_acc"] if hist else None},
-            "signal": sig, "timing": {"seconds": round(time.perf_counter() - t0, 3)}}
+            "signal": sig, "matched": {"alpha": cfg.alpha, "delta": [m["delta"] for m in matched],
+                                       "loss_before": matched[0]["loss_before"] if matched else None},
+            "timing": {"seconds": round(time.perf_counter() - t0, 3)}}

@@ -80,12 +80,20 @@ class ResNetCIFAR(nn.Module):
         """Channels of h_pos."""
         return WIDTHS[0] if pos == 0 else self.blocks[pos - 1].conv2.out_channels
 
+    def stage_end(self, stage: int) -> int:
+        """The stream position after the last block of ``stage`` (0, 1, 2)."""
+        return max(i + 1 for i, b in enumerate(self.blocks) if b.conv2.out_channels == WIDTHS[stage])
+
     @torch.no_grad()
-    def insert_zero_block(self, position: int, seed: int = 0) -> "ResNetCIFAR":
-        """A copy with a fresh identity-shaped BasicBlock after h_position whose branch outputs exactly 0."""
+    def insert_zero_block(self, position: int, seed: int = 0, inplace: bool = False) -> "ResNetCIFAR":
+        """A fresh identity-shaped BasicBlock after h_position whose branch outputs exactly 0 (BN γ=β=0).
+
+        Returns a modified copy, or with ``inplace`` this model (existing parameters keep their identity,
+        so an optimizer can simply add the new block's parameters).
+        """
         import copy
 
-        new = copy.deepcopy(self)
+        new = self if inplace else copy.deepcopy(self)
         torch.manual_seed(seed)
         c = self.width_at(position)
         blk = BasicBlock(c, c).to(next(self.parameters()).device)

@@ -18,17 +18,19 @@ def saturation_rows(doc: dict) -> list[dict]:
         rows.append({"blocks": rec["blocks"], "extra": rec["config"]["extra"], "params": rec["params"],
                      "AGmax": s["AGmax"], "Vmax": max(s.get("V") or [float("nan")]), "AG": s["AG"], "V": s.get("V"),
                      "low_signal": s["low_signal"], "test_acc": rec["final"]["test_acc"],
+                     "matched_min": min(rec.get("matched", {}).get("delta") or [float("nan")]),
                      "test_loss": rec["final"]["test_loss"]})
     return sorted(rows, key=lambda r: r["blocks"])
 
 
 def saturation_md(doc: dict) -> str:
     """Markdown table: depth, AGmax, max V, low-signal flag, test loss and accuracy."""
-    out = ["| blocks (ResNet-8 + N) | params | AGmax | max V_l | low signal | test loss | test acc |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| blocks (ResNet-8 + N) | params | AGmax | max V_l | low signal | best matched Δ train loss | test loss "
+           "| test acc |", "|---|---|---|---|---|---|---|---|"]
     for r in saturation_rows(doc):
         out.append(f"| {r['blocks']} (N={r['extra']}) | {r['params']:,} | {r['AGmax']:.3e} | {r['Vmax']:.3e} | "
-                   f"{'yes' if r['low_signal'] else 'no'} | {r['test_loss']:.4f} | {r['test_acc']:.4f} |")
+                   f"{'yes' if r['low_signal'] else 'no'} | {r['matched_min']:+.2e} | {r['test_loss']:.4f} | "
+                   f"{r['test_acc']:.4f} |")
     return "\n".join(out)
 
 
@@ -51,6 +53,35 @@ def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7)
     ax.set_title("Depth saturation: ResNet-CIFAR")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def grow_md(doc: dict) -> str:
+    """Grown vs scratch: final train loss, test loss, test accuracy, blocks."""
+    out = ["| arm | blocks | final train loss | test loss | test acc |", "|---|---|---|---|---|"]
+    for arm in ("grown", "scratch"):
+        rec = doc["runs"].get(arm)
+        if rec:
+            f = rec["final"]
+            out.append(f"| {arm} | {f['blocks']} | {f['train_loss']:.4f} | {f['test_loss']:.4f} | "
+                       f"{f['test_acc']:.4f} |")
+    return "\n".join(out)
+
+
+def grow_figure(doc: dict, path: Path) -> None:
+    """Test accuracy per epoch for both arms; insertion epochs marked."""
+    fig, ax = plt.subplots(figsize=(5.2, 3.4))
+    for arm, rec in doc["runs"].items():
+        h = rec["history"]
+        ax.plot([e["epoch"] for e in h], [e["test_acc"] for e in h], "o-", label=arm)
+    for e in doc["identity"].get("insert_at", []):
+        ax.axvline(e - 0.5, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("epoch (dotted: insertion before that epoch)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("Function-preserving growth vs scratch")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
