@@ -83,3 +83,25 @@ def test_diverging_run_is_recorded_not_crashed(tmp_path):
     print("diverged run:", res["status"], res["final"])
     assert code == 0 and res["status"] == "diverged"
     assert res["final"]["diverged_at_epoch"] == len(res["history"]) >= 1
+
+
+def test_grouped_optimizer_equals_one_optimizer_per_block():
+    from depthaudit.train import make_optimizer
+
+    data = _data()
+    cfg = TrainConfig(method="fa", d_hidden=16, num_blocks=3, epochs=1, train_blocks="last:2")
+    (m1, meth1), (m2, meth2) = build(cfg, data), build(cfg, data)
+    grouped = make_optimizer(m1, cfg)
+    separate = [torch.optim.AdamW(ps, lr=cfg.lr, weight_decay=cfg.weight_decay)
+                for ps in m2.groups().values() if ps and all(p.requires_grad for p in ps)]
+    assert [g["name"] for g in grouped.param_groups] == ["embed", "block2", "block3", "readout"]
+    for i in range(5):
+        idx = torch.arange(i * 64, (i + 1) * 64)
+        for model, meth, opts in ((m1, meth1, [grouped]), (m2, meth2, separate)):
+            for o in opts:
+                o.zero_grad()
+            meth.step(model, data.x_train[idx], data.y_train[idx])
+            for o in opts:
+                o.step()
+    for (k, a), b in zip(m1.state_dict().items(), m2.state_dict().values(), strict=True):
+        assert torch.equal(a, b), k

@@ -47,10 +47,16 @@ def evaluate(model: ResidualModel, x: torch.Tensor, y: torch.Tensor, batch: int 
     return (loss / n).item(), correct.item() / n  # sync point: once per evaluation
 
 
-def make_optimizers(model: ResidualModel, cfg: TrainConfig) -> dict[str, torch.optim.Optimizer]:
-    """One independent AdamW per group (embed, each trainable block, readout)."""
-    return {name: torch.optim.AdamW(ps, lr=cfg.lr, weight_decay=cfg.weight_decay)
-            for name, ps in model.groups().items() if ps and all(p.requires_grad for p in ps)}
+def make_optimizer(model: ResidualModel, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """One independent AdamW per group (embed, each trainable block, readout), as named param groups.
+
+    AdamW's update and state are per parameter, so one optimizer object with a param group per block is
+    the same optimizer per block (tested bit for bit against separate objects) at one ``step()`` call's
+    overhead instead of L + 2.
+    """
+    groups = [{"params": ps, "name": name} for name, ps in model.groups().items()
+              if ps and all(p.requires_grad for p in ps)]
+    return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
 def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMethod]:
@@ -74,7 +80,7 @@ class Stepper:
 
     def __init__(self, cfg: TrainConfig, data: DataBundle, model: ResidualModel, method: CreditMethod):
         self.cfg, self.data, self.model, self.method = cfg, data, model, method
-        self.opts = list(make_optimizers(model, cfg).values())
+        self.opts = [make_optimizer(model, cfg)]
 
     def __call__(self, idx: torch.Tensor, lr: float) -> torch.Tensor:
         """Train on rows ``idx`` of the training tensors; returns the batch's mean loss (on the device)."""
