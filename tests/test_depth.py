@@ -181,3 +181,35 @@ def test_grow_command_compares_with_scratch(tmp_path, capsys):
     assert "| grown | 5 |" in capsys.readouterr().out
     assert main(["grow", "--data-dir", str(tmp_path / "imgs.zip"), "--extra", "2", "--insert-at", "3", "1",
                  "--epochs", "2", "--out", str(tmp_path / "bad")]) == 2
+
+
+def test_gpt_decoder_is_causal_and_insertion_is_bit_exact():
+    from depthaudit.models.gpt import GPTDecoder
+
+    model = GPTDecoder(vocab=11, context=12, d=16, num_blocks=2, seed=0).eval()
+    x = torch.randint(0, 11, (3, 12))
+    ref = model(x)
+    x2 = x.clone()
+    x2[:, 7:] = (x2[:, 7:] + 1) % 11  # change only the future of position 6
+    assert torch.equal(model(x2)[:, :7], ref[:, :7])
+    for pos in range(3):
+        assert torch.equal(insert_zero_block(model, pos, seed=pos).eval()(x), ref)
+
+
+def test_gpt_saturation_on_a_local_text_file(tmp_path):
+    import json
+
+    from depthaudit.cli import main
+
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 80)
+    out = tmp_path / "s"
+    assert main(["saturation", "--family", "gpt", "--text", str(text), "--extra", "0", "1", "--epochs", "1",
+                 "--context", "16", "--d-hidden", "16", "--batch-size", "16", "--analysis-batches", "2",
+                 "--device", "cpu", "--out", str(out)]) == 0
+    doc = json.loads((out / "saturation_gpt_text.json").read_text())
+    assert doc["identity"]["family"] == "gpt" and sorted(doc["runs"]) == ["N0", "N1"]
+    for rec in doc["runs"].values():
+        s = rec["signal"]
+        assert all(v <= a * (1 + 1e-9) for v, a in zip(s["V"], s["AG"], strict=True))
+    assert main(["saturation", "--family", "gpt", "--text", str(tmp_path / "none.txt"), "--out", str(out)]) == 2

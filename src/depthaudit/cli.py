@@ -320,21 +320,33 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     device = resolve_device(a.device)
     if any(n < 0 for n in a.extra) or a.epochs < 0 or a.analysis_batches < 1:
         raise UsageError("--extra values must be >= 0, --epochs >= 0, --analysis-batches >= 1")
-    data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
-    if len(data.input_shape) != 3:
-        raise UsageError(f"saturation trains ResNet-CIFAR on images; {a.dataset} is not an image dataset")
+    if a.family == "gpt":
+        from .data.text import load_text
+
+        data = load_text(a.text, a.context, torch.device(device))  # validates the text now
+        name, sha = "text", data.sha256
+    else:
+        data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
+        if len(data.input_shape) != 3:
+            raise UsageError(f"saturation trains ResNet-CIFAR on images; {a.dataset} is not an image dataset")
+        name, sha = a.dataset, data.sha256
     specs = [RunSpec(f"N{n}", SaturationRun(a.dataset, a.data_dir, n, a.epochs, a.batch_size, a.lr, a.weight_decay,
-                                            a.seed, a.analysis_batches, a.low_signal, a.alpha, device),
+                                            a.seed, a.analysis_batches, a.low_signal, a.alpha, device, a.family,
+                                            a.text, a.context, a.d_hidden, a.base_blocks),
                      runner=run_depth) for n in dict.fromkeys(a.extra)]
     out = Path(a.out)
-    store = FileStore(out / f"saturation_resnet_{a.dataset}.json", "depthaudit.saturation.v1",
-                      {"dataset": a.dataset, "data_sha256": data.sha256, "epochs": a.epochs, "seed": a.seed,
-                       "batch_size": a.batch_size, "lr": a.lr, "weight_decay": a.weight_decay,
-                       "analysis_batches": a.analysis_batches})
+    ident = {"family": a.family, "data": name, "data_sha256": sha, "epochs": a.epochs, "seed": a.seed,
+             "batch_size": a.batch_size, "lr": a.lr, "weight_decay": a.weight_decay,
+             "analysis_batches": a.analysis_batches}
+    if a.family == "gpt":
+        ident.update(context=a.context, d_hidden=a.d_hidden, base_blocks=a.base_blocks)
+    store = FileStore(out / f"saturation_{a.family}_{name}.json", "depthaudit.saturation.v1", ident)
+    data = data if a.family == "resnet" else None
     run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv])
     table = saturation_md(store.doc)
     saturation_figure(store.doc, store.path.with_suffix(".png"), a.low_signal)
-    write_text(store.path.with_suffix(".md"), f"# Depth saturation: ResNet-CIFAR on {a.dataset}, {a.epochs} epochs"
+    what = "ResNet-CIFAR on " + a.dataset if a.family == "resnet" else f"GPT decoder (d={a.d_hidden}) on text"
+    write_text(store.path.with_suffix(".md"), f"# Depth saturation: {what}, {a.epochs} epochs"
                f"\n\n{table}\n\n![saturation]({store.path.with_suffix('.png').name})\n")
     print(table)
     print(f"\nwrote {store.path}, its .md and .png")
@@ -460,9 +472,17 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--audit-dir", default=None, help="cross-check ladder k=0/k=L against this audit folder")
     rp.set_defaults(func=cmd_report)
 
-    sa = sub.add_parser("saturation", help="depth sweep: AG, AGmax and growth value V vs depth (ResNet-CIFAR)",
-                        description="Train ResNet-8 + N for each --extra N (plain backprop), then measure the "
-                        "activation-gradient signal AG_l, AGmax and the growth value V_l at every candidate.")
+    sa = sub.add_parser("saturation", help="depth sweep: AG, AGmax and growth value V vs depth",
+                        description="Train ResNet-8 + N (or a GPT decoder of base + N blocks) for each --extra N "
+                        "(plain backprop), then measure AG_l, AGmax, the growth value V_l and the gradient-matched "
+                        "insertion's loss change at every candidate.")
+    sa.add_argument("--family", choices=["resnet", "gpt"], default="resnet", help="model family (default: resnet)")
+    sa.add_argument("--text", default=None, metavar="FILE",
+                    help="gpt: UTF-8 text or .npy tokens (default: the embedded text, no download)")
+    sa.add_argument("--context", type=int, default=64, metavar="T", help="gpt: context length (default: 64)")
+    sa.add_argument("--d-hidden", type=int, default=64, metavar="N", help="gpt: width (default: 64)")
+    sa.add_argument("--base-blocks", type=int, default=1, metavar="N",
+                    help="gpt: blocks before the extras (default: 1)")
     sa.add_argument("--dataset", default="cifar10", help="an image dataset (default: %(default)s)")
     sa.add_argument("--data-dir", "--data_dir", dest="data_dir", default=None, metavar="DIR", help="data folder/zip")
     sa.add_argument("--download", action="store_true", help="download a missing CIFAR archive")

@@ -36,7 +36,7 @@ def growth_value(psi: torch.Tensor, q: torch.Tensor, rtol: float = 1e-10) -> flo
     return (ur.T @ q).norm().item()
 
 
-def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent_fn=None) -> dict:
+def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent_fn=None, loss_fn=None) -> dict:
     """AG_l (mean over batches), per-example max, coordinate-normalised score, AGmax, and V_l if asked.
 
     ``batches`` yields ``(x, y)``; ``feature_fn(l, h_l) -> Ψ`` gives the candidate's features at ``h_l``
@@ -44,12 +44,13 @@ def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent
     maps the gradient to the (positions × d) matrix the new block's output sees (default: reshape).
     """
     tangent_fn = tangent_fn or (lambda i, h, q: q.reshape(-1, q.shape[-1]))
+    loss_fn = loss_fn or F.cross_entropy  # mean over the batch (and over positions for a language model)
     was_training = model.training
     model.eval()
     ag, per_ex_max, coord, vals, n = None, None, None, None, 0
     for x, y in batches:
         logits, states = model(x, return_states=True)
-        qs = torch.autograd.grad(F.cross_entropy(logits, y), states)  # mean loss, one backward
+        qs = torch.autograd.grad(loss_fn(logits, y), states)  # mean loss, one backward
         norms = [q.double().norm().item() for q in qs]  # float64, like V, so V ≤ AG holds to rounding
         ex = [(q.flatten(1).norm(dim=1) * q.shape[0]).max().item() for q in qs]
         ag = norms if ag is None else [a + b for a, b in zip(ag, norms, strict=True)]

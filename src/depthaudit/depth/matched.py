@@ -16,9 +16,9 @@ from .growth import mlp_features
 from .insert import insert_zero_block
 
 
-def _loss(model, batches) -> float:
+def _loss(model, batches, loss_fn) -> float:
     with torch.no_grad():
-        return sum(F.cross_entropy(model(x), y).item() for x, y in batches) / len(batches)
+        return sum(loss_fn(model(x), y).item() for x, y in batches) / len(batches)
 
 
 def _lstsq(psi: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -26,14 +26,15 @@ def _lstsq(psi: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.linalg.lstsq(psi.double(), target.double(), driver="gelsd").solution
 
 
-def gradient_matched(model, batches, position: int, alpha: float = 1e-3, seed: int = 0) -> dict:
+def gradient_matched(model, batches, position: int, alpha: float = 1e-3, seed: int = 0, loss_fn=None) -> dict:
     """Insert at ``position``, fit the output projection to ``−α·g``; loss before/after (no training)."""
+    loss_fn = loss_fn or F.cross_entropy
     model.eval()
-    before = _loss(model, batches)
+    before = _loss(model, batches, loss_fn)
     hs, gs = [], []
     for x, y in batches:
         logits, states = model(x, return_states=True)
-        (g,) = torch.autograd.grad(F.cross_entropy(logits, y), states[position])
+        (g,) = torch.autograd.grad(loss_fn(logits, y), states[position])
         hs.append(states[position].detach())
         gs.append(g * x.shape[0])  # per-example gradient ∂ℓ_b/∂h_b
     if isinstance(model, ResNetCIFAR):
@@ -60,6 +61,6 @@ def gradient_matched(model, batches, position: int, alpha: float = 1e-3, seed: i
             w = _lstsq(psi, targ)  # (m + 1, d)
             blk.fc2.weight.copy_(w[:-1].T.to(blk.fc2.weight.dtype))
             blk.fc2.bias.copy_(w[-1].to(blk.fc2.bias.dtype))
-    after = _loss(grown, batches)
+    after = _loss(grown, batches, loss_fn)
     return {"position": position, "alpha": alpha, "loss_before": before, "loss_after": after,
             "delta": after - before}

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from ..config import derive_seed
 from ..models.resnet import BasicBlock, ResNetCIFAR
 from ..provenance import provenance
-from .growth import activation_gradients
+from .growth import activation_gradients, mlp_features
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,11 @@ class SaturationRun:
     low_signal: float = 5e-3
     alpha: float = 1e-3  # gradient-matched insertion step
     device: str = "cpu"
+    family: str = "resnet"  # "resnet" (ResNet-8 + extra) or "gpt" (base_blocks + extra decoder blocks)
+    text: str | None = None  # gpt: a UTF-8 text or .npy token file; None = the embedded default
+    context: int = 64
+    d_hidden: int = 64
+    base_blocks: int = 1
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -47,7 +52,8 @@ class SaturationRun:
         return stored == self.to_dict()
 
 
-def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed: int, device, log=None):
+def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed: int, device, log=None,
+                loss_fn=F.cross_entropy):
     """Plain backprop: AdamW, cosine per step, data on the device; returns per-epoch history."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
     n = data.x_train.shape[0]
@@ -63,12 +69,12 @@ def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed
             for g in opt.param_groups:
                 g["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / total))
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+            loss = loss_fn(model(data.x_train[idx]), data.y_train[idx])
             loss.backward()
             opt.step()
             loss_sum += loss.detach() * idx.shape[0]
             step += 1
-        test_loss, test_acc = evaluate_plain(model, data)
+        test_loss, test_acc = evaluate_plain(model, data, loss_fn=loss_fn)
         hist.append({"epoch": ep, "train_loss": (loss_sum / n).item(), "test_loss": test_loss, "test_acc": test_acc})
         if log:
             log(f"epoch {ep}/{epochs}  train_loss {hist[-1]['train_loss']:.4f}  test_acc {test_acc:.4f}")
@@ -76,15 +82,16 @@ def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed
 
 
 @torch.no_grad()
-def evaluate_plain(model, data, batch: int = 1000):
-    """(mean loss, accuracy) on the test split in eval mode."""
+def evaluate_plain(model, data, batch: int = 500, loss_fn=F.cross_entropy):
+    """(mean loss, accuracy) on the test split in eval mode (per token for a language model)."""
     model.eval()
-    loss, correct = 0.0, 0
+    loss, correct, n = 0.0, 0, 0
     for i in range(0, data.x_test.shape[0], batch):
-        logits = model(data.x_test[i:i + batch])
-        loss += F.cross_entropy(logits, data.y_test[i:i + batch], reduction="sum").item()
-        correct += (logits.argmax(-1) == data.y_test[i:i + batch]).sum().item()
-    return loss / data.x_test.shape[0], correct / data.x_test.shape[0]
+        logits, y = model(data.x_test[i:i + batch]), data.y_test[i:i + batch]
+        loss += loss_fn(logits, y).item() * y.numel()
+        correct += (logits.argmax(-1) == y).sum().item()
+        n += y.numel()
+    return loss / n, correct / n
 
 
 def resnet_features(model: ResNetCIFAR, seed: int):
@@ -114,26 +121,41 @@ def run_depth(spec, data=None, log=None, argv=None) -> dict:
 
     cfg: SaturationRun = spec.cfg
     device = torch.device(cfg.device)
-    if data is None:
-        data = load_data(cfg.dataset, cfg.data_dir, False, device)
     t0 = time.perf_counter()
-    model = ResNetCIFAR(data.num_classes, cfg.extra, cfg.seed, in_ch=data.input_shape[0]).to(device)
-    hist = train_plain(model, data, cfg.epochs, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.seed, device, log)
+    loss_fn = F.cross_entropy
+    if cfg.family == "gpt":
+        from ..data.text import load_text
+        from ..models.gpt import GPTDecoder, lm_loss
+
+        data = load_text(cfg.text, cfg.context, device)
+        model = GPTDecoder(data.vocab, cfg.context, cfg.d_hidden, cfg.base_blocks + cfg.extra, seed=cfg.seed)
+        model, loss_fn = model.to(device), lm_loss
+    else:
+        if data is None:
+            data = load_data(cfg.dataset, cfg.data_dir, False, device)
+        model = ResNetCIFAR(data.num_classes, cfg.extra, cfg.seed, in_ch=data.input_shape[0]).to(device)
+    hist = train_plain(model, data, cfg.epochs, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.seed, device, log,
+                       loss_fn=loss_fn)
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "analysis"))
     idx = torch.randperm(data.x_train.shape[0], generator=gen).to(device)
     bs = cfg.batch_size
     batches = [(data.x_train[idx[i * bs:(i + 1) * bs]], data.y_train[idx[i * bs:(i + 1) * bs]])
                for i in range(cfg.analysis_batches)]
-    feature_fn, tangent_fn = resnet_features(model, cfg.seed)
-    sig = activation_gradients(model, batches, feature_fn=feature_fn, tangent_fn=tangent_fn)
+    if cfg.family == "gpt":  # the decoder block family's MLP features at a fixed seeded init
+        fresh = GPTDecoder(data.vocab, cfg.context, cfg.d_hidden, 1, seed=derive_seed(cfg.seed, "candidate") % 2**31)
+        fc1 = fresh.blocks[0].fc1.to(device)
+        feature_fn, tangent_fn = (lambda i, h: mlp_features(h, fc1)), None
+    else:
+        feature_fn, tangent_fn = resnet_features(model, cfg.seed)
+    sig = activation_gradients(model, batches, feature_fn=feature_fn, tangent_fn=tangent_fn, loss_fn=loss_fn)
     sig["low_signal"] = sig["AGmax"] < cfg.low_signal
     from .matched import gradient_matched
 
-    matched = [gradient_matched(model, batches, p, cfg.alpha, seed=derive_seed(cfg.seed, f"m{p}") % 2**31)
-               for p in model.candidates()]
+    matched = [gradient_matched(model, batches, p, cfg.alpha, seed=derive_seed(cfg.seed, f"m{p}") % 2**31,
+                                loss_fn=loss_fn) for p in range(len(model.blocks) + 1)]
     return {"schema": "depthaudit.saturation_run.v1", "status": "ok", "config": cfg.to_dict(), "tracking": None,
             "provenance": provenance(device, data.provenance(), cfg.seed, argv),
-            "blocks": 3 + cfg.extra, "params": sum(p.numel() for p in model.parameters()),
+            "blocks": len(model.blocks), "params": sum(p.numel() for p in model.parameters()),
             "history": hist, "final": {"test_loss": hist[-1]["test_loss"] if hist else None,
                                        "test_acc": hist[-1]["test_acc"] if hist else None},
             "signal": sig, "matched": {"alpha": cfg.alpha, "delta": [m["delta"] for m in matched],

@@ -55,11 +55,11 @@ class PatchEmbed(nn.Module):
 class ViTBlock(nn.Module):
     """Pre-LN transformer block; ``forward`` returns the update ``f(h) = a + m`` (not ``h + f``)."""
 
-    def __init__(self, d: int, heads: int, ratio: int, gen: torch.Generator):
+    def __init__(self, d: int, heads: int, ratio: int, gen: torch.Generator, causal: bool = False):
         super().__init__()
         if d % heads:
             raise ValueError(f"d_hidden {d} is not divisible by {heads} heads")
-        self.d, self.heads = d, heads
+        self.d, self.heads, self.causal = d, heads, causal
         self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
         self.fc1, self.fc2 = nn.Linear(d, ratio * d), nn.Linear(ratio * d, d)
         for lin in (self.q, self.k, self.v, self.o, self.fc1, self.fc2):
@@ -77,7 +77,11 @@ class ViTBlock(nn.Module):
         """``f(h)`` and what the feedback VJP needs (all detached)."""
         u1 = F.layer_norm(h, (self.d,), eps=LN_EPS)
         q, k, v = self._split(self.q(u1)), self._split(self.k(u1)), self._split(self.v(u1))
-        p = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(self.d // self.heads), dim=-1)  # (B, H, T, T)
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d // self.heads)  # (B, H, T, T)
+        if self.causal:  # position t attends to positions ≤ t; masked probabilities are exactly 0
+            n = s.shape[-1]
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+        p = torch.softmax(s, dim=-1)
         a = self.o(self._merge(p @ v))
         h2 = h + a
         z = self.fc1(F.layer_norm(h2, (self.d,), eps=LN_EPS))  # (B, T, r·d)

@@ -25,7 +25,7 @@ def saturation_rows(doc: dict) -> list[dict]:
 
 def saturation_md(doc: dict) -> str:
     """Markdown table: depth, AGmax, max V, low-signal flag, test loss and accuracy."""
-    out = ["| blocks (ResNet-8 + N) | params | AGmax | max V_l | low signal | best matched Δ train loss | test loss "
+    out = ["| blocks (base + N) | params | AGmax | max V_l | low signal | best matched Δ train loss | test loss "
            "| test acc |", "|---|---|---|---|---|---|---|---|"]
     for r in saturation_rows(doc):
         out.append(f"| {r['blocks']} (N={r['extra']}) | {r['params']:,} | {r['AGmax']:.3e} | {r['Vmax']:.3e} | "
@@ -48,11 +48,11 @@ def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
     ax.set_ylabel("activation-gradient signal")
     ax2 = ax.twinx()
     ax2.plot(x, [r["test_acc"] for r in rows], "^:", color="k", label="test acc")
-    ax2.set_ylabel("test accuracy")
+    ax2.set_ylabel("test accuracy (per token for gpt)")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7)
-    ax.set_title("Depth saturation: ResNet-CIFAR")
+    ax.set_title(f"Depth saturation: {doc['identity'].get('family', 'resnet')}")
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)

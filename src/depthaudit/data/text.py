@@ -1,0 +1,79 @@
+"""Text for the decoder: any local UTF-8 text (characters) or token file (.npy of ints), or the embedded default.
+
+The embedded default needs no download: the English help text that ships with CPython itself
+(``pydoc_data.topics``, ~0.7 MB), read as characters. The first 90 % of the tokens are the training
+split, the rest the test split; each split is cut into non-overlapping windows of ``context + 1`` tokens
+(input = the first ``context``, target = the next-token shift).
+"""
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import UsageError
+
+
+@dataclass(frozen=True)
+class TextData:
+    """Windows on the device: x (N, T) inputs, y (N, T) next tokens; vocabulary size; provenance."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    vocab: int
+    source: str
+    sha256: str
+
+    def provenance(self) -> dict:
+        """What a result file records about the data."""
+        return {"name": "text", "source": self.source, "sha256": self.sha256, "vocab": self.vocab,
+                "n_train": int(self.x_train.shape[0]), "n_test": int(self.x_test.shape[0]),
+                "context": int(self.x_train.shape[1])}
+
+
+def _default_text() -> tuple[str, str]:
+    from pydoc_data import topics
+
+    return "\n\n".join(topics.topics[k] for k in sorted(topics.topics)), "python stdlib pydoc_data.topics"
+
+
+def load_text(path: str | None, context: int, device) -> TextData:
+    """Tokens from ``path`` (or the embedded default), windowed for next-token prediction."""
+    if path is None:
+        text, source = _default_text()
+        raw = text.encode()
+        lut = {c: i for i, c in enumerate(sorted(set(text)))}
+        tokens = np.fromiter((lut[c] for c in text), dtype=np.int64, count=len(text))
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise UsageError(f"--text {path}: no such file; give a UTF-8 text file or a .npy token file")
+        raw = p.read_bytes()
+        source = str(p.resolve())
+        if p.suffix == ".npy":
+            tokens = np.load(p).astype(np.int64).ravel()
+            if tokens.min() < 0:
+                raise UsageError(f"--text {path}: token ids must be >= 0")
+        else:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"--text {path}: not UTF-8 ({exc}); give UTF-8 text or a .npy token file") from None
+            lut = {c: i for i, c in enumerate(sorted(set(text)))}
+            tokens = np.fromiter((lut[c] for c in text), dtype=np.int64, count=len(text))
+    vocab = int(tokens.max()) + 1
+    split = int(0.9 * len(tokens))
+
+    def windows(t):
+        n = (len(t) - 1) // (context + 1)
+        if n < 1:
+            raise UsageError(f"text too short for --context {context}: {len(t)} tokens in a split")
+        w = torch.from_numpy(t[: n * (context + 1)].reshape(n, context + 1).copy())
+        return w[:, :-1].to(device), w[:, 1:].to(device)
+
+    (xtr, ytr), (xte, yte) = windows(tokens[:split]), windows(tokens[split:])
+    return TextData(xtr, ytr, xte, yte, vocab, source, hashlib.sha256(raw).hexdigest())
