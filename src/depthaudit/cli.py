@@ -4,7 +4,6 @@ import argparse
 import importlib
 import os
 import sys
-from pathlib import Path
 
 import torch
 
@@ -105,288 +104,6 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
         seed=getattr(a, "seed", (getattr(a, "seeds", None) or [DEFAULTS.seed])[0]), device=resolve_device(a.device))
 
 
-def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
-    """Train one run and write ``OUT/result.json`` (+ ``checkpoint.pt``)."""
-    from .data import load_data
-    from .runner import result_record, save_run
-    from .train import train
-
-    cfg = config_from_args(a)
-    out = Path(a.out or f"runs/{cfg.dataset}_{cfg.arch}_d{cfg.d_hidden}_L{cfg.num_blocks}_{cfg.method}_"
-                         f"{cfg.train_blocks.replace(':', '')}_s{cfg.seed}")
-    if (out / "result.json").exists() and not a.force:
-        raise UsageError(f"{out}/result.json already exists; pass --force to overwrite or choose another --out")
-    data = load_data(cfg.dataset, cfg.data_dir, cfg.download, torch.device(cfg.device))  # validates data
-    print(f"depthaudit train: {cfg.method} on {cfg.arch} d={cfg.d_hidden} L={cfg.num_blocks} "
-          f"train_blocks={cfg.train_blocks}, {cfg.dataset} ({data.x_train.shape[0]} train), "
-          f"{cfg.epochs} epochs on {cfg.device}", file=sys.stderr)
-    run = train(cfg, data)
-    save_run(out, result_record(cfg, data, run, ["depthaudit", *argv]), run, checkpoint=not a.no_checkpoint)
-    print(f"{run.status}: final test_acc {run.final['test_acc']}  → {out / 'result.json'}")
-    return 0
-
-
-def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
-    """Run the audit protocol and write report.md, report.json and figures into ``--out``."""
-    from .data import load_data
-    from .experiments.audit import run_audit
-    from .io import write_json, write_text
-    from .report import audit_markdown, audit_terminal
-    from .report.figures import audit_figures
-
-    acfg = _audit_config(a)
-    base = acfg.base
-    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
-    out = Path(a.out)
-    print(f"depthaudit audit: {', '.join(acfg.methods)} × seeds {list(acfg.seeds)} on {base.dataset} "
-          f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}",
-          file=sys.stderr)
-    report = run_audit(acfg, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
-                       argv=["depthaudit", *argv], jobs=a.jobs)
-    figures = audit_figures(report, out)
-    report["figures"] = figures
-    write_json(out / "report.json", report)
-    write_text(out / "report.md", audit_markdown(report, figures))
-    print(audit_terminal(report))
-    print(f"\nwrote {out / 'report.md'}, {out / 'report.json'} and {len(figures)} figures")
-    return 0
-
-
-def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
-    """Frozen-init identity check over seeds; prints a table, writes JSON with ``--out``."""
-    from .data import load_data
-    from .diagnostics.identity import identity_over_seeds
-    from .io import write_json
-    from .report import fmt_ms
-    from .runner import probe_batch
-    from .verdicts import mean_std
-
-    base = config_from_args(a)
-    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
-    x, _ = probe_batch(data, a.seeds[0], a.probe_size)
-    res = identity_over_seeds(base.arch, data.input_shape, data.num_classes, base.d_hidden, base.num_blocks,
-                              base.mlp_ratio, a.seeds, x)
-    per = res["per_seed"]
-    rows = [(f"block {i + 1}: |f_l(h_(l-1))|/|h_(l-1)|", mean_std([p["block_ratio"][i] for p in per]))
-            for i in range(base.num_blocks)]
-    rows += [("stack: |h_L - h_0|/|h_0|", mean_std([p["stack_rel_change"] for p in per])),
-             ("stack: cos(h_L, h_0)", mean_std([p["stack_cos"] for p in per]))]
-    print(f"identity at init: {base.arch} d={base.d_hidden} L={base.num_blocks}, {base.dataset} batch of "
-          f"{x.shape[0]}, seeds {a.seeds}")
-    for name, ms in rows:
-        print(f"  {name:40s} {fmt_ms(ms, '.4f')}")
-    if a.out:
-        write_json(Path(a.out), {"config": base.to_dict(), **res, "summary": {n: ms for n, ms in rows}})
-    return 0
-
-
-def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
-    """Depth-utility ladder: train the last k blocks for every k, method and seed; resumable JSON."""
-    from .data import load_data
-    from .experiments.ladder import LadderConfig, ladder_specs, open_store
-    from .report.ladder import ladder_report
-    from .sweep import run_sweep
-
-    if a.gpu is not None:
-        a.device = f"cuda:{a.gpu}"
-    base = config_from_args(a)
-    ks = tuple(dict.fromkeys(a.k_values if a.k_values is not None else range(base.num_blocks + 1)))
-    bad = [k for k in ks if k < 0 or k > base.num_blocks]
-    if bad:
-        raise UsageError(f"--k_values {bad}: each k must be in 0..{base.num_blocks} (--num_blocks)")
-    if a.jobs < 1:
-        raise UsageError("--jobs must be >= 1")
-    lc = LadderConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), k_values=ks,
-                      seeds=tuple(dict.fromkeys(a.seeds)), probe_size=a.probe_size)
-    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
-    store = open_store(Path(a.output_dir), lc, data.sha256)  # refuses a file of another configuration
-    specs = ladder_specs(lc)
-    print(f"depthaudit ladder: {len(specs)} runs ({len(lc.methods)} methods × {len(ks)} k × {len(lc.seeds)} seeds), "
-          f"{base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device}, "
-          f"jobs {a.jobs} → {store}", file=sys.stderr)
-    run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv],
-              run_log=(lambda m: print("    " + m, file=sys.stderr, flush=True)) if a.verbose else None)
-    _, table = ladder_report(store.path, Path(a.audit_dir) if a.audit_dir else None)
-    print(table)
-    print(f"\nwrote {store.path}, {store.path.with_suffix('.md')} and {store.path.with_suffix('.png')}")
-    return 0
-
-
-def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
-    """Rebuild every table and figure in DIR from its saved JSON, without training."""
-    import json
-
-    from .io import write_json, write_text
-    from .report import audit_markdown, audit_terminal
-    from .report.figures import audit_figures
-    from .report.ladder import ladder_report
-
-    d = Path(a.dir)
-    if not d.is_dir():
-        raise UsageError(f"{d} is not a folder; pass the --out/--output_dir of an audit or ladder")
-    found = 0
-    for path in sorted(d.glob("ladder_*.json")):
-        _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)
-        print(f"{path.name}\n{table}\n")
-        found += 1
-    if (d / "report.json").exists():
-        report = json.loads((d / "report.json").read_text())
-        figures = audit_figures(report, d)
-        report["figures"] = figures
-        write_json(d / "report.json", report)
-        write_text(d / "report.md", audit_markdown(report, figures))
-        print(audit_terminal(report))
-        found += 1
-    if not found:
-        raise UsageError(f"{d} holds no ladder_*.json or report.json; pass a folder depthaudit wrote")
-    return 0
-
-
-def _audit_config(a: argparse.Namespace):
-    from .experiments.audit import AuditConfig
-    from .verdicts import Thresholds
-
-    base = config_from_args(a)
-    if a.probe_size < 2 or a.track_every < 0 or a.eps <= 0 or a.rho_max <= 0:
-        raise UsageError("--probe-size must be >= 2, --track-every >= 0, --eps and --rho-max > 0")
-    return AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),
-                       probe_size=a.probe_size, track_every=a.track_every,
-                       thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min))
-
-
-def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
-    """The audit without and with the scale penalty, side by side."""
-    from .data import load_data
-    from .experiments.intervene import run_intervention
-    from .io import write_json, write_text
-    from .report.probes import intervention_md
-
-    acfg = _audit_config(a)
-    if a.penalty <= 0:
-        raise UsageError(f"--penalty must be > 0, got {a.penalty}")
-    data = load_data(acfg.base.dataset, acfg.base.data_dir, acfg.base.download, torch.device(acfg.base.device))
-    out = Path(a.out)
-    res = run_intervention(acfg, a.penalty, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
-                           argv=["depthaudit", *argv], jobs=a.jobs)
-    table = intervention_md(res)
-    write_json(out / "intervention.json", res)
-    write_text(out / "intervention.md", f"# Scale-penalty intervention (λ = {a.penalty:g})\n\n{table}\n")
-    print(table)
-    print(f"\nwrote {out / 'intervention.md'} and {out / 'intervention.json'}")
-    return 0
-
-
-def cmd_bridge(a: argparse.Namespace, argv: list[str]) -> int:
-    """Credit Bridge α sweep and State Bridge for one method."""
-    from .data import load_data
-    from .experiments.bridges import credit_bridge, state_bridge
-    from .io import write_json, write_text
-    from .report.probes import credit_bridge_figure, credit_bridge_md, state_bridge_md
-
-    base = config_from_args(a)
-    if any(not 0 <= x <= 1 for x in a.alphas):
-        raise UsageError("--alphas must lie in [0, 1]")
-    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
-    out = Path(a.out)
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    seeds = tuple(dict.fromkeys(a.seeds))
-    cb = credit_bridge(base, a.method, a.alphas, seeds, out, data, data.sha256, a.probe_size, jobs=a.jobs, log=log,
-                       argv=["depthaudit", *argv])
-    credit_bridge_figure(cb, out / f"credit_bridge_{a.method}.png")
-    parts = [f"# Bridge probes: {a.method}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
-             f"{base.epochs} epochs, seeds {list(seeds)}", "", "## Credit Bridge", "", credit_bridge_md(cb), "",
-             f"![credit bridge](credit_bridge_{a.method}.png)", ""]
-    res = {"credit_bridge": cb}
-    if a.pre_epochs > 0:
-        sb = state_bridge(base, a.method, a.pre_epochs, seeds, out, data, a.probe_size, log=log,
-                          argv=["depthaudit", *argv])
-        res["state_bridge"] = sb
-        parts += [f"## State Bridge (BP for {a.pre_epochs} epochs, then {base.epochs} more)", "",
-                  state_bridge_md(sb), ""]
-    write_json(out / f"bridges_{a.method}.json", res)
-    write_text(out / f"bridges_{a.method}.md", "\n".join(parts))
-    print("\n".join(parts))
-    return 0
-
-
-def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
-    """Depth sweep of ResNet-CIFAR: train each depth, measure AG/AGmax/V, table + figure."""
-    from .data import load_data
-    from .depth.saturation import SaturationRun, run_depth
-    from .io import write_text
-    from .report.saturation import saturation_figure, saturation_md
-    from .sweep import FileStore, RunSpec, run_sweep
-
-    device = resolve_device(a.device)
-    if any(n < 0 for n in a.extra) or a.epochs < 0 or a.analysis_batches < 1:
-        raise UsageError("--extra values must be >= 0, --epochs >= 0, --analysis-batches >= 1")
-    if a.family == "gpt":
-        from .data.text import load_text
-
-        data = load_text(a.text, a.context, torch.device(device))  # validates the text now
-        name, sha = "text", data.sha256
-    else:
-        data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
-        if len(data.input_shape) != 3:
-            raise UsageError(f"saturation trains ResNet-CIFAR on images; {a.dataset} is not an image dataset")
-        name, sha = a.dataset, data.sha256
-    specs = [RunSpec(f"N{n}", SaturationRun(a.dataset, a.data_dir, n, a.epochs, a.batch_size, a.lr, a.weight_decay,
-                                            a.seed, a.analysis_batches, a.low_signal, a.alpha, device, a.family,
-                                            a.text, a.context, a.d_hidden, a.base_blocks),
-                     runner=run_depth) for n in dict.fromkeys(a.extra)]
-    out = Path(a.out)
-    ident = {"family": a.family, "data": name, "data_sha256": sha, "epochs": a.epochs, "seed": a.seed,
-             "batch_size": a.batch_size, "lr": a.lr, "weight_decay": a.weight_decay,
-             "analysis_batches": a.analysis_batches}
-    if a.family == "gpt":
-        ident.update(context=a.context, d_hidden=a.d_hidden, base_blocks=a.base_blocks)
-    store = FileStore(out / f"saturation_{a.family}_{name}.json", "depthaudit.saturation.v1", ident)
-    data = data if a.family == "resnet" else None
-    run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv])
-    table = saturation_md(store.doc)
-    saturation_figure(store.doc, store.path.with_suffix(".png"), a.low_signal)
-    what = "ResNet-CIFAR on " + a.dataset if a.family == "resnet" else f"GPT decoder (d={a.d_hidden}) on text"
-    write_text(store.path.with_suffix(".md"), f"# Depth saturation: {what}, {a.epochs} epochs"
-               f"\n\n{table}\n\n![saturation]({store.path.with_suffix('.png').name})\n")
-    print(table)
-    print(f"\nwrote {store.path}, its .md and .png")
-    return 0
-
-
-def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
-    """Function-preserving growth vs scratch for ResNet-8 + N."""
-    from .data import load_data
-    from .depth.grow import GrowRun, default_schedule, run_arm
-    from .io import write_text
-    from .report.saturation import grow_figure, grow_md
-    from .sweep import FileStore, RunSpec, run_sweep
-
-    device = resolve_device(a.device)
-    sched = tuple(a.insert_at) if a.insert_at else default_schedule(a.extra, a.epochs)
-    bad = any(not 1 <= e <= a.epochs for e in sched) or list(sched) != sorted(sched)
-    if a.extra < 1 or len(sched) != a.extra or bad:
-        raise UsageError(f"--insert-at needs {a.extra} non-decreasing epochs in 1..{a.epochs} (one per extra block)")
-    data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
-    if len(data.input_shape) != 3:
-        raise UsageError(f"grow trains ResNet-CIFAR on images; {a.dataset} is not an image dataset")
-    specs = [RunSpec(arm, GrowRun(arm, a.dataset, a.data_dir, a.extra, a.epochs, sched, a.batch_size, a.lr,
-                                  a.weight_decay, a.seed, device), runner=run_arm) for arm in ("grown", "scratch")]
-    out = Path(a.out)
-    store = FileStore(out / f"grow_resnet8+{a.extra}_{a.dataset}.json", "depthaudit.grow.v1",
-                      {"dataset": a.dataset, "data_sha256": data.sha256, "extra": a.extra, "epochs": a.epochs,
-                       "insert_at": list(sched), "seed": a.seed})
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv], run_log=log)
-    table = grow_md(store.doc)
-    grow_figure(store.doc, store.path.with_suffix(".png"))
-    write_text(store.path.with_suffix(".md"), f"# Growth vs scratch: ResNet-8 + {a.extra} on {a.dataset}, "
-               f"{a.epochs} epochs, insertions at epochs {list(sched)}\n\n{table}\n\n"
-               f"![grow]({store.path.with_suffix('.png').name})\n")
-    print(table)
-    print(f"\nwrote {store.path}, its .md and .png")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The full parser (plug-ins must be imported first so their names are choices)."""
     p = _Parser(prog="depthaudit", description="Audit whether a credit-assignment method trains depth.")
@@ -402,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--force", action="store_true", help="overwrite an existing result.json")
     g.add_argument("--no-checkpoint", "--no_checkpoint", dest="no_checkpoint", action="store_true",
                    help="do not write checkpoint.pt (weights + feedback)")
-    t.set_defaults(func=cmd_train)
+    t.set_defaults(func="run:cmd_train")
 
     def audit_args(ap, out_default):
         add_train_args(ap, per_run=False)
@@ -423,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Train each method (all blocks, tracked) and its frozen-blocks baseline; "
                         "report the standard pair beside D1 scale, D2 reference validity, D3 depth utility.")
     audit_args(au, "results/audit")
-    au.set_defaults(func=cmd_audit)
+    au.set_defaults(func="audit:cmd_audit")
 
     iv = sub.add_parser("intervene", help="scale-penalty intervention: the audit without and with λ",
                         description="Run the audit at the base λ (default 0) and at --penalty; report D1/D2/D3 and "
@@ -431,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit_args(iv, "results/intervene")
     iv.set_defaults(methods=["dfa"])
     iv.add_argument("--penalty", type=float, default=0.1, metavar="X", help="λ of the intervention (default: 0.1)")
-    iv.set_defaults(func=cmd_intervene)
+    iv.set_defaults(func="audit:cmd_intervene")
 
     br = sub.add_parser("bridge", help="Credit Bridge α sweep and State Bridge for one method",
                         description="Credit Bridge: train with (1-α)·method + α·BP credit over --alphas. State Bridge "
@@ -445,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--probe-size", type=int, default=256, metavar="N", help="probe batch (default: 256)")
     br.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
     br.add_argument("--out", default="results/bridge", help="output folder (default: %(default)s)")
-    br.set_defaults(func=cmd_bridge)
+    br.set_defaults(func="audit:cmd_bridge")
 
     la = sub.add_parser("ladder", help="depth-utility ladder: train the last k blocks, k = 0..L",
                         description="For each method, k and seed train only the last k blocks; one resumable JSON "
@@ -463,14 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for the ladder JSON, table and figure (default: %(default)s)")
     g.add_argument("--audit-dir", default=None, help="an audit --out folder to cross-check k=0 and k=L against")
     g.add_argument("--verbose", action="store_true", help="print every epoch of every run")
-    la.set_defaults(func=cmd_ladder)
+    la.set_defaults(func="ladder:cmd_ladder")
 
     rp = sub.add_parser("report", help="rebuild tables and figures from saved JSON (no training)",
                         description="Rebuild ladder tables/figures (ladder_*.json) and the audit report "
                         "(report.json) found in DIR.")
     rp.add_argument("dir", metavar="DIR", help="an audit --out or ladder --output_dir folder")
     rp.add_argument("--audit-dir", default=None, help="cross-check ladder k=0/k=L against this audit folder")
-    rp.set_defaults(func=cmd_report)
+    rp.set_defaults(func="ladder:cmd_report")
 
     sa = sub.add_parser("saturation", help="depth sweep: AG, AGmax and growth value V vs depth",
                         description="Train ResNet-8 + N (or a GPT decoder of base + N blocks) for each --extra N "
@@ -483,51 +200,46 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--d-hidden", type=int, default=64, metavar="N", help="gpt: width (default: 64)")
     sa.add_argument("--base-blocks", type=int, default=1, metavar="N",
                     help="gpt: blocks before the extras (default: 1)")
-    sa.add_argument("--dataset", default="cifar10", help="an image dataset (default: %(default)s)")
-    sa.add_argument("--data-dir", "--data_dir", dest="data_dir", default=None, metavar="DIR", help="data folder/zip")
-    sa.add_argument("--download", action="store_true", help="download a missing CIFAR archive")
     sa.add_argument("--extra", nargs="+", type=int, default=[0, 1, 2, 3, 6], metavar="N",
                     help="extra blocks N added to ResNet-8 (default: 0 1 2 3 6)")
-    sa.add_argument("--epochs", type=int, default=10, metavar="N", help="epochs per depth (default: 10)")
-    sa.add_argument("--batch-size", type=int, default=128, metavar="N", help="batch size (default: 128)")
-    sa.add_argument("--lr", type=float, default=1e-3, metavar="X", help="AdamW lr, cosine (default: 1e-3)")
-    sa.add_argument("--weight-decay", type=float, default=0.01, metavar="X", help="AdamW weight decay (default: 0.01)")
-    sa.add_argument("--seed", type=int, default=42, metavar="N", help="seed (default: 42)")
     sa.add_argument("--analysis-batches", type=int, default=4, metavar="B", help="analysis batches (default: 4)")
     sa.add_argument("--low-signal", type=float, default=5e-3, metavar="X", help="AGmax flag level (default: 5e-3)")
     sa.add_argument("--alpha", type=float, default=1e-3, metavar="X",
                     help="gradient-matched insertion: fit the new block to -α·g (default: 1e-3)")
-    sa.add_argument("--device", default="auto", metavar="DEV", help="cpu | cuda[:N] | auto (default: auto)")
-    sa.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
-    sa.add_argument("--out", default="results/saturation", help="output folder (default: %(default)s)")
-    sa.set_defaults(func=cmd_saturation)
+    _plain_args(sa, "results/saturation")
+    sa.set_defaults(func="depth:cmd_saturation")
 
     gr = sub.add_parser("grow", help="function-preserving growth vs the same architecture from scratch",
                         description="Grow ResNet-8 to ResNet-8 + N by zero-output insertions during training and "
                         "compare final train/test loss with ResNet-8 + N trained from scratch for the same budget.")
-    gr.add_argument("--dataset", default="cifar10", help="an image dataset (default: %(default)s)")
-    gr.add_argument("--data-dir", "--data_dir", dest="data_dir", default=None, metavar="DIR", help="data folder/zip")
-    gr.add_argument("--download", action="store_true", help="download a missing CIFAR archive")
     gr.add_argument("--extra", type=int, default=3, metavar="N", help="blocks to grow (default: 3)")
-    gr.add_argument("--epochs", type=int, default=10, metavar="N", help="total epochs, both arms (default: 10)")
     gr.add_argument("--insert-at", nargs="+", type=int, default=None, metavar="E",
                     help="epoch of each insertion (default: evenly over the first half)")
-    gr.add_argument("--batch-size", type=int, default=128, metavar="N", help="batch size (default: 128)")
-    gr.add_argument("--lr", type=float, default=1e-3, metavar="X", help="AdamW lr, cosine (default: 1e-3)")
-    gr.add_argument("--weight-decay", type=float, default=0.01, metavar="X", help="weight decay (default: 0.01)")
-    gr.add_argument("--seed", type=int, default=42, metavar="N", help="seed (default: 42)")
-    gr.add_argument("--device", default="auto", metavar="DEV", help="cpu | cuda[:N] | auto (default: auto)")
-    gr.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
-    gr.add_argument("--out", default="results/grow", help="output folder (default: %(default)s)")
-    gr.set_defaults(func=cmd_grow)
+    _plain_args(gr, "results/grow")
+    gr.set_defaults(func="depth:cmd_grow")
 
     idt = sub.add_parser("identity", help="frozen-init identity check over seeds",
                          description="At random init: per-block |f_l(h)|/|h|, |h_L-h_0|/|h_0|, cos(h_L, h_0).")
     add_train_args(idt, per_run=False)
     idt.add_argument("--probe-size", type=int, default=256, help="data batch size (default: %(default)s)")
     idt.add_argument("--out", default=None, help="write the numbers to this JSON file")
-    idt.set_defaults(func=cmd_identity)
+    idt.set_defaults(func="audit:cmd_identity")
     return p
+
+
+def _plain_args(p: argparse.ArgumentParser, out: str) -> None:
+    """Flags of the plain-backprop depth commands (saturation, grow)."""
+    p.add_argument("--dataset", default="cifar10", help="an image dataset (default: %(default)s)")
+    p.add_argument("--data-dir", "--data_dir", dest="data_dir", default=None, metavar="DIR", help="data folder/zip")
+    p.add_argument("--download", action="store_true", help="download a missing CIFAR archive")
+    p.add_argument("--epochs", type=int, default=10, metavar="N", help="epochs per run (default: 10)")
+    p.add_argument("--batch-size", type=int, default=128, metavar="N", help="batch size (default: 128)")
+    p.add_argument("--lr", type=float, default=1e-3, metavar="X", help="AdamW lr, cosine (default: 1e-3)")
+    p.add_argument("--weight-decay", type=float, default=0.01, metavar="X", help="AdamW weight decay (default: 0.01)")
+    p.add_argument("--seed", type=int, default=42, metavar="N", help="seed (default: 42)")
+    p.add_argument("--device", default="auto", metavar="DEV", help="cpu | cuda[:N] | auto (default: auto)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
+    p.add_argument("--out", default=out, help="output folder (default: %(default)s)")
 
 
 def _import_plugins(argv: list[str]) -> None:
@@ -549,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _import_plugins(argv)
         args = build_parser().parse_args(argv)
-        return args.func(args, argv)
+        module, name = args.func.split(":")  # commands load on use: --help stays fast
+        return getattr(importlib.import_module(f"depthaudit.commands.{module}"), name)(args, argv)
     except UsageError as exc:
         print(f"depthaudit: error: {exc}", file=sys.stderr)
         return 2

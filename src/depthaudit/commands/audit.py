@@ -1,0 +1,132 @@
+"""`depthaudit audit`, `intervene`, `bridge` and `identity`: the audit protocol and its probes."""
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from ..cli import config_from_args
+from ..errors import UsageError
+
+
+def _audit_config(a: argparse.Namespace):
+    from ..experiments.audit import AuditConfig
+    from ..verdicts import Thresholds
+
+    base = config_from_args(a)
+    if a.probe_size < 2 or a.track_every < 0 or a.eps <= 0 or a.rho_max <= 0:
+        raise UsageError("--probe-size must be >= 2, --track-every >= 0, --eps and --rho-max > 0")
+    return AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),
+                       probe_size=a.probe_size, track_every=a.track_every,
+                       thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min))
+
+
+def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
+    """Run the audit protocol and write report.md, report.json and figures into ``--out``."""
+    from ..data import load_data
+    from ..experiments.audit import run_audit
+    from ..io import write_json, write_text
+    from ..report import audit_markdown, audit_terminal
+    from ..report.figures import audit_figures
+
+    acfg = _audit_config(a)
+    base = acfg.base
+    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    out = Path(a.out)
+    print(f"depthaudit audit: {', '.join(acfg.methods)} × seeds {list(acfg.seeds)} on {base.dataset} "
+          f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}",
+          file=sys.stderr)
+    report = run_audit(acfg, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
+                       argv=["depthaudit", *argv], jobs=a.jobs)
+    figures = audit_figures(report, out)
+    report["figures"] = figures
+    write_json(out / "report.json", report)
+    write_text(out / "report.md", audit_markdown(report, figures))
+    print(audit_terminal(report))
+    print(f"\nwrote {out / 'report.md'}, {out / 'report.json'} and {len(figures)} figures")
+    return 0
+
+
+def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
+    """The audit without and with the scale penalty, side by side."""
+    from ..data import load_data
+    from ..experiments.intervene import run_intervention
+    from ..io import write_json, write_text
+    from ..report.probes import intervention_md
+
+    acfg = _audit_config(a)
+    if a.penalty <= 0:
+        raise UsageError(f"--penalty must be > 0, got {a.penalty}")
+    data = load_data(acfg.base.dataset, acfg.base.data_dir, acfg.base.download, torch.device(acfg.base.device))
+    out = Path(a.out)
+    res = run_intervention(acfg, a.penalty, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
+                           argv=["depthaudit", *argv], jobs=a.jobs)
+    table = intervention_md(res)
+    write_json(out / "intervention.json", res)
+    write_text(out / "intervention.md", f"# Scale-penalty intervention (λ = {a.penalty:g})\n\n{table}\n")
+    print(table)
+    print(f"\nwrote {out / 'intervention.md'} and {out / 'intervention.json'}")
+    return 0
+
+
+def cmd_bridge(a: argparse.Namespace, argv: list[str]) -> int:
+    """Credit Bridge α sweep and State Bridge for one method."""
+    from ..data import load_data
+    from ..experiments.bridges import credit_bridge, state_bridge
+    from ..io import write_json, write_text
+    from ..report.probes import credit_bridge_figure, credit_bridge_md, state_bridge_md
+
+    base = config_from_args(a)
+    if any(not 0 <= x <= 1 for x in a.alphas):
+        raise UsageError("--alphas must lie in [0, 1]")
+    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    out = Path(a.out)
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    seeds = tuple(dict.fromkeys(a.seeds))
+    cb = credit_bridge(base, a.method, a.alphas, seeds, out, data, data.sha256, a.probe_size, jobs=a.jobs, log=log,
+                       argv=["depthaudit", *argv])
+    credit_bridge_figure(cb, out / f"credit_bridge_{a.method}.png")
+    parts = [f"# Bridge probes: {a.method}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
+             f"{base.epochs} epochs, seeds {list(seeds)}", "", "## Credit Bridge", "", credit_bridge_md(cb), "",
+             f"![credit bridge](credit_bridge_{a.method}.png)", ""]
+    res = {"credit_bridge": cb}
+    if a.pre_epochs > 0:
+        sb = state_bridge(base, a.method, a.pre_epochs, seeds, out, data, a.probe_size, log=log,
+                          argv=["depthaudit", *argv])
+        res["state_bridge"] = sb
+        parts += [f"## State Bridge (BP for {a.pre_epochs} epochs, then {base.epochs} more)", "",
+                  state_bridge_md(sb), ""]
+    write_json(out / f"bridges_{a.method}.json", res)
+    write_text(out / f"bridges_{a.method}.md", "\n".join(parts))
+    print("\n".join(parts))
+    return 0
+
+
+def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
+    """Frozen-init identity check over seeds; prints a table, writes JSON with ``--out``."""
+    from ..data import load_data
+    from ..diagnostics.identity import identity_over_seeds
+    from ..io import write_json
+    from ..report import fmt_ms
+    from ..runner import probe_batch
+    from ..verdicts import mean_std
+
+    base = config_from_args(a)
+    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    x, _ = probe_batch(data, a.seeds[0], a.probe_size)
+    res = identity_over_seeds(base.arch, data.input_shape, data.num_classes, base.d_hidden, base.num_blocks,
+                              base.mlp_ratio, a.seeds, x)
+    per = res["per_seed"]
+    rows = [(f"block {i + 1}: |f_l(h_(l-1))|/|h_(l-1)|", mean_std([p["block_ratio"][i] for p in per]))
+            for i in range(base.num_blocks)]
+    rows += [("stack: |h_L - h_0|/|h_0|", mean_std([p["stack_rel_change"] for p in per])),
+             ("stack: cos(h_L, h_0)", mean_std([p["stack_cos"] for p in per]))]
+    print(f"identity at init: {base.arch} d={base.d_hidden} L={base.num_blocks}, {base.dataset} batch of "
+          f"{x.shape[0]}, seeds {a.seeds}")
+    for name, ms in rows:
+        print(f"  {name:40s} {fmt_ms(ms, '.4f')}")
+    if a.out:
+        write_json(Path(a.out), {"config": base.to_dict(), **res, "summary": {n: ms for n, ms in rows}})
+    return 0
+

@@ -1,0 +1,89 @@
+"""`depthaudit saturation` and `grow`: is the network deep enough?"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from ..cli import resolve_device
+from ..errors import UsageError
+
+
+def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
+    """Depth sweep of ResNet-CIFAR: train each depth, measure AG/AGmax/V, table + figure."""
+    from ..data import load_data
+    from ..depth.saturation import SaturationRun, run_depth
+    from ..io import write_text
+    from ..report.saturation import saturation_figure, saturation_md
+    from ..sweep import FileStore, RunSpec, run_sweep
+
+    device = resolve_device(a.device)
+    if any(n < 0 for n in a.extra) or a.epochs < 0 or a.analysis_batches < 1:
+        raise UsageError("--extra values must be >= 0, --epochs >= 0, --analysis-batches >= 1")
+    if a.family == "gpt":
+        from ..data.text import load_text
+
+        data = load_text(a.text, a.context, torch.device(device))  # validates the text now
+        name, sha = "text", data.sha256
+    else:
+        data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
+        if len(data.input_shape) != 3:
+            raise UsageError(f"saturation trains ResNet-CIFAR on images; {a.dataset} is not an image dataset")
+        name, sha = a.dataset, data.sha256
+    specs = [RunSpec(f"N{n}", SaturationRun(a.dataset, a.data_dir, n, a.epochs, a.batch_size, a.lr, a.weight_decay,
+                                            a.seed, a.analysis_batches, a.low_signal, a.alpha, device, a.family,
+                                            a.text, a.context, a.d_hidden, a.base_blocks),
+                     runner=run_depth) for n in dict.fromkeys(a.extra)]
+    out = Path(a.out)
+    ident = {"family": a.family, "data": name, "data_sha256": sha, "epochs": a.epochs, "seed": a.seed,
+             "batch_size": a.batch_size, "lr": a.lr, "weight_decay": a.weight_decay,
+             "analysis_batches": a.analysis_batches}
+    if a.family == "gpt":
+        ident.update(context=a.context, d_hidden=a.d_hidden, base_blocks=a.base_blocks)
+    store = FileStore(out / f"saturation_{a.family}_{name}.json", "depthaudit.saturation.v1", ident)
+    data = data if a.family == "resnet" else None
+    run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv])
+    table = saturation_md(store.doc)
+    saturation_figure(store.doc, store.path.with_suffix(".png"), a.low_signal)
+    what = "ResNet-CIFAR on " + a.dataset if a.family == "resnet" else f"GPT decoder (d={a.d_hidden}) on text"
+    write_text(store.path.with_suffix(".md"), f"# Depth saturation: {what}, {a.epochs} epochs"
+               f"\n\n{table}\n\n![saturation]({store.path.with_suffix('.png').name})\n")
+    print(table)
+    print(f"\nwrote {store.path}, its .md and .png")
+    return 0
+
+
+def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
+    """Function-preserving growth vs scratch for ResNet-8 + N."""
+    from ..data import load_data
+    from ..depth.grow import GrowRun, default_schedule, run_arm
+    from ..io import write_text
+    from ..report.saturation import grow_figure, grow_md
+    from ..sweep import FileStore, RunSpec, run_sweep
+
+    device = resolve_device(a.device)
+    sched = tuple(a.insert_at) if a.insert_at else default_schedule(a.extra, a.epochs)
+    bad = any(not 1 <= e <= a.epochs for e in sched) or list(sched) != sorted(sched)
+    if a.extra < 1 or len(sched) != a.extra or bad:
+        raise UsageError(f"--insert-at needs {a.extra} non-decreasing epochs in 1..{a.epochs} (one per extra block)")
+    data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
+    if len(data.input_shape) != 3:
+        raise UsageError(f"grow trains ResNet-CIFAR on images; {a.dataset} is not an image dataset")
+    specs = [RunSpec(arm, GrowRun(arm, a.dataset, a.data_dir, a.extra, a.epochs, sched, a.batch_size, a.lr,
+                                  a.weight_decay, a.seed, device), runner=run_arm) for arm in ("grown", "scratch")]
+    out = Path(a.out)
+    store = FileStore(out / f"grow_resnet8+{a.extra}_{a.dataset}.json", "depthaudit.grow.v1",
+                      {"dataset": a.dataset, "data_sha256": data.sha256, "extra": a.extra, "epochs": a.epochs,
+                       "insert_at": list(sched), "seed": a.seed})
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv], run_log=log)
+    table = grow_md(store.doc)
+    grow_figure(store.doc, store.path.with_suffix(".png"))
+    write_text(store.path.with_suffix(".md"), f"# Growth vs scratch: ResNet-8 + {a.extra} on {a.dataset}, "
+               f"{a.epochs} epochs, insertions at epochs {list(sched)}\n\n{table}\n\n"
+               f"![grow]({store.path.with_suffix('.png').name})\n")
+    print(table)
+    print(f"\nwrote {store.path}, its .md and .png")
+    return 0
+

@@ -1,0 +1,73 @@
+"""`depthaudit ladder` and `report`: the depth-utility ladder and rebuilding reports from JSON."""
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from ..cli import config_from_args
+from ..errors import UsageError
+
+
+def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
+    """Depth-utility ladder: train the last k blocks for every k, method and seed; resumable JSON."""
+    from ..data import load_data
+    from ..experiments.ladder import LadderConfig, ladder_specs, open_store
+    from ..report.ladder import ladder_report
+    from ..sweep import run_sweep
+
+    if a.gpu is not None:
+        a.device = f"cuda:{a.gpu}"
+    base = config_from_args(a)
+    ks = tuple(dict.fromkeys(a.k_values if a.k_values is not None else range(base.num_blocks + 1)))
+    bad = [k for k in ks if k < 0 or k > base.num_blocks]
+    if bad:
+        raise UsageError(f"--k_values {bad}: each k must be in 0..{base.num_blocks} (--num_blocks)")
+    if a.jobs < 1:
+        raise UsageError("--jobs must be >= 1")
+    lc = LadderConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), k_values=ks,
+                      seeds=tuple(dict.fromkeys(a.seeds)), probe_size=a.probe_size)
+    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    store = open_store(Path(a.output_dir), lc, data.sha256)  # refuses a file of another configuration
+    specs = ladder_specs(lc)
+    print(f"depthaudit ladder: {len(specs)} runs ({len(lc.methods)} methods × {len(ks)} k × {len(lc.seeds)} seeds), "
+          f"{base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device}, "
+          f"jobs {a.jobs} → {store}", file=sys.stderr)
+    run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv],
+              run_log=(lambda m: print("    " + m, file=sys.stderr, flush=True)) if a.verbose else None)
+    _, table = ladder_report(store.path, Path(a.audit_dir) if a.audit_dir else None)
+    print(table)
+    print(f"\nwrote {store.path}, {store.path.with_suffix('.md')} and {store.path.with_suffix('.png')}")
+    return 0
+
+
+def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
+    """Rebuild every table and figure in DIR from its saved JSON, without training."""
+    import json
+
+    from ..io import write_json, write_text
+    from ..report import audit_markdown, audit_terminal
+    from ..report.figures import audit_figures
+    from ..report.ladder import ladder_report
+
+    d = Path(a.dir)
+    if not d.is_dir():
+        raise UsageError(f"{d} is not a folder; pass the --out/--output_dir of an audit or ladder")
+    found = 0
+    for path in sorted(d.glob("ladder_*.json")):
+        _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)
+        print(f"{path.name}\n{table}\n")
+        found += 1
+    if (d / "report.json").exists():
+        report = json.loads((d / "report.json").read_text())
+        figures = audit_figures(report, d)
+        report["figures"] = figures
+        write_json(d / "report.json", report)
+        write_text(d / "report.md", audit_markdown(report, figures))
+        print(audit_terminal(report))
+        found += 1
+    if not found:
+        raise UsageError(f"{d} holds no ladder_*.json or report.json; pass a folder depthaudit wrote")
+    return 0
+

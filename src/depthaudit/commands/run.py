@@ -1,0 +1,32 @@
+"""`depthaudit train`: one run under one credit method."""
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from ..cli import config_from_args
+from ..errors import UsageError
+
+
+def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
+    """Train one run and write ``OUT/result.json`` (+ ``checkpoint.pt``)."""
+    from ..data import load_data
+    from ..runner import result_record, save_run
+    from ..train import train
+
+    cfg = config_from_args(a)
+    out = Path(a.out or f"runs/{cfg.dataset}_{cfg.arch}_d{cfg.d_hidden}_L{cfg.num_blocks}_{cfg.method}_"
+                         f"{cfg.train_blocks.replace(':', '')}_s{cfg.seed}")
+    if (out / "result.json").exists() and not a.force:
+        raise UsageError(f"{out}/result.json already exists; pass --force to overwrite or choose another --out")
+    data = load_data(cfg.dataset, cfg.data_dir, cfg.download, torch.device(cfg.device))  # validates data
+    print(f"depthaudit train: {cfg.method} on {cfg.arch} d={cfg.d_hidden} L={cfg.num_blocks} "
+          f"train_blocks={cfg.train_blocks}, {cfg.dataset} ({data.x_train.shape[0]} train), "
+          f"{cfg.epochs} epochs on {cfg.device}", file=sys.stderr)
+    run = train(cfg, data)
+    save_run(out, result_record(cfg, data, run, ["depthaudit", *argv]), run, checkpoint=not a.no_checkpoint)
+    print(f"{run.status}: final test_acc {run.final['test_acc']}  → {out / 'result.json'}")
+    return 0
+
