@@ -83,7 +83,7 @@ class FileStore:
                           if old_id.get(k, defaults.get(k)) != identity.get(k, defaults.get(k)))
             if old.get("schema") != schema or diff:
                 raise UsageError(f"{self.path} holds runs of a different configuration (differs in: "
-                                 f"{', '.join(diff) or 'schema'}); use another --output_dir or move the file")
+                                 f"{', '.join(diff) or 'schema'}); use another output folder or move the file")
             self.doc["runs"] = old.get("runs", {})
 
     def get(self, spec: RunSpec) -> dict | None:
