@@ -45,6 +45,7 @@ def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
     ax.axhspan(min(vals) / 10, low_signal, color="grey", alpha=0.2, label=f"low signal (< {low_signal:g})")
     ax.set_yscale("log")
     ax.set_xlabel("residual blocks")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("activation-gradient signal")
     ax2 = ax.twinx()
     ax2.plot(x, [r["test_acc"] for r in rows], "^:", color="k", label="test acc")
