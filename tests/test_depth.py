@@ -179,6 +179,9 @@ def test_grow_command_compares_with_scratch(tmp_path, capsys):
     assert [h["blocks"] for h in g["history"]] == [5, 5] and g["final"]["blocks"] == s["final"]["blocks"] == 5
     assert doc["identity"]["insert_at"] == [1, 1]
     assert "| grown | 5 |" in capsys.readouterr().out
+    (out / "grow_resnet8+2_cifar10.png").unlink()
+    assert main(["report", str(out)]) == 0  # rebuilt from the JSON alone
+    assert (out / "grow_resnet8+2_cifar10.png").exists() and "| grown | 5 |" in capsys.readouterr().out
     assert main(["grow", "--data-dir", str(tmp_path / "imgs.zip"), "--extra", "2", "--insert-at", "3", "1",
                  "--epochs", "2", "--out", str(tmp_path / "bad")]) == 2
 

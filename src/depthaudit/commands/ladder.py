@@ -67,7 +67,26 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
         write_text(d / "report.md", audit_markdown(report, figures))
         print(audit_terminal(report))
         found += 1
+    from ..report.saturation import grow_figure, grow_md, saturation_figure, saturation_md
+
+    for path in sorted(d.glob("saturation_*.json")):
+        doc = json.loads(path.read_text())
+        low = min((r["config"].get("low_signal", 5e-3) for r in doc["runs"].values()), default=5e-3)
+        saturation_figure(doc, path.with_suffix(".png"), low)
+        table = saturation_md(doc)
+        write_text(path.with_suffix(".md"), f"# Depth saturation ({path.stem})\n\n{table}\n\n"
+                   f"![saturation]({path.with_suffix('.png').name})\n")
+        print(f"{path.name}\n{table}\n")
+        found += 1
+    for path in sorted(d.glob("grow_*.json")):
+        doc = json.loads(path.read_text())
+        grow_figure(doc, path.with_suffix(".png"))
+        table = grow_md(doc)
+        write_text(path.with_suffix(".md"), f"# Growth vs scratch ({path.stem})\n\n{table}\n\n"
+                   f"![grow]({path.with_suffix('.png').name})\n")
+        print(f"{path.name}\n{table}\n")
+        found += 1
     if not found:
-        raise UsageError(f"{d} holds no ladder_*.json or report.json; pass a folder depthaudit wrote")
+        raise UsageError(f"{d} holds no ladder_*, saturation_*, grow_* or report.json; pass a folder depthaudit wrote")
     return 0
 

@@ -80,6 +80,7 @@ def grow_figure(doc: dict, path: Path) -> None:
     for e in doc["identity"].get("insert_at", []):
         ax.axvline(e - 0.5, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("epoch (dotted: insertion before that epoch)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("test accuracy")
     ax.set_title("Function-preserving growth vs scratch")
     ax.legend(fontsize=8)
