@@ -10,8 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import ResidualModel
-from .functional import init_linear_
-from .resmlp import LN_EPS
+from .resmlp import LNReadout
 from .vit import ViTBlock
 
 
@@ -30,20 +29,6 @@ class TokenEmbed(nn.Module):
         return self.tok(x) + self.pos[: x.shape[1]]
 
 
-class LMReadout(nn.Module):
-    """Terminal LayerNorm → linear LM head at every position."""
-
-    def __init__(self, d: int, vocab: int, gen: torch.Generator):
-        super().__init__()
-        self.out_ln = nn.LayerNorm(d, eps=LN_EPS)
-        self.out_head = nn.Linear(d, vocab)
-        init_linear_(self.out_head, gen)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        """Logits (B, T, V)."""
-        return self.out_head(self.out_ln(h))
-
-
 class GPTDecoder(ResidualModel):
     """``num_blocks`` causal pre-LN blocks of width ``d`` with ``heads`` heads."""
 
@@ -53,7 +38,7 @@ class GPTDecoder(ResidualModel):
         gen = torch.Generator().manual_seed(seed)
         self.embed = TokenEmbed(vocab, context, d, gen)
         self.blocks = nn.ModuleList(ViTBlock(d, heads, mlp_ratio, gen, causal=True) for _ in range(num_blocks))
-        self.readout = LMReadout(d, vocab, gen)
+        self.readout = LNReadout(d, vocab, gen)  # terminal LN → LM head at every position
 
 
 def lm_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from torch import nn
 
 from .base import ResidualModel
 from .functional import gelu_vjp, init_linear_, layer_norm_input_vjp, layer_norm_stats
-from .resmlp import LN_EPS, MODELS
+from .resmlp import LN_EPS, MODELS, LNReadout
 
 
 class PatchEmbed(nn.Module):
@@ -117,22 +117,12 @@ class ViTBlock(nn.Module):
         return vm + layer_norm_input_vjp(h, du1, None, LN_EPS, st1)
 
 
-class PooledLNReadout(nn.Module):
+class PooledLNReadout(LNReadout):
     """Terminal LayerNorm ``out_ln`` → mean over tokens → ``out_head``."""
-
-    def __init__(self, d: int, num_classes: int, gen: torch.Generator):
-        super().__init__()
-        self.out_ln = nn.LayerNorm(d, eps=LN_EPS)
-        self.out_head = nn.Linear(d, num_classes)
-        init_linear_(self.out_head, gen)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """Logits (B, C) from tokens (B, T, d)."""
         return self.out_head(self.out_ln(h).mean(1))
-
-    def feedback_weights(self) -> dict[str, torch.Tensor]:
-        """The weights whose transposes FA replaces."""
-        return {"out_head": self.out_head.weight}
 
     @torch.no_grad()
     def fa_vjp(self, h: torch.Tensor, e: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
