@@ -160,7 +160,7 @@ def test_identity_check_on_zero_output_blocks_is_exact():
 def test_default_audit_end_to_end_and_report_schema(tmp_path, capsys):
     out = tmp_path / "audit"
     args = ["audit", "--epochs", "2", "--d-hidden", "32", "--num-blocks", "3", "--seeds", "1", "2",
-            "--probe-size", "128", "--out", str(out)]
+            "--probe-batches", "2", "--probe-batch-size", "64", "--out", str(out)]
     assert main(args) == 0
     card = capsys.readouterr().out
     assert "Standard pair vs protocol" in card and "dfa" in card

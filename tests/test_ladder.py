@@ -14,7 +14,8 @@ from depthaudit.experiments.ladder import aggregate
 from depthaudit.report.ladder import ladder_table_md
 
 LADDER = ["ladder", "--dataset", "mnist1d", "--d_hidden", "48", "--num_blocks", "2", "--methods", "bp", "dfa",
-          "--k_values", "0", "1", "2", "--seeds", "1", "2", "--epochs", "2", "--probe-size", "64", "--device", "cpu"]
+          "--k_values", "0", "1", "2", "--seeds", "1", "2", "--epochs", "2", "--probe-batches", "1",
+          "--probe-batch-size", "64", "--device", "cpu"]
 FILE = "ladder_d48_L2_mnist1d.json"
 
 
@@ -74,8 +75,8 @@ def test_kill_after_first_run_then_resume_equals_uninterrupted(tmp_path):
 
 
 def test_config_mismatch_is_refused(tmp_path, capsys):
-    args = [*LADDER[:-10], "--k_values", "0", "--seeds", "1", "--epochs", "1", "--probe-size", "32",
-            "--device", "cpu", "--output_dir", str(tmp_path)]
+    args = [*LADDER[:10], "--k_values", "0", "--seeds", "1", "--epochs", "1", "--probe-batches", "1",
+            "--probe-batch-size", "32", "--device", "cpu", "--output_dir", str(tmp_path)]
     assert main(args) == 0
     before = (tmp_path / FILE).read_text()
     args[args.index("--epochs") + 1] = "3"
@@ -128,8 +129,8 @@ def test_aggregation_on_known_numbers():
 
 
 def test_report_rebuilds_the_table_from_json_alone(tmp_path, capsys):
-    args = [*LADDER[:9], "--k_values", "0", "2", "--seeds", "1", "--epochs", "1", "--probe-size", "32",
-            "--device", "cpu", "--output_dir", str(tmp_path)]
+    args = [*LADDER[:9], "--k_values", "0", "2", "--seeds", "1", "--epochs", "1", "--probe-batches", "1",
+            "--probe-batch-size", "32", "--device", "cpu", "--output_dir", str(tmp_path)]
     assert main(args) == 0
     first = capsys.readouterr().out
     md = (tmp_path / FILE.replace(".json", ".md")).read_text()
@@ -148,8 +149,8 @@ def test_report_rebuilds_the_table_from_json_alone(tmp_path, capsys):
 def test_parallel_jobs_give_the_same_results_as_sequential(tmp_path):
     env = _env(tmp_path)
     cli = [sys.executable, "-m", "depthaudit.cli"]
-    small = [*LADDER[:9], "--k_values", "0", "2", "--seeds", "1", "--epochs", "1", "--probe-size", "32",
-             "--device", "cpu"]
+    small = [*LADDER[:9], "--k_values", "0", "2", "--seeds", "1", "--epochs", "1", "--probe-batches", "1",
+             "--probe-batch-size", "32", "--device", "cpu"]
     docs = []
     for jobs, sub in (("1", "seq"), ("2", "par")):
         p = subprocess.run([*cli, *small, "--jobs", jobs, "--output_dir", str(tmp_path / sub)], env=env,

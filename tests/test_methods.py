@@ -212,5 +212,5 @@ def test_vit_dfa_projects_to_every_token():
     states, cs = dfa.probe(model, x, y)
     e = output_error(model(x), y)
     for i, (h, c) in enumerate(zip(states, cs, strict=True)):
-        assert c.shape == h.shape == (4, 10, 16)
+        assert c.shape == h.shape == (4, 11, 16)  # cls token + 10 patch tokens
         assert torch.allclose(c.flatten(1), e @ dfa.feedback[f"B{i}"].T, atol=1e-6)

@@ -7,7 +7,7 @@ import numpy as np
 
 from depthaudit.cli import main
 
-TINY = ["--d-hidden", "24", "--num-blocks", "2", "--epochs", "1", "--probe-size", "64"]
+TINY = ["--d-hidden", "24", "--num-blocks", "2", "--epochs", "1", "--probe-batches", "1", "--probe-batch-size", "64"]
 
 
 def test_intervene_reports_before_and_after(tmp_path, capsys):

@@ -41,18 +41,24 @@ def _flag(group, name: str, **kw):
 def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
     """Flags shared by every command that trains (``per_run``: also --method, --train-blocks, --seed)."""
     from .data import DATASETS
+    from .data.augment import AUGMENTS
     from .methods import METHODS
     from .models import MODELS
+    from .models.resmlp import VARIANTS
 
     g = p.add_argument_group("data")
     _flag(g, "dataset", default=DEFAULTS.dataset, choices=DATASETS.names(), help="dataset")
     _flag(g, "data_dir", default=None, metavar="DIR", help="folder or .zip holding the data (cifar*)")
     _flag(g, "download", action="store_true", help="download a missing CIFAR archive (verified by md5)")
+    _flag(g, "augment", default="auto", choices=["auto", *AUGMENTS],
+          help="training augmentation; auto = the dataset's (CIFAR: crop+flip, pad 4)")
     g = p.add_argument_group("model")
     _flag(g, "arch", default=DEFAULTS.arch, choices=MODELS.names(), help="residual model")
+    _flag(g, "variant", default=DEFAULTS.variant, choices=VARIANTS,
+          help="ref = the published protocol's model; v0.1 = depthaudit 0.1's (ours)")
     _flag(g, "d_hidden", type=int, default=DEFAULTS.d_hidden, help="stream width d")
     _flag(g, "num_blocks", type=int, default=DEFAULTS.num_blocks, help="residual blocks L")
-    _flag(g, "mlp_ratio", type=int, default=DEFAULTS.mlp_ratio, help="MLP expansion")
+    _flag(g, "mlp_ratio", type=int, default=None, help="MLP expansion (default: the variant's; ResMLP ref 1)")
     g = p.add_argument_group("credit and recipe")
     if per_run:
         _flag(g, "method", default=DEFAULTS.method, choices=METHODS.names(), help="credit method")
@@ -63,7 +69,9 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
         _flag(g, "methods", nargs="+", default=["bp", "fa", "dfa"], choices=METHODS.names(), metavar="M",
               help=f"credit methods, from {{{','.join(METHODS.names())}}}")
         _flag(g, "seeds", nargs="+", type=int, default=[42], metavar="S", help="seeds (mean ± std, ddof 1)")
-    _flag(g, "epochs", type=int, default=DEFAULTS.epochs, help="epochs")
+    _flag(g, "epochs", type=int, default=None,
+          help="budget: the cosine schedule spans it (default: the dataset's; CIFAR 100, others 20)")
+    _flag(g, "stop_after", type=int, default=None, help="train only the first N epochs of that schedule")
     _flag(g, "batch_size", type=int, default=DEFAULTS.batch_size, help="batch size")
     _flag(g, "lr", type=float, default=DEFAULTS.lr, help="AdamW learning rate (cosine to 0)")
     _flag(g, "weight_decay", type=float, default=DEFAULTS.weight_decay, help="AdamW weight decay")
@@ -93,12 +101,21 @@ def resolve_device(spec: str) -> str:
     return "cpu"
 
 
+def default_epochs(dataset: str) -> int:
+    """The dataset's registered budget (CIFAR: 100, the protocol's), else the config default."""
+    from .data import DATASETS
+
+    return DATASETS.meta(dataset).get("epochs", DEFAULTS.epochs)
+
+
 def config_from_args(a: argparse.Namespace) -> TrainConfig:
     """The frozen config, built once here and passed down (experiments vary method/seed/blocks from it)."""
     return TrainConfig(
-        dataset=a.dataset, data_dir=a.data_dir, download=a.download, arch=a.arch, d_hidden=a.d_hidden,
-        num_blocks=a.num_blocks, mlp_ratio=a.mlp_ratio, method=getattr(a, "method", DEFAULTS.method),
-        train_blocks=getattr(a, "train_blocks", DEFAULTS.train_blocks), epochs=a.epochs, batch_size=a.batch_size,
+        dataset=a.dataset, data_dir=a.data_dir, download=a.download, augment=a.augment, arch=a.arch,
+        variant=a.variant, d_hidden=a.d_hidden, num_blocks=a.num_blocks, mlp_ratio=a.mlp_ratio,
+        method=getattr(a, "method", DEFAULTS.method), train_blocks=getattr(a, "train_blocks", DEFAULTS.train_blocks),
+        epochs=a.epochs if a.epochs is not None else default_epochs(a.dataset), stop_after=a.stop_after,
+        batch_size=a.batch_size,
         bridge_alpha=getattr(a, "bridge_alpha", None), init_checkpoint=getattr(a, "init_checkpoint", None),
         lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty,
         seed=getattr(a, "seed", (getattr(a, "seeds", None) or [DEFAULTS.seed])[0]), device=resolve_device(a.device))
@@ -124,10 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     def audit_args(ap, out_default):
         add_train_args(ap, per_run=False)
         g = ap.add_argument_group("measurement and thresholds")
-        g.add_argument("--probe-size", "--probe_size", dest="probe_size", type=int, default=256, metavar="N",
-                       help="fixed held-out probe batch size (default: %(default)s)")
+        _probe_args(g)
         g.add_argument("--track-every", "--track_every", dest="track_every", type=int, default=1, metavar="N",
                        help="measure every N epochs; 0 = end only (default: %(default)s)")
+        g.add_argument("--d1-stat", choices=["median", "mean"], default="median",
+                       help="per-example stream norm statistic for D1 (default: median, the reference's)")
+        g.add_argument("--stop-on-flag", action="store_true",
+                       help="end a trained run at the epoch D1 or D2 first fires (status stopped_flagged)")
         g.add_argument("--rho-max", type=float, default=50.0, metavar="X", help="D1 flag when ρ > X (default: 50)")
         g.add_argument("--eps", type=float, default=1e-8, metavar="X", help="cosine floor ε (default: 1e-8)")
         g.add_argument("--ref-factor", type=float, default=10.0, metavar="X",
@@ -159,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--alphas", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0], metavar="A",
                     help="α grid (default: 0 0.25 0.5 0.75 1)")
     br.add_argument("--pre-epochs", type=int, default=0, metavar="N", help="State Bridge: BP epochs first (0 = skip)")
-    br.add_argument("--probe-size", type=int, default=256, metavar="N", help="probe batch (default: 256)")
+    _probe_args(br)
     br.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
     br.add_argument("--out", default="results/bridge", help="output folder (default: %(default)s)")
     br.set_defaults(func="audit:cmd_bridge")
@@ -174,8 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rungs k (default: 0..num_blocks)")
     g.add_argument("--gpu", type=int, default=None, metavar="N", help="use cuda:N (same as --device cuda:N)")
     g.add_argument("--jobs", type=int, default=1, help="trainings in parallel processes (default: %(default)s)")
-    g.add_argument("--probe-size", "--probe_size", dest="probe_size", type=int, default=256,
-                   help="probe batch for the final audit measurements (default: %(default)s)")
+    _probe_args(g)
     g.add_argument("--output_dir", "--output-dir", dest="output_dir", default="results/depth_ladder",
                    help="folder for the ladder JSON, table and figure (default: %(default)s)")
     g.add_argument("--audit-dir", default=None, help="an audit --out folder to cross-check k=0 and k=L against")
@@ -221,10 +240,25 @@ def build_parser() -> argparse.ArgumentParser:
     idt = sub.add_parser("identity", help="frozen-init identity check over seeds",
                          description="At random init: per-block |f_l(h)|/|h|, |h_L-h_0|/|h_0|, cos(h_L, h_0).")
     add_train_args(idt, per_run=False)
-    idt.add_argument("--probe-size", type=int, default=256, help="data batch size (default: %(default)s)")
+    _probe_args(idt)
     idt.add_argument("--out", default=None, help="write the numbers to this JSON file")
     idt.set_defaults(func="audit:cmd_identity")
     return p
+
+
+def _probe_args(g) -> None:
+    """Probe batches of the field's convention: the reference measures on 10 held-out batches of 128."""
+    g.add_argument("--probe-batches", type=int, default=10, metavar="N",
+                   help="held-out probe batches per measurement (default: %(default)s)")
+    g.add_argument("--probe-batch-size", type=int, default=128, metavar="N",
+                   help="probe batch size B_p of the mean-loss reference (default: %(default)s)")
+
+
+def check_probe_args(a: argparse.Namespace) -> tuple[int, int]:
+    """``(batches, batch size)`` from the flags, refusing values that make the measurement meaningless."""
+    if a.probe_batches < 1 or a.probe_batch_size < 2:
+        raise UsageError("--probe-batches must be >= 1 and --probe-batch-size >= 2")
+    return a.probe_batches, a.probe_batch_size
 
 
 def _plain_args(p: argparse.ArgumentParser, out: str) -> None:

@@ -15,18 +15,21 @@ class TrainConfig:
     dataset: str = "mnist1d"
     data_dir: str | None = None
     download: bool = False
+    augment: str = "auto"  # auto = the dataset's default (CIFAR: crop+flip) | crop+flip | crop | flip | none
     # model
     arch: str = "resmlp"
+    variant: str = "ref"  # ref = the published protocol's model | v0.1 = depthaudit 0.1's (ours)
     d_hidden: int = 256
     num_blocks: int = 4
-    mlp_ratio: int = 4
+    mlp_ratio: int | None = None  # None = the variant's own (ResMLP ref 1, v0.1 4; ViT 4)
     # credit method and which blocks train
     method: str = "bp"
     train_blocks: str = "all"
     bridge_alpha: float | None = None  # Credit Bridge: mix the method's credit with BP's (see bridges)
     init_checkpoint: str | None = None  # State Bridge: start from this checkpoint's weights
     # recipe
-    epochs: int = 20
+    epochs: int = 20  # the budget: the cosine schedule spans it
+    stop_after: int | None = None  # train only the first N epochs of that schedule
     batch_size: int = 128
     lr: float = 1e-3
     weight_decay: float = 0.01
@@ -35,6 +38,21 @@ class TrainConfig:
     device: str = "cpu"
 
     def __post_init__(self):
+        from .data.augment import AUGMENTS
+        from .models.resmlp import DEFAULT_RATIO, VARIANTS
+
+        if self.variant not in VARIANTS:
+            raise UsageError(f"--variant {self.variant!r} not known; use one of {', '.join(VARIANTS)}")
+        if self.mlp_ratio is None:  # resolved here so every stored config names the expansion it ran
+            object.__setattr__(self, "mlp_ratio", 4 if self.arch == "vit" else DEFAULT_RATIO[self.variant])
+        if self.augment == "auto":
+            from .data import DATASETS
+
+            object.__setattr__(self, "augment", DATASETS.meta(self.dataset).get("augment", "none"))
+        if self.augment not in AUGMENTS:
+            raise UsageError(f"--augment {self.augment!r} not known; use one of auto, {', '.join(AUGMENTS)}")
+        if self.stop_after is not None and not 1 <= self.stop_after <= self.epochs:
+            raise UsageError(f"--stop-after must be in 1..--epochs ({self.epochs}), got {self.stop_after}")
         for name in ("d_hidden", "num_blocks", "mlp_ratio", "epochs", "batch_size"):
             if getattr(self, name) < (0 if name in ("epochs", "num_blocks") else 1):
                 raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
@@ -54,9 +72,19 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
-        """Inverse of :meth:`to_dict`; unknown keys are ignored (newer result files)."""
+        """Inverse of :meth:`to_dict`; unknown keys are ignored (newer result files).
+
+        A key missing from a stored config takes the value that version ran with (:data:`LEGACY`), not
+        today's default: a 0.1 result reads as ``variant=v0.1, augment=none``, so it is never mistaken
+        for (or reused as) a run of the reference model.
+        """
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**{**LEGACY, **{k: v for k, v in d.items() if k in names}})
+
+    @property
+    def epochs_run(self) -> int:
+        """Epochs actually trained: ``stop_after`` when set, else the whole budget."""
+        return self.epochs if self.stop_after is None else self.stop_after
 
     def same_as(self, stored: dict) -> bool:
         """Whether a config stored by any version (missing fields = their defaults) equals this one."""
@@ -68,6 +96,10 @@ class TrainConfig:
     def trainable(self) -> tuple[int, ...]:
         """1-based indices of the blocks that train (see :func:`trainable_blocks`)."""
         return trainable_blocks(self.train_blocks, self.num_blocks)
+
+
+# what a stored config that lacks a field ran with (fields added after 0.1.0)
+LEGACY: dict[str, Any] = {"variant": "v0.1", "augment": "none", "stop_after": None}
 
 
 def trainable_blocks(spec: str, num_blocks: int) -> tuple[int, ...]:

@@ -20,17 +20,23 @@ class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._meta: dict[str, dict] = {}
 
-    def register(self, name: str, *, overwrite: bool = False) -> Callable[[T], T]:
-        """Decorator that registers ``obj`` under ``name``."""
+    def register(self, name: str, *, overwrite: bool = False, **meta) -> Callable[[T], T]:
+        """Decorator that registers ``obj`` under ``name``; ``meta`` are defaults tied to it (e.g. ``epochs``)."""
 
         def deco(obj: T) -> T:
             if name in self._items and not overwrite:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self._items[name] = obj
+            self._meta[name] = dict(meta)
             return obj
 
         return deco
+
+    def meta(self, name: str) -> dict:
+        """The defaults registered with ``name`` (empty for an unknown name)."""
+        return self._meta.get(name, {})
 
     def get(self, name: str) -> T:
         """Look up ``name``; an unknown name is a UsageError listing the known ones."""

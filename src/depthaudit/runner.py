@@ -8,6 +8,7 @@ import torch
 
 from .config import TrainConfig, derive_seed
 from .data import DataBundle
+from .errors import UsageError
 from .io import finite_json, save_torch, write_json
 from .provenance import provenance
 from .train import RunOutput
@@ -20,7 +21,7 @@ def result_record(cfg: TrainConfig, data: DataBundle, run: RunOutput, argv: list
     """The ``result.json`` content of one run (config, provenance, history, final, status)."""
     rec = {"schema": SCHEMA, "status": run.status, "config": cfg.to_dict(),
            "provenance": provenance(torch.device(cfg.device), data.provenance(), cfg.seed, argv),
-           "tracking": tracking, "history": run.history, "final": run.final,
+           "tracking": tracking, "history": run.history, "final": run.final, "monitor": run.monitor,
            "timing": {"train_seconds": round(run.seconds, 3)}}
     if run.probe_init is not None:
         rec["probe_init"] = run.probe_init
@@ -39,13 +40,36 @@ def run_slug(cfg: TrainConfig, tracking: dict | None = None) -> str:
     """A readable, unique folder name for a config (+ a hash of everything, tracking included)."""
     blob = json.dumps([cfg.to_dict(), tracking], sort_keys=True).encode()
     tb = cfg.train_blocks.replace(":", "")
-    return (f"{cfg.dataset}_{cfg.arch}_d{cfg.d_hidden}_L{cfg.num_blocks}_{cfg.method}_{tb}_e{cfg.epochs}"
+    stop = f"to{cfg.stop_after}" if cfg.stop_after is not None else ""
+    return (f"{cfg.dataset}_{cfg.arch}_d{cfg.d_hidden}_L{cfg.num_blocks}_{cfg.method}_{tb}_e{cfg.epochs}{stop}"
             f"_s{cfg.seed}_{hashlib.sha256(blob).hexdigest()[:8]}")
 
 
 def probe_batch(data: DataBundle, seed: int, size: int):
-    """A fixed probe batch from the held-out split, drawn with a seed derived from the run's seed."""
+    """A fixed probe set of ``size`` held-out examples, drawn with a seed derived from the run's seed."""
     n = data.x_test.shape[0]
     gen = torch.Generator().manual_seed(derive_seed(seed, "probe"))
     idx = torch.randperm(n, generator=gen)[:min(size, n)].to(data.x_test.device)
     return data.x_test[idx], data.y_test[idx]
+
+
+def probe_batches(data: DataBundle, seed: int, n_batches: int = 10, batch_size: int = 128) -> list:
+    """``n_batches`` fixed held-out probe batches of ``batch_size`` (SPEC §3: the reference uses 10 × 128).
+
+    Drawn without replacement from the test split with a seed derived from the run's seed; when the split
+    is smaller than ``n_batches × batch_size`` there are fewer batches (at least one), all of equal size.
+    """
+    n_test = data.x_test.shape[0]
+    if batch_size > n_test:
+        raise UsageError(f"--probe-batch-size {batch_size} exceeds the {n_test} held-out examples; use a smaller one")
+    k = max(1, min(n_batches, n_test // batch_size))
+    x, y = probe_batch(data, seed, k * batch_size)
+    return [(x[i * batch_size:(i + 1) * batch_size], y[i * batch_size:(i + 1) * batch_size]) for i in range(k)]
+
+
+def tracking_plan(n_batches: int, batch_size: int, every: int, thresholds, d1_stat: str = "median",
+                  stop_on_flag: bool = False) -> dict:
+    """The measurement plan stored with (and hashed into) a run: probe batches, schedule, ε, D1 statistic, monitor."""
+    return {"probe_batches": n_batches, "probe_batch_size": batch_size, "every": every, "eps": thresholds.eps,
+            "d1_stat": d1_stat, "monitor": {"rho_max": thresholds.rho_max, "ref_factor": thresholds.ref_factor,
+                                            "stop_on_flag": stop_on_flag} if every > 0 else None}

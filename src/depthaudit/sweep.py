@@ -29,7 +29,7 @@ class RunSpec:
 
     key: str
     cfg: TrainConfig  # or any frozen config with to_dict() and same_as(stored_dict) (other runners)
-    tracking: dict | None = None  # {"probe_size", "every", "eps"}: audit diagnostics on a probe batch
+    tracking: dict | None = None  # runner.tracking_plan(...): audit diagnostics on probe batches, monitor
     checkpoint: str | None = None  # also save weights + feedback here (e.g. a State Bridge's start)
     runner: Callable | None = None  # runner(spec, data, log, argv) -> record; None = the training recipe
 
@@ -128,18 +128,20 @@ def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
     if spec.runner is not None:
         return spec.runner(spec, data, log, argv)
     from .data import load_data
-    from .diagnostics import audit_tracker
-    from .runner import probe_batch
+    from .diagnostics import audit_monitor, audit_tracker
+    from .runner import probe_batches
     from .train import train
 
     cfg = spec.cfg
     if data is None:
         data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
-    tracker = None
+    tracker = monitor = None
     if spec.tracking:
-        x, y = probe_batch(data, cfg.seed, spec.tracking["probe_size"])
-        tracker = audit_tracker(x, y, spec.tracking["every"], spec.tracking["eps"])
-    run = train(cfg, data, log=log or (lambda m: None), tracker=tracker)
+        t = spec.tracking
+        batches = probe_batches(data, cfg.seed, t["probe_batches"], t["probe_batch_size"])
+        tracker = audit_tracker(batches, t["every"], t["eps"], t.get("d1_stat", "median"))
+        monitor = audit_monitor(t)
+    run = train(cfg, data, log=log or (lambda m: None), tracker=tracker, monitor=monitor)
     rec = result_record(cfg, data, run, argv, spec.tracking)
     if spec.checkpoint:
         from .io import save_torch
@@ -180,7 +182,8 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
         for s in pending:
             c = s.cfg
             what = (f"{c.method}, train_blocks {c.train_blocks}, " if isinstance(c, TrainConfig) else "")
-            log(f"run {s.key}: {what}seed {c.seed}, {c.epochs} epochs")
+            stop = f" (first {c.stop_after})" if getattr(c, "stop_after", None) else ""
+            log(f"run {s.key}: {what}seed {c.seed}, {c.epochs} epochs{stop}")
             rec = execute(s, data, log=run_log, argv=argv)
             store.put(s, rec)
             results[s.key] = rec

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from .config import TrainConfig, derive_seed
 from .data import DataBundle
+from .data.augment import augment_batch
 from .errors import UsageError
 from .methods import CreditMethod, build_method
 from .models import ResidualModel, build_model
@@ -19,13 +20,14 @@ from .models import ResidualModel, build_model
 class RunOutput:
     """What one run produced (the CLI adds provenance and writes it)."""
 
-    status: str  # "ok" | "diverged"
+    status: str  # "ok" | "diverged" | "stopped_flagged"
     history: list[dict]
     final: dict
     seconds: float
     model: ResidualModel = field(repr=False)
     method: CreditMethod = field(repr=False)
     probe_init: dict | None = None  # tracker measurements at initialisation (epoch 0)
+    monitor: dict | None = None  # the first epoch each D1/D2 check fired (see diagnostics.Monitor)
 
 
 def _finite(v: float) -> float | None:
@@ -62,7 +64,7 @@ def make_optimizer(model: ResidualModel, cfg: TrainConfig) -> torch.optim.Optimi
 def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMethod]:
     """Model (init from ``cfg.seed``) with the frozen blocks' params not requiring grad, and its method."""
     model = build_model(cfg.arch, data.input_shape, data.num_classes, cfg.d_hidden, cfg.num_blocks,
-                        cfg.mlp_ratio, cfg.seed).to(cfg.device)
+                        cfg.mlp_ratio, cfg.seed, cfg.variant).to(cfg.device)
     if cfg.init_checkpoint:  # State Bridge: weights from another run (e.g. BP-trained); feedback fresh
         ckpt = torch.load(cfg.init_checkpoint, map_location=cfg.device, weights_only=True)
         try:
@@ -81,6 +83,10 @@ class Stepper:
     def __init__(self, cfg: TrainConfig, data: DataBundle, model: ResidualModel, method: CreditMethod):
         self.cfg, self.data, self.model, self.method = cfg, data, model, method
         self.opts = [make_optimizer(model, cfg)]
+        if cfg.augment != "none" and (data.pad_value is None or data.x_train.dim() != 4):
+            raise UsageError(f"--augment {cfg.augment}: {data.name} is not an image dataset; use --augment none")
+        # augmentation draws its own stream (crop offsets, flips), on the data's device
+        self.aug_gen = torch.Generator(device=data.x_train.device).manual_seed(derive_seed(cfg.seed, "augment"))
 
     def __call__(self, idx: torch.Tensor, lr: float) -> torch.Tensor:
         """Train on rows ``idx`` of the training tensors; returns the batch's mean loss (on the device)."""
@@ -88,7 +94,10 @@ class Stepper:
             for g in opt.param_groups:
                 g["lr"] = lr
             opt.zero_grad(set_to_none=True)
-        loss = self.method.step(self.model, self.data.x_train[idx], self.data.y_train[idx], self.cfg.scale_penalty)
+        x = self.data.x_train[idx]  # (B, …)
+        if self.cfg.augment != "none":
+            x = augment_batch(x, self.cfg.augment, self.data.pad_value, self.aug_gen)
+        loss = self.method.step(self.model, x, self.data.y_train[idx], self.cfg.scale_penalty)
         for opt in self.opts:
             opt.step()
         self.method.after_step(self.model, lr, self.cfg.weight_decay)
@@ -100,12 +109,16 @@ def cosine_lr(cfg: TrainConfig, step: int, total: int) -> float:
     return cfg.lr * 0.5 * (1 + math.cos(math.pi * step / total))
 
 
-def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None) -> RunOutput:
+def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=None) -> RunOutput:
     """Train under the recipe; a non-finite loss ends the run with status ``diverged``.
 
+    The cosine schedule spans the budget ``cfg.epochs``; with ``cfg.stop_after = N`` only its first N
+    epochs are trained (so a short run is the protocol's first N epochs, not a shorter schedule).
     ``log(msg)`` receives one line per epoch (default: stderr). ``tracker(epoch, model, method, final)``
     (see :class:`depthaudit.diagnostics.Tracker`) is called at init (epoch 0) and after every epoch;
-    what it returns is stored in that epoch's ``history`` record under ``probe``.
+    what it returns is stored in that epoch's ``history`` record under ``probe``. ``monitor`` (see
+    :class:`depthaudit.diagnostics.Monitor`) reads each measurement and records the first epoch each
+    check fires; when it asks to stop, the run ends there with status ``stopped_flagged``.
     """
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     device = torch.device(cfg.device)
@@ -117,8 +130,12 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None) -> RunOutp
     gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "shuffle"))
     history, status, step, t0 = [], "ok", 0, time.perf_counter()
     tty = sys.stderr.isatty()
-    probe_init = tracker(0, model, method, cfg.epochs == 0) if tracker else None
-    for epoch in range(1, cfg.epochs + 1):
+    last_epoch = cfg.epochs_run
+    probe_init = tracker(0, model, method, last_epoch == 0) if tracker else None
+    if monitor is not None and probe_init is not None and monitor.update(0, probe_init) and monitor.should_stop:
+        status, last_epoch = "stopped_flagged", 0  # fired at initialisation: nothing to train
+        log(f"stopped before training: {', '.join(k for k, v in monitor.fired.items() if v)} fired at init")
+    for epoch in range(1, last_epoch + 1):
         perm = torch.randperm(n, device=device, generator=gen)
         loss_sum = torch.zeros((), device=device)
         for i in range(steps_per_epoch):
@@ -134,19 +151,32 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None) -> RunOutp
         rec = {"epoch": epoch, "train_loss": _finite(train_loss), "test_loss": _finite(test_loss),
                "test_acc": test_acc, "lr_end": lr, "seconds": round(time.perf_counter() - t0, 3)}
         diverged = not (math.isfinite(train_loss) and math.isfinite(test_loss))
+        fired = []
         if tracker:
-            measured = tracker(epoch, model, method, final=diverged or epoch == cfg.epochs)
+            stop_now = monitor is not None and monitor.stop_on_flag
+            measured = tracker(epoch, model, method, final=diverged or epoch == last_epoch or stop_now)
             if measured is not None:
                 rec["probe"] = measured
+                if monitor is not None:
+                    fired = monitor.update(epoch, measured)
         history.append(rec)
-        log(f"{chr(13) if tty else ''}epoch {epoch}/{cfg.epochs}  train_loss {train_loss:.4f}  "
+        of = f"{epoch}/{cfg.epochs}" + (f" (stop after {last_epoch})" if last_epoch != cfg.epochs else "")
+        log(f"{chr(13) if tty else ''}epoch {of}  train_loss {train_loss:.4f}  "
             f"test_loss {test_loss:.4f}  test_acc {test_acc:.4f}  [{rec['seconds']:.1f}s]")
+        for name in fired:
+            log(f"  monitor: {name} fired at epoch {epoch} ({monitor.describe(name)})")
         if diverged:
             status = "diverged"
             log(f"diverged at epoch {epoch}: non-finite loss; stopping and recording the run")
             break
+        if fired and monitor.should_stop:
+            status = "stopped_flagged"
+            log(f"stopped at epoch {epoch} of {cfg.epochs}: {', '.join(fired)} fired (--stop-on-flag)")
+            break
     last = history[-1] if history else {}
     final = {"test_acc": last.get("test_acc"), "test_loss": last.get("test_loss"),
-             "train_loss": last.get("train_loss"), "epochs_completed": len(history),
-             "diverged_at_epoch": last.get("epoch") if status == "diverged" else None}
-    return RunOutput(status, history, final, time.perf_counter() - t0, model, method, probe_init)
+             "train_loss": last.get("train_loss"), "epochs_completed": len(history), "budget_epochs": cfg.epochs,
+             "diverged_at_epoch": last.get("epoch") if status == "diverged" else None,
+             "stopped_at_epoch": last.get("epoch", 0) if status == "stopped_flagged" else None}
+    return RunOutput(status, history, final, time.perf_counter() - t0, model, method, probe_init,
+                     monitor.to_dict() if monitor is not None else None)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ..cli import config_from_args
+from ..cli import check_probe_args, config_from_args
 from ..errors import UsageError
 
 
@@ -15,11 +15,15 @@ def _audit_config(a: argparse.Namespace):
     from ..verdicts import Thresholds
 
     base = config_from_args(a)
-    if a.probe_size < 2 or a.track_every < 0 or a.eps <= 0 or a.rho_max <= 0:
-        raise UsageError("--probe-size must be >= 2, --track-every >= 0, --eps and --rho-max > 0")
+    nb, bs = check_probe_args(a)
+    if a.track_every < 0 or not a.eps > 0 or not a.rho_max > 0:
+        raise UsageError("--track-every must be >= 0, --eps and --rho-max > 0")
+    if a.stop_on_flag and a.track_every != 1:
+        raise UsageError("--stop-on-flag needs the monitor every epoch; drop --track-every or set it to 1")
     return AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),
-                       probe_size=a.probe_size, track_every=a.track_every,
-                       thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min))
+                       probe_batches=nb, probe_batch_size=bs, track_every=a.track_every,
+                       thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min), d1_stat=a.d1_stat,
+                       stop_on_flag=a.stop_on_flag)
 
 
 def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
@@ -84,7 +88,8 @@ def cmd_bridge(a: argparse.Namespace, argv: list[str]) -> int:
     out = Path(a.out)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     seeds = tuple(dict.fromkeys(a.seeds))
-    cb = credit_bridge(base, a.method, a.alphas, seeds, out, data, data.sha256, a.probe_size, jobs=a.jobs, log=log,
+    probe = check_probe_args(a)
+    cb = credit_bridge(base, a.method, a.alphas, seeds, out, data, data.sha256, probe, jobs=a.jobs, log=log,
                        argv=["depthaudit", *argv])
     credit_bridge_figure(cb, out / f"credit_bridge_{a.method}.png")
     parts = [f"# Bridge probes: {a.method}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
@@ -92,7 +97,7 @@ def cmd_bridge(a: argparse.Namespace, argv: list[str]) -> int:
              f"![credit bridge](credit_bridge_{a.method}.png)", ""]
     res = {"credit_bridge": cb}
     if a.pre_epochs > 0:
-        sb = state_bridge(base, a.method, a.pre_epochs, seeds, out, data, a.probe_size, log=log,
+        sb = state_bridge(base, a.method, a.pre_epochs, seeds, out, data, probe, log=log,
                           argv=["depthaudit", *argv])
         res["state_bridge"] = sb
         parts += [f"## State Bridge (BP for {a.pre_epochs} epochs, then {base.epochs} more)", "",
@@ -104,29 +109,39 @@ def cmd_bridge(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
-    """Frozen-init identity check over seeds; prints a table, writes JSON with ``--out``."""
+    """Frozen-init identity check over seeds; prints a table beside SPEC §1's calibration, JSON with ``--out``."""
     from ..data import load_data
     from ..diagnostics.identity import identity_over_seeds
+    from ..experiments.audit import identity_summary
     from ..io import write_json
     from ..report import fmt_ms
     from ..runner import probe_batch
-    from ..verdicts import mean_std
 
     base = config_from_args(a)
+    nb, bs = check_probe_args(a)
+    if a.out and Path(a.out).is_dir():
+        raise UsageError(f"--out {a.out} is a folder; give a .json file path")
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
-    x, _ = probe_batch(data, a.seeds[0], a.probe_size)
-    res = identity_over_seeds(base.arch, data.input_shape, data.num_classes, base.d_hidden, base.num_blocks,
-                              base.mlp_ratio, a.seeds, x)
-    per = res["per_seed"]
-    rows = [(f"block {i + 1}: |f_l(h_(l-1))|/|h_(l-1)|", mean_std([p["block_ratio"][i] for p in per]))
-            for i in range(base.num_blocks)]
-    rows += [("stack: |h_L - h_0|/|h_0|", mean_std([p["stack_rel_change"] for p in per])),
-             ("stack: cos(h_L, h_0)", mean_std([p["stack_cos"] for p in per]))]
-    print(f"identity at init: {base.arch} d={base.d_hidden} L={base.num_blocks}, {base.dataset} batch of "
-          f"{x.shape[0]}, seeds {a.seeds}")
-    for name, ms in rows:
-        print(f"  {name:40s} {fmt_ms(ms, '.4f')}")
+    seeds = list(dict.fromkeys(a.seeds))
+    x, y = probe_batch(data, seeds[0], nb * bs)
+    res = identity_over_seeds(base, data.input_shape, data.num_classes, seeds, x, y, bs)
+    summ = identity_summary(res["per_seed"], base.num_blocks)
+    ref = base.arch == "resmlp" and base.variant == "ref" and base.dataset == "cifar10"
+    rows = [(f"block {i + 1}: |f_l(h_(l-1))|/|h_(l-1)|", v, "~0.10") for i, v in enumerate(summ["block_ratio"])]
+    rows += [("stack: |h_L - h_0|/|h_0|", summ["stack_rel_change"], "0.196 ± 0.003"),
+             ("stack: cos(h_L, h_0)", summ["stack_cos"], "0.981 ± 0.001")]
+    rows += [("per example, mean: |h_L - h_0|/|h_0| (ours)", summ["per_example_stack_rel_change"], ""),
+             ("per example, mean: cos(h_L, h_0) (ours)", summ["per_example_stack_cos"], "")]
+    rows += [(f"median per-example |h_{i}|", v, "~9") for i, v in enumerate(summ["stream_median_norm"])]
+    if "g_L_median" in summ:
+        rows.append((f"D2 |g_L| (mean loss, batch {bs}), median", summ["g_L_median"], "~8e-3"))
+    print(f"identity at init: {base.arch} ({base.variant}) d={base.d_hidden} L={base.num_blocks}, {base.dataset}, "
+          f"{x.shape[0]} held-out examples, seeds {seeds}")
+    print("  block and stack ratios over the whole held-out tensor (the calibration's form); per-example means below")
+    print(f"  {'quantity':44s} {'measured (mean ± std over seeds)':34s}" + (" SPEC §1 reference" if ref else ""))
+    for name, ms, spec in rows:
+        fmt = ".2e" if name.startswith("D2") else ".4f"
+        print(f"  {name:44s} {fmt_ms(ms, fmt):34s}" + (f" {spec}" if ref else ""))
     if a.out:
-        write_json(Path(a.out), {"config": base.to_dict(), **res, "summary": {n: ms for n, ms in rows}})
+        write_json(Path(a.out), {"config": base.to_dict(), **res, "summary": summ})
     return 0
-

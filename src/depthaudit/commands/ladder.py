@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ..cli import config_from_args
+from ..cli import check_probe_args, config_from_args
 from ..errors import UsageError
 
 
@@ -20,6 +20,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     if a.gpu is not None:
         a.device = f"cuda:{a.gpu}"
     base = config_from_args(a)
+    nb, bs = check_probe_args(a)
     ks = tuple(dict.fromkeys(a.k_values if a.k_values is not None else range(base.num_blocks + 1)))
     bad = [k for k in ks if k < 0 or k > base.num_blocks]
     if bad:
@@ -27,7 +28,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     if a.jobs < 1:
         raise UsageError("--jobs must be >= 1")
     lc = LadderConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), k_values=ks,
-                      seeds=tuple(dict.fromkeys(a.seeds)), probe_size=a.probe_size)
+                      seeds=tuple(dict.fromkeys(a.seeds)), probe_batches=nb, probe_batch_size=bs)
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
     store = open_store(Path(a.output_dir), lc, data.sha256)  # refuses a file of another configuration
     specs = ladder_specs(lc)

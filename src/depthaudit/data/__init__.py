@@ -2,7 +2,7 @@
 
 import torch
 
-from . import cifar, mnist1d  # noqa: F401  (registers the loaders)
+from . import cifar, mnist1d, teacher  # noqa: F401  (registers the loaders)
 from .base import DATASETS, ArrayData, DataBundle, cache_dir, to_bundle
 
 __all__ = ["DATASETS", "ArrayData", "DataBundle", "cache_dir", "load_data"]

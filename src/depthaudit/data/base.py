@@ -38,6 +38,7 @@ class DataBundle:
     num_classes: int
     source: str
     sha256: str
+    pad_value: torch.Tensor | None = None  # (C,) a black pixel after normalisation (images only; augmentation)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -101,19 +102,21 @@ def to_bundle(name: str, a: ArrayData, device: torch.device) -> DataBundle:
     """
     # uint8 travels to the device first (4× less to copy), conversion happens there, in place
     xtr, xte = torch.from_numpy(a.x_train).to(device), torch.from_numpy(a.x_test).to(device)
+    pad = None
     if xtr.dtype == torch.uint8:
         xtr, xte = (_chw_float(t) for t in (xtr, xte))
         std, mean = torch.std_mean(xtr, dim=(0, 2, 3), keepdim=True)
         std = std.clamp_min(1e-6)  # a constant channel stays 0, not inf
         for t in (xtr, xte):
             t.sub_(mean).div_(std)
+        pad = (-mean / std).flatten()  # (C,) where a zero (black) raw pixel lands
     return DataBundle(
         name=name,
         x_train=xtr.float().contiguous(),
         y_train=torch.from_numpy(a.y_train).long().to(device),
         x_test=xte.float().contiguous(),
         y_test=torch.from_numpy(a.y_test).long().to(device),
-        num_classes=a.num_classes, source=a.source, sha256=a.sha256,
+        num_classes=a.num_classes, source=a.source, sha256=a.sha256, pad_value=pad,
     )
 
 

@@ -1,15 +1,25 @@
-"""Diagnostics read stream states and credits on a fixed probe batch; they never touch the optimizer."""
+"""Diagnostics read stream states and credits on fixed probe batches; they never touch the optimizer."""
 
-from .base import EPS, Diagnostic, Probe, Tracker, cosine
-from .credit_cosine import CreditCosine, aggregate_cosines
+from .base import EPS, Diagnostic, Probe, Tracker, robust_cosine
+from .credit_cosine import CreditCosine, RobustCosine, robust_aggregates, standard_cosines
+from .monitor import Monitor
 from .stream import ReferenceNorm, StreamNorms
 from .update_cosine import UpdateCosine
 
-__all__ = ["EPS", "Diagnostic", "Probe", "Tracker", "cosine", "CreditCosine", "aggregate_cosines",
-           "ReferenceNorm", "StreamNorms", "UpdateCosine", "audit_tracker"]
+__all__ = ["EPS", "Diagnostic", "Probe", "Tracker", "robust_cosine", "CreditCosine", "RobustCosine",
+           "standard_cosines", "robust_aggregates", "Monitor", "ReferenceNorm", "StreamNorms", "UpdateCosine",
+           "audit_tracker", "audit_monitor"]
 
 
-def audit_tracker(x, y, every: int = 1, eps: float = EPS) -> Tracker:
-    """The audit's standard set: credit and update cosines, stream norms/ρ, reference norms."""
-    return Tracker(x, y, [CreditCosine(every), UpdateCosine(every), StreamNorms(every), ReferenceNorm(every)],
-                   eps)
+def audit_tracker(batches, every: int = 1, eps: float = EPS, d1_stat: str = "median") -> Tracker:
+    """The audit's standard set: standard and robust credit cosines, update cosines, stream norms/ρ, ‖g_L‖."""
+    return Tracker(batches, [CreditCosine(every), RobustCosine(every), UpdateCosine(every),
+                             StreamNorms(every, d1_stat), ReferenceNorm(every)], eps)
+
+
+def audit_monitor(tracking: dict) -> Monitor | None:
+    """The monitor a tracking plan asks for (D1/D2 thresholds, stop-on-flag), or None."""
+    mon = tracking.get("monitor")
+    if not mon:
+        return None
+    return Monitor(mon["rho_max"], mon["ref_factor"] * tracking["eps"], mon.get("stop_on_flag", False))

@@ -1,8 +1,14 @@
-"""Scheduled diagnostics on a fixed probe batch (Cockpit style: one quantity per file, tiny base class).
+"""Scheduled diagnostics on fixed probe batches (Cockpit style: one quantity per file, tiny base class).
 
 Data flows one way: a :class:`Probe` computes stream states, the method's credits and the exact BP
-reference once per measurement; each :class:`Diagnostic` only reads them. Results are moved to the
-CPU (as Python floats) only when stored.
+reference once per measurement, batch by batch; each :class:`Diagnostic` only reads them. Results move
+to the CPU (as Python floats) only when stored.
+
+Conventions (SPEC §3). Internally a credit is per example, ``c_l = ∂(Σ_b ℓ_b)/∂h_l`` for BP, which does
+not depend on how the probe set is cut into batches. The field's reference is the gradient of the
+**mean** loss over a probe batch of ``B_p`` examples, ``g_l = ∂ℓ_mean/∂h_l``, i.e. the per-example
+reference divided by ``B_p``; :attr:`Probe.batch_size` carries ``B_p`` so diagnostics can report in that
+convention (the standard cosine and D2 do).
 """
 
 from functools import cached_property
@@ -10,45 +16,47 @@ from typing import ClassVar
 
 import torch
 
-from ..methods import BP
 from ..methods.base import CreditMethod
 from ..methods.bp import bp_credits
 from ..models.base import ResidualModel
 from ..recipe import Trace, output_error, readout_pass, trace_forward
 
-EPS = 1e-8  # the cosine's denominator floor (fp32)
+EPS = 1e-8  # the standard cosine's denominator floor (F.cosine_similarity's default, fp32)
 
 
 class Probe:
-    """One measurement point: lazily computed, shared by every diagnostic at that point."""
+    """One measurement point on fixed probe batches: lazily computed, shared by every diagnostic."""
 
-    def __init__(self, model: ResidualModel, method: CreditMethod, x: torch.Tensor, y: torch.Tensor,
-                 eps: float = EPS):
-        self.model, self.method, self.x, self.y, self.eps = model, method, x, y, eps
-
-    @cached_property
-    def trace(self) -> Trace:
-        """One forward serves the method's credits, the BP reference and the update cosines."""
-        tr = trace_forward(self.model, self.x, input_grad=True, cache=self.method.needs_cache)
-        readout_pass(tr, self.y, accumulate=False)  # fills tr.gL; touches no .grad
-        return tr
+    def __init__(self, model: ResidualModel, method: CreditMethod, batches: list, eps: float = EPS):
+        self.model, self.method, self.batches, self.eps = model, method, batches, eps
+        self.batch_size = batches[0][0].shape[0]  # B_p of the mean-loss convention
 
     @cached_property
-    def error(self) -> torch.Tensor:
-        """Per-example output error ``e`` (B, C)."""
-        return output_error(self.trace.logits, self.y)
+    def traces(self) -> list[Trace]:
+        """One forward per probe batch serves the method's credits, the BP reference and the update cosines."""
+        out = []
+        for x, y in self.batches:
+            tr = trace_forward(self.model, x, input_grad=True, cache=self.method.needs_cache)
+            readout_pass(tr, y, accumulate=False)  # fills tr.gL; touches no .grad
+            out.append(tr)
+        return out
 
-    @property
+    @cached_property
     def states(self) -> list[torch.Tensor]:
-        """``h_0..h_L`` on the probe batch, fp32, each (B, …)."""
-        return [h.float() for h in self.trace.states]
+        """``h_0..h_L`` over every probe example, fp32, each (N, …)."""
+        per = [[h.float() for h in tr.states] for tr in self.traces]
+        return [torch.cat(hs) for hs in zip(*per, strict=True)]
 
     @cached_property
     def credits(self) -> list[torch.Tensor]:
-        """The method's ``c_0..c_L``, fp32."""
-        if isinstance(self.method, BP):
+        """The method's per-example ``c_0..c_L`` over every probe example, fp32."""
+        if self.method.exact_credits:
             return self.reference
-        return [c.detach().float() for c in self.method.credits(self.model, self.trace, self.error)]
+        per = []
+        for tr, (_, y) in zip(self.traces, self.batches, strict=True):
+            cs = self.method.credits(self.model, tr, output_error(tr.logits, y))
+            per.append([c.detach().float() for c in cs])
+        return [torch.cat(cs) for cs in zip(*per, strict=True)]
 
     @cached_property
     def block_params(self) -> list[list[torch.Tensor]]:
@@ -57,18 +65,33 @@ class Probe:
 
     @cached_property
     def _reference(self):
-        refs, grads = bp_credits(self.trace, self.block_params)
-        return [g.detach().float() for g in refs], grads
+        refs, grads = [], None
+        for tr in self.traces:
+            r, g = bp_credits(tr, self.block_params)
+            refs.append([t.detach().float() for t in r])
+            grads = g if grads is None else [[a + b for a, b in zip(ga, gb, strict=True)]
+                                             for ga, gb in zip(grads, g, strict=True)]
+        return [torch.cat(rs) for rs in zip(*refs, strict=True)], grads
 
     @property
     def reference(self) -> list[torch.Tensor]:
-        """Exact BP ``g_l = ∂(Σ_b ℓ_b)/∂h_l`` on the same batch and parameters, fp32."""
+        """Exact per-example BP ``∂(Σ_b ℓ_b)/∂h_l`` on the same examples and parameters, fp32, each (N, …)."""
         return self._reference[0]
 
     @property
     def reference_param_grads(self) -> list[list[torch.Tensor]]:
-        """Per block, ``∇θ⟨f_l, g_l⟩`` (block l's exact BP gradient), from the reference's own backward."""
+        """Per block, ``∇θ Σ_batches ⟨f_l, g_l⟩`` (block l's exact BP gradient), from the reference's backward."""
         return self._reference[1]
+
+    def view(self, h: torch.Tensor) -> torch.Tensor:
+        """The per-example vectors D1/D2 read, (N, D): the model's ``audit_token`` (ViT: cls) or the whole state."""
+        tok = getattr(self.model, "audit_token", None)
+        return (h[:, tok] if tok is not None else h).flatten(1)
+
+    @property
+    def view_name(self) -> str:
+        """``cls`` (token ``audit_token``) or ``full``."""
+        return "full" if getattr(self.model, "audit_token", None) is None else f"token{self.model.audit_token}"
 
 
 class Diagnostic:
@@ -88,26 +111,31 @@ class Diagnostic:
         raise NotImplementedError
 
 
-def cosine(a: torch.Tensor, b: torch.Tensor, eps: float = EPS) -> float:
-    """``⟨a, b⟩ / (max(‖a‖, ε) · max(‖b‖, ε))`` over the flattened tensors, in fp32.
+def robust_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Ours: ``⟨a, b⟩ / (‖a‖·‖b‖)`` over the flattened tensors in fp64, no floor (0 when either is 0).
 
-    The floor is applied to each norm separately (as ``torch.nn.functional.cosine_similarity`` does),
-    so a reference whose norm is below ε yields a deflated, floor-dominated value — what D2 guards.
+    Clamped to [−1, 1] so rounding never stores a cosine above 1.
     """
-    a, b = a.float().flatten(), b.float().flatten()
-    return (a @ b / (a.norm().clamp_min(eps) * b.norm().clamp_min(eps))).item()
+    a, b = a.double().flatten(), b.double().flatten()
+    den = a.norm() * b.norm()
+    return 0.0 if den == 0 else max(-1.0, min(1.0, (a @ b / den).item()))
+
+
+def median_norm(v: torch.Tensor) -> float:
+    """Median over examples of the per-example L2 norm of ``v`` (N, D), as a float (torch's lower median)."""
+    return v.norm(dim=1).median().item()
 
 
 class Tracker:
-    """Runs scheduled diagnostics on a fixed probe batch; called by the training loop."""
+    """Runs scheduled diagnostics on fixed probe batches; called by the training loop."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, diagnostics: list[Diagnostic], eps: float = EPS):
-        self.x, self.y, self.diagnostics, self.eps = x, y, diagnostics, eps
+    def __init__(self, batches: list, diagnostics: list[Diagnostic], eps: float = EPS):
+        self.batches, self.diagnostics, self.eps = batches, diagnostics, eps
 
     def __call__(self, epoch: int, model: ResidualModel, method: CreditMethod, final: bool = False):
         """Measurements due at ``epoch`` as ``{diagnostic name: values}``, or None when none is due."""
         due = [d for d in self.diagnostics if final or d.schedule(epoch)]
         if not due:
             return None
-        probe = Probe(model, method, self.x, self.y, self.eps)
+        probe = Probe(model, method, self.batches, self.eps)
         return {d.name: d.compute(probe) for d in due}

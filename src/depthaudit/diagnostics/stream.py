@@ -1,26 +1,59 @@
-"""Stream norms and ρ (D1), and the norm of the BP reference fed to the cosine (D2)."""
+"""Stream norms and ρ (D1), and the norm of the BP reference in the standard cosine's convention (D2)."""
 
-from .base import Diagnostic, Probe
+from .base import Diagnostic, Probe, median_norm
+
+
+def _rho(norms: list[float]) -> tuple[list[float], float]:
+    ratios = [b / a if a > 0 else float("inf") for a, b in zip(norms, norms[1:], strict=False)]
+    return ratios, (max(ratios) if ratios else 1.0)
 
 
 class StreamNorms(Diagnostic):
-    """``‖h_l‖`` (mean per-example norm) for l = 0..L, the ratios ``‖h_l‖/‖h_{l-1}‖`` and ρ = their max."""
+    """``‖h_l‖`` for l = 0..L, the ratios ``‖h_l‖/‖h_{l-1}‖`` and ρ = their max (D1).
+
+    ``‖h_l‖`` is the **median** over probe examples of the per-example L2 norm (the reference's final form;
+    ``stat="mean"`` is the option), on the audit view (ViT ``ref``: the cls token; else the whole state).
+    Both statistics are stored, and for a token view the whole-state figures too, labelled.
+    """
 
     name = "stream"
 
+    def __init__(self, every: int = 1, stat: str = "median"):
+        super().__init__(every)
+        self.stat = stat
+
     def compute(self, probe: Probe) -> dict:
-        """``norms``, ``ratios`` and ``rho``."""
-        norms = [h.flatten(1).norm(dim=1).mean().item() for h in probe.states]
-        ratios = [b / a if a > 0 else float("inf") for a, b in zip(norms, norms[1:], strict=False)]
-        return {"norms": norms, "ratios": ratios, "rho": max(ratios) if ratios else 1.0}
+        """``norms``, ``ratios``, ``rho`` (in ``stat``), plus ``median``/``mean`` variants and ``full_state``."""
+        views = [probe.view(h) for h in probe.states]  # each (N, D)
+        med = [median_norm(v) for v in views]
+        mean = [v.norm(dim=1).mean().item() for v in views]
+        norms = med if self.stat == "median" else mean
+        ratios, rho = _rho(norms)
+        out = {"stat": self.stat, "view": probe.view_name, "norms": norms, "ratios": ratios, "rho": rho,
+               "rho_median": _rho(med)[1], "rho_mean": _rho(mean)[1], "norms_median": med, "norms_mean": mean}
+        if out["view"] != "full":
+            full = [median_norm(h.flatten(1)) for h in probe.states]
+            out["full_state"] = {"norms_median": full, "rho_median": _rho(full)[1]}
+        return out
 
 
 class ReferenceNorm(Diagnostic):
-    """``‖g_l‖`` of the exact reference tensor over the whole probe batch; ``g_L`` is what D2 checks."""
+    """D2: per-example norm of the mean-loss BP reference ``g_l = ∂ℓ_mean/∂h_l`` on probe batches of B_p.
+
+    ``norms[l]`` is the median over probe examples of ``‖g_{l,b}‖`` on the audit view — exactly the
+    vectors the standard cosine's floor ε sees. It scales as 1/B_p, so ``batch_size`` is stored with it.
+    ``whole_batch_sum`` keeps depthaudit 0.1's figure (ours): the norm of the per-example-sum reference over
+    the whole probe set, ~B_p^1.5 larger, which is why D2 could not fire in that convention.
+    """
 
     name = "reference"
 
     def compute(self, probe: Probe) -> dict:
-        """``norms`` per layer and ``g_L``."""
-        norms = [g.norm().item() for g in probe.reference]
-        return {"norms": norms, "g_L": norms[-1]}
+        """``norms`` per layer, ``g_L`` (what D2 checks), ``batch_size`` and the 0.1 figure."""
+        bp = probe.batch_size
+        norms = [median_norm(probe.view(g)) / bp for g in probe.reference]
+        out = {"norms": norms, "g_L": norms[-1], "batch_size": bp, "view": probe.view_name,
+               "whole_batch_sum_g_L": probe.reference[-1].double().norm().item()}
+        if out["view"] != "full":
+            out["full_state_g_L"] = median_norm(probe.reference[-1].flatten(1)) / bp
+        return out

@@ -10,11 +10,11 @@ from ..config import TrainConfig
 from ..data import DataBundle
 from ..diagnostics.identity import identity_over_seeds
 from ..provenance import provenance
-from ..runner import probe_batch, run_slug
+from ..runner import probe_batch, run_slug, tracking_plan
 from ..sweep import FolderStore, RunSpec, run_sweep
 from ..verdicts import Thresholds, accuracy_gap_pp, check_d1, check_d2, check_d3, mean_std
 
-SCHEMA = "depthaudit.audit.v1"
+SCHEMA = "depthaudit.audit.v2"
 
 
 @dataclass(frozen=True)
@@ -24,9 +24,12 @@ class AuditConfig:
     base: TrainConfig
     methods: tuple[str, ...] = ("bp", "fa", "dfa")
     seeds: tuple[int, ...] = (42,)
-    probe_size: int = 256
+    probe_batches: int = 10  # the reference: 10 held-out batches of 128
+    probe_batch_size: int = 128
     track_every: int = 1
     thresholds: Thresholds = field(default_factory=Thresholds)
+    d1_stat: str = "median"  # the reference's final form; "mean" is the option
+    stop_on_flag: bool = False  # end a trained run at the epoch D1 or D2 first fires
 
     def to_dict(self) -> dict:
         """JSON-able (the base config nested)."""
@@ -51,6 +54,20 @@ def _trajectory(rec: dict) -> list[tuple[int, dict]]:
     return pts + [(h["epoch"], h["probe"]) for h in rec["history"] if "probe" in h]
 
 
+def _monitor_summary(trained: list[dict]) -> dict:
+    """Per check: the epoch it first fired in each seed (None = never) and the compute a stop there saves."""
+    out = {}
+    for name in ("D1", "D2"):
+        epochs = [((r.get("monitor") or {}).get("fired") or {}).get(name) for r in trained]
+        epochs = [e["epoch"] if e else None for e in epochs]
+        budgets = [r["config"]["epochs"] for r in trained]
+        saved = [1 - e / b if e is not None else None for e, b in zip(epochs, budgets, strict=True)]
+        out[name] = {"first_fired_epoch": epochs, "compute_saved": saved,
+                     "tracked": all(r.get("monitor") is not None for r in trained)}
+    out["stopped_at_epoch"] = [r["final"].get("stopped_at_epoch") for r in trained]
+    return out
+
+
 def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: Thresholds) -> dict:
     """Aggregate one method's seeds into the standard pair, the three checks and per-layer detail."""
     probes = [_final_probe(r) for r in trained]
@@ -59,6 +76,7 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
     acc_f = [r["final"]["test_acc"] for r in frozen]
     gaps = [accuracy_gap_pp(_num(a), _num(b)) for a, b in zip(acc_t, acc_f, strict=True)]
     cos = [p.get("credit_cosine", {}) for p in probes]
+    rob = [p.get("robust_cosine", {}) for p in probes]
     rho = [_num(p.get("stream", {}).get("rho")) for p in probes]
     g_l = [_num(p.get("reference", {}).get("g_L")) for p in probes]
     per_seed_checks = [{"D1": check_d1(r, th)["status"], "D2": check_d2(g, th)["status"],
@@ -85,9 +103,14 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
         "method": method,
         "n_seeds": len(trained),
         "status": [r["status"] for r in trained],
+        "epochs_completed": [r["final"].get("epochs_completed") for r in trained],
         "standard_pair": {"test_acc": mean_std(acc_t),
-                          "aggregate_cosine_mean_per_layer": mean_std([c.get("mean_per_layer") for c in cos]),
-                          "aggregate_cosine_concat": mean_std([c.get("concat") for c in cos])},
+                          "aggregate_cosine_mean_per_layer": mean_std([c.get("mean_per_layer") for c in cos])},
+        "robust_cosine": {"mean_per_layer": mean_std([c.get("mean_per_layer") for c in rob]),
+                          "concat": mean_std([c.get("concat") for c in rob]),
+                          "per_layer": [mean_std([c.get("per_layer", [None] * (L + 1))[i] for c in rob])
+                                        for i in range(L + 1)]},
+        "monitor": _monitor_summary(trained),
         "checks": checks,
         "flags": [k for k, c in checks.items() if c["status"] == "FLAG"],
         "trained_test_acc": mean_std(acc_t),
@@ -101,19 +124,34 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
     }
 
 
+def identity_summary(per_seed: list[dict], num_blocks: int) -> dict:
+    """Mean ± std over seeds of every identity-check quantity."""
+    out = {"block_ratio": [mean_std([p["block_ratio"][i] for p in per_seed]) for i in range(num_blocks)],
+           "stack_rel_change": mean_std([p["stack_rel_change"] for p in per_seed]),
+           "stack_cos": mean_std([p["stack_cos"] for p in per_seed]),
+           "stream_median_norm": [mean_std([p["stream_median_norm"][i] for p in per_seed])
+                                  for i in range(num_blocks + 1)],
+           "per_example_stack_rel_change": mean_std([p["per_example"]["stack_rel_change"] for p in per_seed]),
+           "per_example_stack_cos": mean_std([p["per_example"]["stack_cos"] for p in per_seed])}
+    if all("g_L_median" in p for p in per_seed):
+        out["g_L_median"] = mean_std([p["g_L_median"] for p in per_seed])
+    return out
+
+
 def run_slug_of(rec: dict) -> str:
     """The folder name a stored run lives under."""
     return run_slug(TrainConfig.from_dict(rec["config"]), rec.get("tracking"))
 
 
 def audit_specs(acfg: AuditConfig) -> list[RunSpec]:
-    """Per method and seed: the tracked full run and its frozen-blocks baseline (tracked at the end)."""
+    """Per method and seed: the tracked full run (with the monitor) and its frozen-blocks baseline."""
     specs = []
     for m in acfg.methods:
         for s in acfg.seeds:
             for kind, blocks, every in (("trained", "all", acfg.track_every), ("frozen", "none", 0)):
                 cfg = replace(acfg.base, method=m, seed=s, train_blocks=blocks)
-                tracking = {"probe_size": acfg.probe_size, "every": every, "eps": acfg.thresholds.eps}
+                tracking = tracking_plan(acfg.probe_batches, acfg.probe_batch_size, every, acfg.thresholds,
+                                         acfg.d1_stat, acfg.stop_on_flag and kind == "trained")
                 specs.append(RunSpec(f"{m}/{kind}/s{s}", cfg, tracking))
     return specs
 
@@ -127,27 +165,25 @@ def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=No
     methods = [summarise_method(m, [recs[f"{m}/trained/s{s}"] for s in acfg.seeds],
                                 [recs[f"{m}/frozen/s{s}"] for s in acfg.seeds], th) for m in acfg.methods]
     b = acfg.base
-    x0, _ = probe_batch(data, acfg.seeds[0], acfg.probe_size)
-    ident = identity_over_seeds(b.arch, data.input_shape, data.num_classes, b.d_hidden, b.num_blocks, b.mlp_ratio,
-                                acfg.seeds, x0)
-    ident["summary"] = {
-        "block_ratio": [mean_std([p["block_ratio"][i] for p in ident["per_seed"]]) for i in range(b.num_blocks)],
-        "stack_rel_change": mean_std([p["stack_rel_change"] for p in ident["per_seed"]]),
-        "stack_cos": mean_std([p["stack_cos"] for p in ident["per_seed"]]),
-    }
+    x0, y0 = probe_batch(data, acfg.seeds[0], acfg.probe_batches * acfg.probe_batch_size)
+    ident = identity_over_seeds(b, data.input_shape, data.num_classes, acfg.seeds, x0, y0, acfg.probe_batch_size)
+    ident["summary"] = identity_summary(ident["per_seed"], b.num_blocks)
     return {"schema": SCHEMA, "config": acfg.to_dict(), "thresholds": th.to_dict(),
             "provenance": provenance(torch.device(b.device), data.provenance(), acfg.seeds[0], argv),
             "definitions": DEFINITIONS, "methods": methods, "identity": ident}
 
 
 DEFINITIONS = {
-    "credit": "per-example c_l = d(sum_b loss_b)/d h_l for BP; methods' credits use the same convention",
-    "cosine": "<a,b> / (max(|a|,eps) * max(|b|,eps)) over the whole probe-batch tensor, fp32",
-    "aggregate_cosine_mean_per_layer": "mean over l=0..L of the per-layer cosines",
-    "aggregate_cosine_concat": "cosine of the concatenation of all layers' credits vs all references",
-    "update_cosine": "cos(grad_theta <f_l, c_l>, grad_theta <f_l, g_l>) for block l's parameters",
-    "rho": "max_l mean_b|h_l| / mean_b|h_{l-1}| on the probe batch (D1)",
-    "g_L": "norm of the BP reference at h_L over the probe batch, the tensor fed to the cosine (D2)",
+    "reference": "g_l = d(mean loss over a probe batch of B_p)/d h_l (the field's convention; B_p = 128 default)",
+    "cosine": "standard (the field's): per example F.cosine_similarity(c_l,b, g_l,b, eps=1e-8) in fp32, both in the "
+              "mean-loss convention, averaged over all probe examples (10 held-out batches of 128 by default)",
+    "aggregate_cosine_mean_per_layer": "the headline: mean over l=0..L of the standard per-layer cosines",
+    "robust_cosine": "ours: fp64 cosine of the whole probe-set tensors, no floor; concat = all layers concatenated",
+    "update_cosine": "ours: robust cos(grad_theta <f_l, c_l>, grad_theta <f_l, g_l>) for block l's parameters",
+    "rho": "D1: max_l |h_l| / |h_{l-1}|, |h| = median over probe examples of the per-example L2 norm "
+           "(ViT ref: the cls token h[:, 0])",
+    "g_L": "D2: median over probe examples of the per-example norm of g_L (mean-loss, batch B_p): what eps sees",
     "gap_pp": "100 * (test_acc trained - test_acc of the frozen-blocks baseline, same method and recipe) (D3)",
     "margin": "signed distance to the threshold, positive on the passing side: decades for D1/D2, pp for D3",
+    "monitor": "the first epoch at which D1 / D2 fired during training; compute saved = 1 - epoch / budget",
 }

@@ -10,30 +10,33 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import TrainConfig
+from ..config import LEGACY, TrainConfig
+from ..runner import tracking_plan
 from ..sweep import FileStore, FolderStore, RunSpec, run_sweep
-from ..verdicts import mean_std
+from ..verdicts import Thresholds, mean_std
 
 
 def _final_cos(rec: dict) -> dict:
-    for h in reversed(rec.get("history", [])):
+    """The standard cosine at the last measurement, with the robust concat beside it (``concat``)."""
+    for h in [*reversed(rec.get("history", [])), {"probe": rec.get("probe_init") or {}}]:
         if "probe" in h:
-            return h["probe"].get("credit_cosine", {})
-    return (rec.get("probe_init") or {}).get("credit_cosine", {})
+            p = h["probe"]
+            return {**p.get("credit_cosine", {}), "concat": p.get("robust_cosine", {}).get("concat")}
+    return {}
 
 
 def credit_bridge(base: TrainConfig, method: str, alphas, seeds, out: Path, data, data_sha256: str,
-                  probe_size: int = 256, eps: float = 1e-8, jobs: int = 1, log=None, argv=None) -> dict:
-    """Run (or resume) the α sweep and return its summary table."""
-    tracking = {"probe_size": probe_size, "every": 0, "eps": eps}
+                  probe: tuple[int, int] = (10, 128), eps: float = 1e-8, jobs: int = 1, log=None, argv=None) -> dict:
+    """Run (or resume) the α sweep and return its summary table (``probe`` = (batches, batch size))."""
+    tracking = tracking_plan(*probe, 0, Thresholds(eps=eps))
     specs = [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, bridge_alpha=float(a)), tracking)
              for a in alphas for s in seeds]
     ident = {k: v for k, v in base.to_dict().items() if k not in ("seed", "device", "data_dir", "download",
                                                                    "method", "bridge_alpha")}
     name = f"bridge_credit_{method}_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
     store = FileStore(Path(out) / name, "depthaudit.credit_bridge.v1",
-                      {**ident, "method": method, "data_sha256": data_sha256, "probe_size": probe_size},
-                      defaults=TrainConfig().to_dict())
+                      {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe)},
+                      defaults={**TrainConfig().to_dict(), **LEGACY})
     recs = run_sweep(specs, store, data=data if jobs == 1 else None, jobs=jobs, log=log, argv=argv)
     rows = []
     for a in alphas:
@@ -62,13 +65,13 @@ def pearson(xs, ys) -> float | None:
     return sxy / (sx * sy) if sx > 0 and sy > 0 else None
 
 
-def state_bridge(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path, data, probe_size: int = 256,
-                 eps: float = 1e-8, log=None, argv=None) -> dict:
+def state_bridge(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path, data,
+                 probe: tuple[int, int] = (10, 128), eps: float = 1e-8, log=None, argv=None) -> dict:
     """BP for ``pre_epochs`` → checkpoint; then method-from-BP-state, method-from-scratch, BP-continued."""
     root = Path(out) / "state_bridge"
     store = FolderStore(root / "runs")
-    track = {"probe_size": probe_size, "every": 1, "eps": eps}
-    pre = [RunSpec(f"bp_pre/s{s}", replace(base, method="bp", seed=s, epochs=pre_epochs), track,
+    track = tracking_plan(*probe, 1, Thresholds(eps=eps))
+    pre = [RunSpec(f"bp_pre/s{s}", replace(base, method="bp", seed=s, epochs=pre_epochs, stop_after=None), track,
                    checkpoint=str(root / f"bp_pre_s{s}.pt")) for s in seeds]
     for spec in pre:  # a reused pre-run still needs its checkpoint on disk
         if store.get(spec) is not None and not Path(spec.checkpoint).exists():
@@ -83,7 +86,7 @@ def state_bridge(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Pa
     rows = []
     for arm in (f"{method}_from_bp", f"{method}_scratch", "bp_continued"):
         rs = [recs[f"{arm}/s{s}"] for s in seeds]
-        start = [((r.get("probe_init") or {}).get("credit_cosine") or {}) for r in rs]
+        start = [_final_cos({"probe_init": r.get("probe_init")}) for r in rs]
         end = [_final_cos(r) for r in rs]
         rows.append({"arm": arm, "test_acc": mean_std([r["final"]["test_acc"] for r in rs]),
                      "cos_mean_start": mean_std([c.get("mean_per_layer") for c in start]),

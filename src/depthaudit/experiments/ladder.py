@@ -7,9 +7,10 @@ its full config (``"all"``); 0 < k < L use ``"last:k"``.
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..config import TrainConfig
+from ..config import LEGACY, TrainConfig
+from ..runner import tracking_plan
 from ..sweep import FileStore, RunSpec
-from ..verdicts import mean_std
+from ..verdicts import Thresholds, mean_std
 
 SCHEMA = "depthaudit.ladder.v1"
 
@@ -22,8 +23,10 @@ class LadderConfig:
     methods: tuple[str, ...] = ("bp", "fa", "dfa")
     k_values: tuple[int, ...] = (0, 1, 2, 3, 4)
     seeds: tuple[int, ...] = (42, 123, 456)
-    probe_size: int = 256
+    probe_batches: int = 10
+    probe_batch_size: int = 128
     eps: float = 1e-8
+    d1_stat: str = "median"
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -40,7 +43,8 @@ def blocks_for(k: int, num_blocks: int) -> str:
 
 def ladder_specs(lc: LadderConfig) -> list[RunSpec]:
     """One spec per (method, k, seed), keyed ``method/k{k}/s{seed}``."""
-    tracking = {"probe_size": lc.probe_size, "every": 0, "eps": lc.eps}  # final-state audit measurements
+    # final-state audit measurements (every = 0: no per-epoch tracking, so no monitor)
+    tracking = tracking_plan(lc.probe_batches, lc.probe_batch_size, 0, Thresholds(eps=lc.eps), lc.d1_stat)
     return [RunSpec(f"{m}/k{k}/s{s}", replace(lc.base, method=m, seed=s,
                                                train_blocks=blocks_for(k, lc.base.num_blocks)), tracking)
             for m in lc.methods for k in lc.k_values for s in lc.seeds]
@@ -51,18 +55,19 @@ def ladder_filename(base: TrainConfig) -> str:
     return f"ladder_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
 
 
-def ladder_identity(base: TrainConfig, data_sha256: str, probe_size: int, eps: float) -> dict:
+def ladder_identity(base: TrainConfig, data_sha256: str, probe: tuple[int, int], eps: float) -> dict:
     """What every run in one ladder file shares: the recipe and model (not method/k/seed/device/path)."""
     d = base.to_dict()
     for k in ("method", "seed", "train_blocks", "device", "data_dir", "download"):
         d.pop(k)
-    return {**d, "data_sha256": data_sha256, "probe_size": probe_size, "eps": eps}
+    return {**d, "data_sha256": data_sha256, "probe_batches": probe[0], "probe_batch_size": probe[1], "eps": eps}
 
 
 def open_store(out_dir: Path, lc: LadderConfig, data_sha256: str) -> FileStore:
     """The ladder's results file (refusing one written under a different configuration)."""
     return FileStore(Path(out_dir) / ladder_filename(lc.base), SCHEMA,
-                     ladder_identity(lc.base, data_sha256, lc.probe_size, lc.eps), defaults=TrainConfig().to_dict())
+                     ladder_identity(lc.base, data_sha256, (lc.probe_batches, lc.probe_batch_size), lc.eps),
+                     defaults={**TrainConfig().to_dict(), **LEGACY})
 
 
 def _final_probe(rec: dict) -> dict:

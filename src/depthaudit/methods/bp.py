@@ -32,6 +32,7 @@ class BP(CreditMethod):
 
     name = "bp"
     needs_input_grad = True
+    exact_credits = True
     fast = True
 
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:

@@ -1,5 +1,7 @@
 """Residual models, looked up by name in :data:`MODELS`."""
 
+import inspect
+
 from .adapter import ResidualAdapter
 from .base import ResidualModel
 from .resmlp import MODELS, LinearReadout, LNReadout, MLPBlock, ResMLP, StudentNet
@@ -10,13 +12,21 @@ __all__ = ["MODELS", "ResidualAdapter", "ResidualModel", "ResMLP", "StudentNet",
 
 
 def build_model(arch: str, input_shape, num_classes: int, d_hidden: int, num_blocks: int,
-                mlp_ratio: int, seed: int) -> ResidualModel:
-    """Build a registered model; weights drawn from a generator seeded with ``seed``."""
-    factory = MODELS.get(arch)
-    try:
-        return factory(input_shape, num_classes, d_hidden=d_hidden, num_blocks=num_blocks, mlp_ratio=mlp_ratio,
-                       seed=seed)
-    except ValueError as exc:  # a shape the architecture cannot take (e.g. heads, patch size)
-        from ..errors import UsageError
+                mlp_ratio: int | None, seed: int, variant: str = "ref") -> ResidualModel:
+    """Build a registered model; weights drawn from a generator seeded with ``seed``.
 
+    ``mlp_ratio=None`` takes the variant's own expansion (ResMLP ``ref``: 1). ``variant`` is passed to
+    factories that take one (the built-in models); a user's factory without it only accepts ``ref``.
+    """
+    from ..errors import UsageError
+
+    factory = MODELS.get(arch)
+    kw = {"d_hidden": d_hidden, "num_blocks": num_blocks, "mlp_ratio": mlp_ratio, "seed": seed}
+    if "variant" in inspect.signature(factory).parameters:
+        kw["variant"] = variant
+    elif variant != "ref":
+        raise UsageError(f"--variant {variant}: --arch {arch} has no variants; leave --variant at ref")
+    try:
+        return factory(input_shape, num_classes, **kw)
+    except ValueError as exc:  # a shape the architecture cannot take (e.g. heads, patch size)
         raise UsageError(f"--arch {arch}: {exc}") from None

@@ -36,13 +36,20 @@ def gelu_vjp(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten.gelu_backward(g, a)
 
 
-def init_linear_(lin: nn.Linear, gen: torch.Generator) -> None:
-    """Weights U(±1/√fan_in) (PyTorch's default scale), biases zero, drawn from ``gen``."""
+def init_linear_(lin: nn.Linear, gen: torch.Generator, bias: str = "zero") -> None:
+    """Weights U(±1/√fan_in), drawn from ``gen``; biases zero or (``bias="default"``) U(±1/√fan_in).
+
+    ``bias="default"`` is exactly the distribution of PyTorch's own ``nn.Linear`` init (kaiming-uniform
+    with a=√5 gives the weight bound 1/√fan_in; the bias bound is 1/√fan_in too).
+    """
     bound = lin.in_features**-0.5
     with torch.no_grad():
         lin.weight.uniform_(-bound, bound, generator=gen)
         if lin.bias is not None:
-            lin.bias.zero_()
+            if bias == "default":
+                lin.bias.uniform_(-bound, bound, generator=gen)
+            else:
+                lin.bias.zero_()
 
 
 def feedback_like(weight: torch.Tensor, gen: torch.Generator) -> torch.Tensor:

@@ -1,10 +1,13 @@
 """ResMLP (terminal LayerNorm readout) and StudentNet (no terminal LN), SPEC §1.
 
-Initialisation (all drawn from one generator seeded by the run's seed, in module order):
-Linear weights U(±1/√fan_in), biases 0, LayerNorm γ=1, β=0.
+Two named variants (``--variant``), both drawn from one generator seeded by the run's seed, in module order:
 
-The blocks' pre-LN has no elementwise affine: γ/β right before ``fc1`` are absorbed exactly by
-``fc1``'s weight and bias, so this loses no expressiveness and spares FA an extra matmul per block.
+* ``ref`` (default) — **the published protocol's model**: block = ``LayerNorm(d)`` with its affine γ, β →
+  ``Linear(d, r·d)`` → GELU → ``Linear(r·d, d)``, expansion ``r = 1`` by default; the second Linear's weight
+  ~ N(0, 0.01²) and its bias 0 (small init for the residual branch); every other Linear (embedding, first
+  block Linear, head) PyTorch's default init: weight and bias U(±1/√fan_in). LayerNorms γ=1, β=0.
+* ``v0.1`` — depthaudit 0.1's own model (ours, kept so old results stay reproducible): affine-free block
+  LayerNorm, every Linear weight U(±1/√fan_in) with zero bias, expansion 4 by default.
 """
 
 import math
@@ -19,34 +22,58 @@ from .functional import gelu_vjp, init_linear_, layer_norm_input_vjp
 
 MODELS: Registry = Registry("arch")
 LN_EPS = 1e-5
+VARIANTS = ("ref", "v0.1")
+FC2_STD = 0.01  # the reference's residual-branch output init, N(0, 0.01²)
+
+
+def check_variant(variant: str) -> None:
+    """Reject an unknown variant name (the CLI's choices come from :data:`VARIANTS`)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+
+
+def _bias(variant: str) -> str:
+    return "default" if variant == "ref" else "zero"
 
 
 class MLPBlock(nn.Module):
-    """Pre-LN MLP block: LN → Linear(d, r·d) → GELU → Linear(r·d, d)."""
+    """Pre-LN MLP block: LN → Linear(d, r·d) → GELU → Linear(r·d, d) (see the module docstring for init)."""
 
-    def __init__(self, d: int, ratio: int, gen: torch.Generator):
+    def __init__(self, d: int, ratio: int, gen: torch.Generator, variant: str = "ref"):
         super().__init__()
+        check_variant(variant)
         self.d = d
+        self.ln = nn.LayerNorm(d, eps=LN_EPS) if variant == "ref" else None  # γ=1, β=0
         self.fc1 = nn.Linear(d, ratio * d)
         self.fc2 = nn.Linear(ratio * d, d)
-        init_linear_(self.fc1, gen)
-        init_linear_(self.fc2, gen)
+        init_linear_(self.fc1, gen, bias=_bias(variant))
+        if variant == "ref":
+            with torch.no_grad():
+                self.fc2.weight.normal_(0.0, FC2_STD, generator=gen)
+                self.fc2.bias.zero_()
+        else:
+            init_linear_(self.fc2, gen)
+
+    def _ln_params(self):
+        return (self.ln.weight, self.ln.bias) if self.ln is not None else (None, None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The block's update ``f(x)``, (B, d) → (B, d)."""
-        return self.fc2(F.gelu(self.fc1(F.layer_norm(x, (self.d,), eps=LN_EPS))))
+        w, b = self._ln_params()
+        return self.fc2(F.gelu(self.fc1(F.layer_norm(x, (self.d,), w, b, eps=LN_EPS))))
 
     def forward_cached(self, x: torch.Tensor):
         """Forward that also returns ``(x, mean, rstd, a)``: LN input and stats, GELU pre-activation."""
-        # the block LN has no parameters, so its fused forward needs no autograd graph
-        u, mean, rstd = torch.native_layer_norm(x.detach(), (self.d,), None, None, LN_EPS)
-        if x.requires_grad:  # keep the input path differentiable when a caller asks for it
+        w, b = self._ln_params()
+        # one fused LN kernel; it also yields the statistics the feedback VJP reuses
+        u, mean, rstd = torch.native_layer_norm(x.detach() if w is None else x, (self.d,), w, b, LN_EPS)
+        if x.requires_grad and w is None:  # keep the input path differentiable when a caller asks for it
             u = F.layer_norm(x, (self.d,), eps=LN_EPS)
         a = self.fc1(u)  # (B, r·d)
-        return self.fc2(F.gelu(a)), (x.detach(), (mean, rstd), a.detach())
+        return self.fc2(F.gelu(a)), (x.detach(), (mean.detach(), rstd.detach()), a.detach())
 
     def feedback_weights(self) -> dict[str, torch.Tensor]:
-        """The weights whose transposes FA replaces."""
+        """The weights whose transposes FA replaces (the LN affine γ is diagonal: its derivative stays exact)."""
         return {"fc1": self.fc1.weight, "fc2": self.fc2.weight}
 
     def output_layers(self) -> list[nn.Linear]:
@@ -55,21 +82,21 @@ class MLPBlock(nn.Module):
 
     @torch.no_grad()
     def fa_vjp(self, cache, g: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Input VJP with ``fc*.weightᵀ`` replaced by ``fb[...]``; GELU and LN derivatives exact."""
+        """Input VJP with ``fc*.weightᵀ`` replaced by ``fb[...]``; GELU and LN (with γ) derivatives exact."""
         x, stats, a = cache
         dz = g @ fb["fc2"]  # (B, d) @ (d, r·d) -> (B, r·d)
         du = gelu_vjp(a, dz) @ fb["fc1"]  # (B, r·d) @ (r·d, d) -> (B, d)
-        return layer_norm_input_vjp(x, du, None, LN_EPS, stats)
+        return layer_norm_input_vjp(x, du, self._ln_params()[0], LN_EPS, stats)
 
 
 class LNReadout(nn.Module):
     """Terminal LayerNorm ``out_ln`` then linear ``out_head``."""
 
-    def __init__(self, d: int, num_classes: int, gen: torch.Generator):
+    def __init__(self, d: int, num_classes: int, gen: torch.Generator, variant: str = "ref"):
         super().__init__()
         self.out_ln = nn.LayerNorm(d, eps=LN_EPS)
         self.out_head = nn.Linear(d, num_classes)
-        init_linear_(self.out_head, gen)
+        init_linear_(self.out_head, gen, bias=_bias(variant))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """Logits (B, C) from ``h_L`` (B, d)."""
@@ -88,10 +115,10 @@ class LNReadout(nn.Module):
 class LinearReadout(nn.Module):
     """Head directly on ``h_L`` (StudentNet: Mode 1 cannot occur)."""
 
-    def __init__(self, d: int, num_classes: int, gen: torch.Generator):
+    def __init__(self, d: int, num_classes: int, gen: torch.Generator, variant: str = "ref"):
         super().__init__()
         self.out_head = nn.Linear(d, num_classes)
-        init_linear_(self.out_head, gen)
+        init_linear_(self.out_head, gen, bias=_bias(variant))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """Logits (B, C) from ``h_L`` (B, d)."""
@@ -110,26 +137,31 @@ class LinearReadout(nn.Module):
 class FlattenLinear(nn.Module):
     """Embedding: flatten the input, one Linear to the stream width."""
 
-    def __init__(self, in_features: int, d: int, gen: torch.Generator):
+    def __init__(self, in_features: int, d: int, gen: torch.Generator, variant: str = "ref"):
         super().__init__()
         self.proj = nn.Linear(in_features, d)
-        init_linear_(self.proj, gen)
+        init_linear_(self.proj, gen, bias=_bias(variant))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``h_0``, (B, *input_shape) → (B, d)."""
         return self.proj(x.flatten(1))
 
 
+DEFAULT_RATIO = {"ref": 1, "v0.1": 4}  # the block's expansion when --mlp-ratio is not given
+
+
 class _ResMLPBase(ResidualModel):
     readout_cls: type = LNReadout
 
     def __init__(self, input_shape, num_classes: int, d_hidden: int = 256, num_blocks: int = 4,
-                 mlp_ratio: int = 4, seed: int = 0):
+                 mlp_ratio: int | None = None, seed: int = 0, variant: str = "ref"):
         super().__init__()
+        check_variant(variant)
+        ratio = mlp_ratio or DEFAULT_RATIO[variant]
         gen = torch.Generator().manual_seed(seed)
-        self.embed = FlattenLinear(math.prod(input_shape), d_hidden, gen)
-        self.blocks = nn.ModuleList(MLPBlock(d_hidden, mlp_ratio, gen) for _ in range(num_blocks))
-        self.readout = self.readout_cls(d_hidden, num_classes, gen)
+        self.embed = FlattenLinear(math.prod(input_shape), d_hidden, gen, variant)
+        self.blocks = nn.ModuleList(MLPBlock(d_hidden, ratio, gen, variant) for _ in range(num_blocks))
+        self.readout = self.readout_cls(d_hidden, num_classes, gen, variant)
 
 
 @MODELS.register("resmlp")

@@ -1,10 +1,18 @@
-"""ViT-Mini (SPEC §1): patch tokens, pre-LN transformer blocks (attention + MLP), terminal LN, pooled head.
+"""ViT-Mini (SPEC §1): patch tokens, pre-LN transformer blocks (attention + MLP), terminal LN, head.
 
 One audited block is both residual sub-layers: ``f(h) = a + m`` with ``a = Attn(LN1(h))`` and
 ``m = MLP(LN2(h + a))``, so ``h_l = h_{l-1} + f_l(h_{l-1})`` as for every model. Images (C, H, W) are cut
 into p×p patches, sequences (L,) into length-p pieces; a learned position embedding is added.
-Initialisation as ResMLP (Linear U(±1/√fan_in), biases 0, position embedding N(0, 0.02²)); block
-LayerNorms carry no affine (absorbed by the following Linear layers).
+
+Variants (``--variant``):
+
+* ``ref`` (default) — the published protocol's ViT-Mini: a learned **cls token** prepended to the patch
+  tokens, block LayerNorms with their affine γ, β, terminal LN, head on the **cls token** ``h_L[:, 0]``;
+  the audit reads D1/D2 on the cls-token state as the reference does (``audit_token = 0``). Linear layers
+  PyTorch's default init (weight and bias U(±1/√fan_in)); cls token and position embedding N(0, 0.02²)
+  (SPEC does not give these; ours).
+* ``v0.1`` — depthaudit 0.1's ViT (ours): no cls token, affine-free block LNs, zero biases, head on the
+  mean over tokens.
 
 FA passes through attention: feedback matrices replace the transposes of Q, K, V, O, fc1 and fc2;
 softmax, GELU and LayerNorm derivatives stay exact (:meth:`ViTBlock.fa_vjp`, tested against autograd).
@@ -18,13 +26,13 @@ from torch import nn
 
 from .base import ResidualModel
 from .functional import gelu_vjp, init_linear_, layer_norm_input_vjp, layer_norm_stats
-from .resmlp import LN_EPS, MODELS, LNReadout
+from .resmlp import LN_EPS, MODELS, LNReadout, _bias, check_variant
 
 
 class PatchEmbed(nn.Module):
     """(B, C, H, W) or (B, L) → (B, T, d) tokens plus a learned position embedding."""
 
-    def __init__(self, input_shape, d: int, patch: int, gen: torch.Generator):
+    def __init__(self, input_shape, d: int, patch: int, gen: torch.Generator, variant: str = "v0.1"):
         super().__init__()
         self.input_shape, self.patch = tuple(input_shape), patch
         if len(self.input_shape) == 3:
@@ -38,8 +46,9 @@ class PatchEmbed(nn.Module):
                 raise ValueError(f"sequence length {n} is not divisible by patch {patch}")
             tokens, pdim = n // patch, patch
         self.proj = nn.Linear(pdim, d)
-        init_linear_(self.proj, gen)
-        self.pos = nn.Parameter(torch.randn(tokens, d, generator=gen) * 0.02)
+        init_linear_(self.proj, gen, bias=_bias(variant))
+        self.cls = nn.Parameter(torch.randn(1, 1, d, generator=gen) * 0.02) if variant == "ref" else None
+        self.pos = nn.Parameter(torch.randn(tokens + (self.cls is not None), d, generator=gen) * 0.02)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens ``h_0``, (B, T, d)."""
@@ -49,21 +58,32 @@ class PatchEmbed(nn.Module):
             x = x.reshape(b, c, hh // p, p, ww // p, p).permute(0, 2, 4, 1, 3, 5).reshape(b, -1, c * p * p)
         else:
             x = x.reshape(x.shape[0], -1, p)
-        return self.proj(x) + self.pos
+        t = self.proj(x)  # (B, T, d)
+        if self.cls is not None:  # (B, 1 + T, d), cls first
+            t = torch.cat([self.cls.expand(t.shape[0], -1, -1), t], dim=1)
+        return t + self.pos
 
 
 class ViTBlock(nn.Module):
     """Pre-LN transformer block; ``forward`` returns the update ``f(h) = a + m`` (not ``h + f``)."""
 
-    def __init__(self, d: int, heads: int, ratio: int, gen: torch.Generator, causal: bool = False):
+    def __init__(self, d: int, heads: int, ratio: int, gen: torch.Generator, causal: bool = False,
+                 variant: str = "v0.1"):
         super().__init__()
         if d % heads:
             raise ValueError(f"d_hidden {d} is not divisible by {heads} heads")
         self.d, self.heads, self.causal = d, heads, causal
+        affine = variant == "ref"
+        self.ln1 = nn.LayerNorm(d, eps=LN_EPS) if affine else None
+        self.ln2 = nn.LayerNorm(d, eps=LN_EPS) if affine else None
         self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
         self.fc1, self.fc2 = nn.Linear(d, ratio * d), nn.Linear(ratio * d, d)
         for lin in (self.q, self.k, self.v, self.o, self.fc1, self.fc2):
-            init_linear_(lin, gen)
+            init_linear_(lin, gen, bias=_bias(variant))
+
+    @staticmethod
+    def _affine(ln):
+        return (ln.weight, ln.bias) if ln is not None else (None, None)
 
     def _split(self, t):  # (B, T, d) -> (B, H, T, dh)
         b, n, _ = t.shape
@@ -75,7 +95,7 @@ class ViTBlock(nn.Module):
 
     def forward_cached(self, h: torch.Tensor):
         """``f(h)`` and what the feedback VJP needs (all detached)."""
-        u1 = F.layer_norm(h, (self.d,), eps=LN_EPS)
+        u1 = F.layer_norm(h, (self.d,), *self._affine(self.ln1), eps=LN_EPS)
         q, k, v = self._split(self.q(u1)), self._split(self.k(u1)), self._split(self.v(u1))
         s = q @ k.transpose(-2, -1) / math.sqrt(self.d // self.heads)  # (B, H, T, T)
         if self.causal:  # position t attends to positions ≤ t; masked probabilities are exactly 0
@@ -84,7 +104,7 @@ class ViTBlock(nn.Module):
         p = torch.softmax(s, dim=-1)
         a = self.o(self._merge(p @ v))
         h2 = h + a
-        z = self.fc1(F.layer_norm(h2, (self.d,), eps=LN_EPS))  # (B, T, r·d)
+        z = self.fc1(F.layer_norm(h2, (self.d,), *self._affine(self.ln2), eps=LN_EPS))  # (B, T, r·d)
         f = a + self.fc2(F.gelu(z))
         hd, h2d = h.detach(), h2.detach()
         cache = (hd, layer_norm_stats(hd, LN_EPS), q.detach(), k.detach(), v.detach(), p.detach(), h2d,
@@ -107,14 +127,15 @@ class ViTBlock(nn.Module):
     def fa_vjp(self, cache, g: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
         """``J_fᵀ g`` with every ``Wᵀ → B``: ``J_fᵀ g = v + J_aᵀ(g + v)``, ``v = J_mᵀ g`` (m sees h + a)."""
         h, st1, q, k, v, p, h2, st2, z = cache
-        vm = layer_norm_input_vjp(h2, gelu_vjp(z, g @ fb["fc2"]) @ fb["fc1"], None, LN_EPS, st2)
+        g1, g2 = self._affine(self.ln1)[0], self._affine(self.ln2)[0]  # LN γ: diagonal, derivative exact
+        vm = layer_norm_input_vjp(h2, gelu_vjp(z, g @ fb["fc2"]) @ fb["fc1"], g2, LN_EPS, st2)
         dy = self._split((g + vm) @ fb["o"])  # (B, H, T, dh)
         dp = dy @ v.transpose(-2, -1)  # (B, H, T, T)
         dv = p.transpose(-2, -1) @ dy
         ds = p * (dp - (dp * p).sum(-1, keepdim=True)) / math.sqrt(self.d // self.heads)  # exact softmax
         dq, dk = ds @ k, ds.transpose(-2, -1) @ q
         du1 = self._merge(dq) @ fb["q"] + self._merge(dk) @ fb["k"] + self._merge(dv) @ fb["v"]
-        return vm + layer_norm_input_vjp(h, du1, None, LN_EPS, st1)
+        return vm + layer_norm_input_vjp(h, du1, g1, LN_EPS, st1)
 
 
 class PooledLNReadout(LNReadout):
@@ -131,14 +152,33 @@ class PooledLNReadout(LNReadout):
         return layer_norm_input_vjp(h, g, self.out_ln.weight, LN_EPS)
 
 
+class ClsLNReadout(LNReadout):
+    """Terminal LayerNorm ``out_ln`` → the cls token ``[:, 0]`` → ``out_head``."""
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits (B, C) from tokens (B, 1 + T, d)."""
+        return self.out_head(self.out_ln(h[:, 0]))
+
+    @torch.no_grad()
+    def fa_vjp(self, h: torch.Tensor, e: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Credit at ``h_L``: feedback head and exact LN derivative at the cls token, zero elsewhere."""
+        out = torch.zeros_like(h)
+        out[:, 0] = layer_norm_input_vjp(h[:, 0], e @ fb["out_head"], self.out_ln.weight, LN_EPS)
+        return out
+
+
 @MODELS.register("vit")
 class ViTMini(ResidualModel):
-    """ViT-Mini: ``--d-hidden`` token width, ``--num-blocks`` blocks, ``--mlp-ratio``; 4 heads, patch 4."""
+    """ViT-Mini: ``--d-hidden`` token width, ``--num-blocks`` blocks, ``--mlp-ratio`` (4); 4 heads, patch 4."""
 
     def __init__(self, input_shape, num_classes: int, d_hidden: int = 128, num_blocks: int = 4,
-                 mlp_ratio: int = 2, seed: int = 0, heads: int = 4, patch: int = 4):
+                 mlp_ratio: int | None = None, seed: int = 0, heads: int = 4, patch: int = 4, variant: str = "ref"):
         super().__init__()
+        check_variant(variant)
         gen = torch.Generator().manual_seed(seed)
-        self.embed = PatchEmbed(input_shape, d_hidden, patch, gen)
-        self.blocks = nn.ModuleList(ViTBlock(d_hidden, heads, mlp_ratio, gen) for _ in range(num_blocks))
-        self.readout = PooledLNReadout(d_hidden, num_classes, gen)
+        self.embed = PatchEmbed(input_shape, d_hidden, patch, gen, variant)
+        self.blocks = nn.ModuleList(ViTBlock(d_hidden, heads, mlp_ratio or 4, gen, variant=variant)
+                                    for _ in range(num_blocks))
+        readout = ClsLNReadout if variant == "ref" else PooledLNReadout
+        self.readout = readout(d_hidden, num_classes, gen, variant)
+        self.audit_token = 0 if variant == "ref" else None  # D1/D2 read h[:, 0], as the reference does

@@ -20,21 +20,51 @@ def _rows(report: dict) -> list[list[str]]:
     rows = []
     for m in report["methods"]:
         sp, ck = m["standard_pair"], m["checks"]
+        rob = (m.get("robust_cosine") or {}).get("concat")
         rows.append([m["method"], fmt_ms(sp["test_acc"]), fmt_ms(sp["aggregate_cosine_mean_per_layer"]),
-                     fmt_ms(sp["aggregate_cosine_concat"]), _check(ck["D1"], ".3g"), _check(ck["D2"], ".2e"),
+                     fmt_ms(rob), _check(ck["D1"], ".3g"), _check(ck["D2"], ".2e"),
                      _check(ck["D3"], "+.1f"), "FLAG " + ",".join(m["flags"]) if m["flags"] else "PASS"])
+    return rows
+
+
+def _fired(e: list) -> str:
+    """``epoch 4`` / ``epochs 4, 6, never`` over seeds."""
+    if all(x is None for x in e):
+        return "never"
+    return ", ".join("never" if x is None else str(x) for x in e)
+
+
+def _monitor_rows(report: dict) -> list[list[str]]:
+    rows = []
+    budget = report["config"]["base"]["epochs"]
+    for m in report["methods"]:
+        mon = m.get("monitor") or {}
+        row = [m["method"]]
+        for name in ("D1", "D2"):
+            c = mon.get(name) or {}
+            e = c.get("first_fired_epoch") or []
+            if not c.get("tracked", True):
+                row.append("not tracked")
+                continue
+            saved = [s for s in c.get("compute_saved") or [] if s is not None]
+            row.append(_fired(e) + (f" (stop there: {100 * sum(saved) / len(saved):.0f}% of {budget} epochs saved)"
+                                    if saved else ""))
+        stopped = [x for x in mon.get("stopped_at_epoch") or [] if x is not None]
+        row.append(", ".join(map(str, stopped)) if stopped else "—")
+        rows.append(row)
     return rows
 
 
 def _headers(report: dict) -> list[str]:
     th = report["thresholds"]
-    return ["method", "test acc", "cos mean/layer", "cos concat", f"D1 ρ (flag >{th['rho_max']:g})",
+    return ["method", "test acc", "cos Γ (standard)", "robust cos concat (ours)", f"D1 ρ (flag >{th['rho_max']:g})",
             f"D2 ‖g_L‖ (flag <{th['ref_factor'] * th['eps']:.0e})", f"D3 gap pp (flag <{th['gap_min_pp']:g})",
             "verdict"]
 
 
-def _layer_rows(report: dict, key: str) -> list[list[str]]:
-    return [[m["method"], *(fmt_ms(v) for v in m[key])] for m in report["methods"]]
+def _layer_rows(report: dict, key: str, sub: str | None = None) -> list[list[str]]:
+    return [[m["method"], *(fmt_ms(v) for v in (m[key] if sub is None else (m.get(key) or {}).get(sub) or []))]
+            for m in report["methods"]]
 
 
 def _table_text(headers, rows) -> str:
@@ -51,8 +81,11 @@ def _table_md(headers, rows) -> str:
 def _title(report: dict) -> str:
     c = report["config"]
     b = c["base"]
-    return (f"depthaudit audit — {b['dataset']}, {b['arch']} d={b['d_hidden']} L={b['num_blocks']}, "
-            f"{b['epochs']} epochs, seeds {c['seeds']}, probe batch {c['probe_size']}")
+    ep = f"{b['epochs']} epochs" if b.get("stop_after") is None else f"first {b['stop_after']} of {b['epochs']} epochs"
+    probe = (f"probe {c['probe_batches']}×{c['probe_batch_size']}" if "probe_batches" in c
+             else f"probe batch {c.get('probe_size')}")
+    return (f"depthaudit audit — {b['dataset']} (augment {b.get('augment', 'none')}), {b['arch']} "
+            f"({b.get('variant', 'v0.1')}) d={b['d_hidden']} L={b['num_blocks']}, {ep}, seeds {c['seeds']}, {probe}")
 
 
 def _sections(report: dict, table) -> list[tuple[str, str]]:
@@ -61,12 +94,19 @@ def _sections(report: dict, table) -> list[tuple[str, str]]:
     id_rows = [[f"block {i + 1}: ‖f_l(h_(l-1))‖/‖h_(l-1)‖", fmt_ms(v)] for i, v in enumerate(ident["block_ratio"])]
     id_rows += [["stack: ‖h_L − h_0‖/‖h_0‖", fmt_ms(ident["stack_rel_change"])],
                 ["stack: cos(h_L, h_0)", fmt_ms(ident["stack_cos"])]]
+    if "g_L_median" in ident:
+        id_rows.append(["D2 ‖g_L‖ at init (mean loss, median per example)", fmt_ms(ident["g_L_median"], ".2e")])
+    layers = ["method", *(f"l={i}" for i in range(L + 1))]
     return [
         ("Standard pair vs protocol (value STATUS (margin))", table(_headers(report), _rows(report))),
-        ("Per-layer credit cosine cos(c_l, g_l), end of training",
-         table(["method", *(f"l={i}" for i in range(L + 1))], _layer_rows(report, "per_layer_cosine"))),
-        ("Per-block update cosine (block's surrogate gradient vs its BP gradient)",
+        ("Per-layer credit cosine Γ_l (standard: per-example, mean-loss reference, ε = 1e-8, fp32), end of training",
+         table(layers, _layer_rows(report, "per_layer_cosine"))),
+        ("Per-layer robust cosine (ours: fp64 over the whole probe set, no floor)",
+         table(layers, _layer_rows(report, "robust_cosine", "per_layer"))),
+        ("Per-block update cosine (ours, robust: block's surrogate gradient vs its BP gradient)",
          table(["method", *(f"block {i + 1}" for i in range(L))], _layer_rows(report, "update_cosine"))),
+        ("Training monitor: first epoch each check fired (per seed)",
+         table(["method", "D1 fired at", "D2 fired at", "stopped at (--stop-on-flag)"], _monitor_rows(report))),
         ("Depth utility: test accuracy trained vs frozen-blocks baseline",
          table(["method", "trained", "frozen", "gap pp"],
                [[m["method"], fmt_ms(m["trained_test_acc"]), fmt_ms(m["frozen_test_acc"]),
@@ -82,7 +122,8 @@ def audit_terminal(report: dict) -> str:
     parts = [_title(report), ""]
     for title, body in _sections(report, _table_text):
         parts += [title, body, ""]
-    parts.append("Margins: decades for D1/D2, pp for D3; positive = passing side.")
+    parts.append("Margins: decades for D1/D2, pp for D3; positive = passing side. Γ and D2 are in the field's "
+                 "convention; the robust and update cosines are ours.")
     return "\n".join(parts)
 
 

@@ -30,8 +30,8 @@ def cosine_heatmaps(report: dict, path: Path) -> None:
         step = max(1, len(h["epochs"]) // 6)
         ax.set_xticks(list(ticks)[::step], [str(e) for e in h["epochs"]][::step])
     axes[0][0].set_ylabel("stream position l")
-    fig.colorbar(im, ax=axes[0].tolist(), label="cos(c_l, g_l)")
-    fig.suptitle("Per-layer credit cosine cos(c_l, g_l) over training (seed mean)")
+    fig.colorbar(im, ax=axes[0].tolist(), label="Γ_l (standard cosine)")
+    fig.suptitle("Per-layer credit cosine Γ_l over training (standard convention, seed mean)")
     save_figure(fig, path)
     plt.close(fig)
 
@@ -42,17 +42,25 @@ def scale_checks(report: dict, path: Path) -> None:
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.4))
     for m in report["methods"]:
         h = m["history"]
-        a1.plot(h["epochs"], [_nan(v) for v in h["rho"]], marker=".", label=m["method"])
-        a2.plot(h["epochs"], [_nan(v) for v in h["g_L"]], marker=".", label=m["method"])
+        l1, = a1.plot(h["epochs"], [_nan(v) for v in h["rho"]], marker=".", label=m["method"])
+        l2, = a2.plot(h["epochs"], [_nan(v) for v in h["g_L"]], marker=".", label=m["method"])
+        for ax, line, name in ((a1, l1, "D1"), (a2, l2, "D2")):  # the monitor's first firing (seed mean curve)
+            fired = [e for e in ((m.get("monitor") or {}).get(name) or {}).get("first_fired_epoch") or []
+                     if e is not None]
+            if fired:
+                ax.axvline(min(fired), color=line.get_color(), ls=":", lw=1.2)
     a1.axhline(th["rho_max"], ls="--", c="k", lw=1, label=f"D1 flag > {th['rho_max']:g}")
     a2.axhline(th["ref_factor"] * th["eps"], ls="--", c="k", lw=1,
                label=f"D2 flag < {th['ref_factor'] * th['eps']:.0e}")
-    for ax, t in ((a1, "D1: ρ = max ‖h_l‖/‖h_(l-1)‖"), (a2, "D2: ‖g_L‖ (BP reference)")):
+    bp = report["config"].get("probe_batch_size", "?")
+    for ax, t in ((a1, "D1: ρ = max ‖h_l‖/‖h_(l-1)‖ (median norms)"),
+                  (a2, f"D2: ‖g_L‖ (mean-loss ref., batch {bp}, median)")):
         ax.set_yscale("log")
         ax.set_xlabel("epoch")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_title(t)
         ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, "dotted: epoch a check first fired (training monitor)", fontsize=7)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)

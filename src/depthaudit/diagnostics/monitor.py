@@ -1,0 +1,52 @@
+"""Training monitor (SPEC §3): the first epoch at which D1 and D2 fire, read from each measurement.
+
+The reference reports e.g. "DFA fires at epoch 4, saving 96 % of the compute"; with ``stop_on_flag``
+the training loop ends the run there (status ``stopped_flagged``).
+"""
+
+import math
+
+
+class Monitor:
+    """Reads the tracker's ``stream`` (ρ) and ``reference`` (‖g_L‖) values; remembers first firings."""
+
+    def __init__(self, rho_max: float = 50.0, g_min: float = 1e-7, stop_on_flag: bool = False):
+        self.rho_max, self.g_min, self.stop_on_flag = rho_max, g_min, stop_on_flag
+        self.fired: dict[str, dict | None] = {"D1": None, "D2": None}
+        self.measured_epochs: list[int] = []
+
+    def _fires(self, name: str, v) -> bool:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return True  # a non-finite measurement is a FLAG, as in the verdicts
+        if not math.isfinite(v):
+            return True
+        return v > self.rho_max if name == "D1" else v < self.g_min
+
+    def update(self, epoch: int, measured: dict) -> list[str]:
+        """Record one measurement; return the checks that fired for the first time at ``epoch``."""
+        self.measured_epochs.append(epoch)
+        values = {"D1": measured.get("stream", {}).get("rho"), "D2": measured.get("reference", {}).get("g_L")}
+        new = []
+        for name, v in values.items():
+            if "stream" not in measured and name == "D1" or "reference" not in measured and name == "D2":
+                continue
+            if self.fired[name] is None and self._fires(name, v):
+                self.fired[name] = {"epoch": epoch, "value": v}
+                new.append(name)
+        return new
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether the run must end now: ``stop_on_flag`` and some check has fired."""
+        return self.stop_on_flag and any(v is not None for v in self.fired.values())
+
+    def describe(self, name: str) -> str:
+        """``ρ = 78.5 > 50`` style text for a fired check."""
+        f = self.fired[name]
+        return (f"ρ = {f['value']:.3g} > {self.rho_max:g}" if name == "D1"
+                else f"‖g_L‖ = {f['value']:.3g} < {self.g_min:.0e}")
+
+    def to_dict(self) -> dict:
+        """JSON-able: thresholds, first firings (None = never), whether it stopped runs, epochs measured."""
+        return {"rho_max": self.rho_max, "g_min": self.g_min, "stop_on_flag": self.stop_on_flag,
+                "fired": self.fired, "measured_epochs": self.measured_epochs}
