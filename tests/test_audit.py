@@ -5,11 +5,13 @@ import math
 from importlib.resources import files
 
 import jsonschema
+import numpy as np
 import pytest
 import torch
 
 from depthaudit.cli import main
-from depthaudit.diagnostics import CreditCosine, Probe, ReferenceNorm, StreamNorms, Tracker, aggregate_cosines, cosine
+from depthaudit.diagnostics import (CreditCosine, Monitor, Probe, ReferenceNorm, RobustCosine, StreamNorms, Tracker,
+                                    robust_aggregates, standard_cosines)
 from depthaudit.diagnostics.identity import identity_stats
 from depthaudit.methods import build_method
 from depthaudit.models import build_model
@@ -19,97 +21,160 @@ TH = Thresholds()
 
 
 def _model(arch="resmlp", seed=0, d=32, L=4):
-    return build_model(arch, (40,), 10, d, L, 4, seed)
+    return build_model(arch, (40,), 10, d, L, None, seed)
 
 
-def _batch(n=128, seed=0):
+def _batches(n=2, b=64, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 40, generator=g), torch.randint(0, 10, (n,), generator=g)
+    return [(torch.randn(b, 40, generator=g), torch.randint(0, 10, (b,), generator=g)) for _ in range(n)]
 
 
-def test_bp_per_layer_cosines_are_one_on_a_healthy_model():
+def _probe(model, method="bp", batches=None, seed=0):
+    return Probe(model, build_method(method, model, seed), batches or _batches())
+
+
+def test_bp_standard_and_robust_cosines_are_one_on_a_healthy_model():
     model = _model()
-    x, y = _batch()
-    out = CreditCosine().compute(Probe(model, build_method("bp", model, 0), x, y))
-    print("BP per-layer cosines:", out["per_layer"])
-    assert len(out["per_layer"]) == 5
-    assert max(abs(c - 1) for c in out["per_layer"]) < 1e-5
-    assert abs(out["concat"] - 1) < 1e-5 and abs(out["mean_per_layer"] - 1) < 1e-5
+    p = _probe(model)
+    std, rob = CreditCosine().compute(p), RobustCosine().compute(p)
+    print("BP standard per-layer:", std["per_layer"], "robust:", rob["per_layer"])
+    assert len(std["per_layer"]) == 5
+    assert max(abs(c - 1) for c in std["per_layer"]) < 1e-6  # fp32 precision
+    assert max(abs(c - 1) for c in rob["per_layer"]) < 1e-12 and abs(rob["concat"] - 1) < 1e-12
+    assert all(c <= 1 for c in std["per_layer"] + rob["per_layer"])  # clamped: no stored cosine above 1
 
 
-def test_fa_per_layer_cosine_uses_an_independent_reference():
+def test_standard_cosine_is_the_fields_per_example_mean_loss_cosine():
     model = _model()
-    x, y = _batch()
-    probe = Probe(model, build_method("fa", model, 3), x, y)
-    # reference equals autograd's gradient of the summed loss w.r.t. every h_l
-    logits, states = model(x, return_states=True)
-    ref = torch.autograd.grad(torch.nn.functional.cross_entropy(logits, y, reduction="sum"), states)
-    assert max((a - b).abs().max().item() for a, b in zip(ref, probe.reference, strict=True)) < 1e-5
-    cos = CreditCosine().compute(probe)["per_layer"]
-    assert all(abs(c) < 0.99 for c in cos[:-1])  # random feedback: not BP
+    batches = _batches()
+    p = _probe(model, "fa", batches, seed=3)
+    # independent reference: per batch, autograd of the MEAN loss w.r.t. every h_l, then the field's
+    # per-example F.cosine_similarity against the method's credit in the same (mean-loss) convention
+    refs = []
+    for x, y in batches:
+        logits, states = model(x, return_states=True)
+        refs.append(torch.autograd.grad(torch.nn.functional.cross_entropy(logits, y), states))
+    ref = [torch.cat(r) for r in zip(*refs, strict=True)]
+    assert max(((a / 64) - b).abs().max().item() for a, b in zip(p.reference, ref, strict=True)) < 1e-7
+    want = [torch.nn.functional.cosine_similarity(c / 64, g, dim=1, eps=1e-8).mean().item()
+            for c, g in zip(p.credits, ref, strict=True)]
+    got = CreditCosine().compute(p)["per_layer"]
+    print("FA standard cosine", got, "independent", want)
+    assert got == pytest.approx(want, abs=1e-6)
+    assert all(abs(c) < 0.99 for c in got[:-1])  # random feedback: not BP
+    # D2's value is the median per-example norm of that same mean-loss g_L
+    g_l = ReferenceNorm().compute(p)["g_L"]
+    assert g_l == pytest.approx(float(np.median(ref[-1].norm(dim=1).numpy())), rel=1e-6)
 
 
-def test_d1_flags_an_exploded_stream_and_passes_a_healthy_one():
+def test_d1_uses_median_norms_flags_an_exploded_stream_and_passes_a_healthy_one():
     model = _model()
-    x, y = _batch()
-    healthy = StreamNorms().compute(Probe(model, build_method("bp", model, 0), x, y))
+    healthy = StreamNorms().compute(_probe(model))
     with torch.no_grad():
         model.blocks[2].fc2.weight.mul_(1e4)  # block 3 now writes a huge update into the stream
-    exploded = StreamNorms().compute(Probe(model, build_method("bp", model, 0), x, y))
+    p = _probe(model)
+    exploded = StreamNorms().compute(p)
+    med = [float(np.median(h.flatten(1).norm(dim=1).numpy())) for h in p.states]  # numpy's median, independent
     print("rho healthy", healthy["rho"], "exploded", exploded["rho"])
+    assert exploded["norms"] == pytest.approx(med, rel=1e-6)
     assert check_d1(healthy["rho"], TH)["status"] == "PASS"
     assert check_d1(exploded["rho"], TH)["status"] == "FLAG"
     assert exploded["rho"] == pytest.approx(exploded["norms"][3] / exploded["norms"][2])
+    assert StreamNorms(stat="mean").compute(p)["rho"] == pytest.approx(exploded["rho_mean"])
     assert check_d1(math.inf, TH)["status"] == "FLAG" and check_d1(math.nan, TH)["status"] == "FLAG"
+
+
+def test_d2_threshold_sits_at_the_standard_cosines_own_degeneracy_point():
+    # constructed: the same vectors scaled through the floor; the field's cosine of BP with itself is
+    # min(1, (|g|/eps)^2) per example: exact down to |g| = eps, collapsing below. D2 fires at 10 eps, one
+    # decade before that point, and never while the cosine is degenerate
+    g = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))
+    g = g / g.norm(dim=1, keepdim=True)  # unit per-example norms
+    rows = []
+    for scale in (1e-3, 1e-6, 1.01e-7, 5e-8, 1e-8, 5e-9, 1e-9, 1e-10):
+        gs = g * scale * 64  # per-example convention; ÷ B_p = 64 gives per-example mean-loss norm = scale
+        std = standard_cosines([gs], [gs], 64, 1e-8)[0]
+        rob = robust_aggregates([gs], [gs])["per_layer"][0]
+        d2 = check_d2(scale, TH)["status"]
+        rows.append((scale, std, rob, d2))
+        print(f"|g| {scale:.0e}: standard {std:.6f} robust {rob:.6f} D2 {d2}")
+        assert rob == pytest.approx(1.0, abs=1e-12)  # the direction is still perfectly aligned
+        assert std == pytest.approx(min(1.0, (scale / 1e-8) ** 2), rel=1e-3)  # F.cosine_similarity's floor
+        assert d2 == ("PASS" if scale >= 1e-7 else "FLAG")
+        if std < 1 - 1e-6:  # wherever the standard cosine has degenerated, D2 has fired
+            assert d2 == "FLAG"
+    assert rows[-1][1] < 1e-3
 
 
 def _scaled(arch, scale):
     model = _model(arch)
     with torch.no_grad():
         model.embed.proj.weight.mul_(scale)
+        model.embed.proj.bias.mul_(scale)
     return model
 
 
-def test_d2_flags_a_reference_at_the_floor_and_that_cosine_is_noise():
-    x, y = _batch()
-    eps = TH.eps
+def test_d2_flags_an_exploded_terminal_ln_model_where_the_standard_cosine_collapses():
     res = {}
     for name, model in (("healthy", _scaled("resmlp", 1.0)), ("scaled", _scaled("resmlp", 1e10)),
                         ("scaled_no_terminal_ln", _scaled("studentnet", 1e10))):
-        probe = Probe(model, build_method("fa", model, 1), x, y)
-        g_l = ReferenceNorm().compute(probe)["g_L"]
-        c, g = probe.credits[-1].double(), probe.reference[-1].double()
-        reported = cosine(c, g, eps)
-        # the perturbation that flips the reported cosine's sign: remove twice g's component along c
-        u = c / c.norm()
-        flip = -2 * (g.flatten() @ u.flatten()) * u
-        # the most any perturbation of norm eps (1e-8, far below a meaningful gradient) can move it
-        sway = max(abs(cosine(c, g + s * eps * d, eps) - reported) for s in (1, -1) for d in (u, g / g.norm()))
-        res[name] = dict(g_l=g_l, d2=check_d2(g_l, TH)["status"], cos=reported, flip_norm=flip.norm().item(),
-                         flipped=cosine(c, g + flip, eps), sway=sway)
+        p = _probe(model, "bp")
+        g_l = ReferenceNorm().compute(p)["g_L"]
+        std = CreditCosine().compute(p)["per_layer"][-1]
+        rob = RobustCosine().compute(p)["per_layer"][-1]
+        live = (p.reference[-1].flatten(1).norm(dim=1) > 0).double().mean().item()  # saturated examples: g = 0
+        res[name] = dict(g_l=g_l, d2=check_d2(g_l, TH)["status"], std=std, rob=rob, live=live)
         print(name, {k: (f"{v:.3e}" if isinstance(v, float) else v) for k, v in res[name].items()})
     h, s_, ctl = res["healthy"], res["scaled"], res["scaled_no_terminal_ln"]
-    assert h["d2"] == "PASS" and h["sway"] < 1e-6 and h["flip_norm"] > 1e6 * eps
-    # terminal LN turns the exploded stream into a vanishing reference: D2 flags it ...
-    assert s_["g_l"] < 10 * eps and s_["d2"] == "FLAG"
-    # ... and there a perturbation smaller than eps flips the reported cosine: it is noise, not alignment
-    assert s_["flip_norm"] < eps and s_["flipped"] == pytest.approx(-s_["cos"], rel=1e-6)
-    # the control without terminal LN keeps a valid reference at the same stream scale
-    assert ctl["d2"] == "PASS" and ctl["flip_norm"] > 1e6 * eps
+    assert h["d2"] == "PASS" and h["std"] == pytest.approx(1, abs=1e-6)
+    # terminal LN turns the exploded stream into a vanishing reference: D2 flags it, and there even BP's
+    # own standard cosine (credit = reference) has collapsed toward 0 while the robust one stays 1
+    assert s_["g_l"] < 10 * TH.eps and s_["d2"] == "FLAG" and s_["std"] < 0.01 and s_["rob"] == pytest.approx(1)
+    # the control without terminal LN keeps a valid reference at the same stream scale: Γ_L is 1 on every
+    # example whose gradient is not exactly 0 (saturated softmax; F.cosine_similarity(0, 0) = 0)
+    assert ctl["d2"] == "PASS" and ctl["std"] == pytest.approx(ctl["live"], abs=1e-6)
 
 
 def test_aggregate_masks_credit_aligned_at_one_end_only():
     # hand-built: g_l = e1 (norm 1) for l < L, g_L = 10·e1; credit c_l = e2 ⟂ g_l below, c_L = g_L
     L, n = 4, 8
-    e1, e2 = torch.zeros(n), torch.zeros(n)
-    e1[0], e2[1] = 1.0, 1.0
+    e1, e2 = torch.zeros(1, n), torch.zeros(1, n)
+    e1[0, 0], e2[0, 1] = 1.0, 1.0
     ref = [e1.clone() for _ in range(L)] + [10 * e1]
     cred = [e2.clone() for _ in range(L)] + [10 * e1]
-    out = aggregate_cosines(cred, ref, 1e-8)
+    out = robust_aggregates(cred, ref)
     assert out["per_layer"] == pytest.approx([0, 0, 0, 0, 1])
     assert out["mean_per_layer"] == pytest.approx(1 / 5)
     assert out["concat"] == pytest.approx(100 / 104)  # ⟨c,g⟩ = 100, ‖c‖² = ‖g‖² = 100 + 4
+    assert standard_cosines(cred, ref, 1, 1e-8) == pytest.approx([0, 0, 0, 0, 1])
     print("concat aggregate", out["concat"], "hides per-layer", out["per_layer"])
+
+
+def test_monitor_records_first_firing_and_stop_on_flag_ends_the_run(tmp_path):
+    m = Monitor(rho_max=50, g_min=1e-7)
+    assert m.update(0, {"stream": {"rho": 2.0}, "reference": {"g_L": 1e-3}}) == []
+    assert m.update(1, {"stream": {"rho": 80.0}, "reference": {"g_L": 1e-3}}) == ["D1"]
+    assert m.update(2, {"stream": {"rho": 90.0}, "reference": {"g_L": 1e-9}}) == ["D2"]
+    assert m.update(3, {"stream": {"rho": 90.0}, "reference": {"g_L": 1e-9}}) == []
+    assert m.fired["D1"]["epoch"] == 1 and m.fired["D2"]["epoch"] == 2 and not m.should_stop
+    # in a real run: a D2 level no healthy model can pass (g_min = 1) fires at init; with stop-on-flag
+    # the run ends there and is recorded, without it training goes on and the firing epoch is kept
+    from depthaudit.config import TrainConfig
+    from depthaudit.data import load_data
+    from depthaudit.diagnostics import audit_tracker
+    from depthaudit.runner import probe_batches
+    from depthaudit.train import train
+
+    data = load_data("mnist1d", None, False, torch.device("cpu"))
+    cfg = TrainConfig(d_hidden=32, num_blocks=2, epochs=3, method="dfa")
+    for stop in (False, True):
+        run = train(cfg, data, log=lambda _: None, tracker=audit_tracker(probe_batches(data, 0, 1, 64)),
+                    monitor=Monitor(rho_max=50, g_min=1.0, stop_on_flag=stop))
+        assert run.monitor["fired"]["D2"]["epoch"] == 0 and run.monitor["fired"]["D1"] is None
+        if stop:
+            assert run.status == "stopped_flagged" and run.final["epochs_completed"] == 0
+        else:
+            assert run.status == "ok" and run.final["epochs_completed"] == 3
 
 
 def test_d3_arithmetic_and_thresholds():
@@ -133,28 +198,28 @@ def test_mean_std_uses_ddof_1():
 
 def test_tracker_reads_without_touching_gradients_or_weights():
     model = _model()
-    x, y = _batch()
+    batches = _batches()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     from depthaudit.diagnostics import audit_tracker
 
     for name in ("bp", "fa", "dfa"):
-        out = audit_tracker(x, y)(1, model, build_method(name, model, 0))
-        assert set(out) == {"credit_cosine", "update_cosine", "stream", "reference"}
+        out = audit_tracker(batches)(1, model, build_method(name, model, 0))
+        assert set(out) == {"credit_cosine", "robust_cosine", "update_cosine", "stream", "reference"}
     assert all(p.grad is None for p in model.parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    t = Tracker(x, y, [StreamNorms(every=5)])
+    t = Tracker(batches, [StreamNorms(every=5)])
     assert t(3, model, None) is None and t(5, model, build_method("bp", model, 0)) is not None
 
 
 def test_identity_check_on_zero_output_blocks_is_exact():
     model = _model()
-    x, _ = _batch()
+    x, _ = _batches(1)[0]
     with torch.no_grad():
         for blk in model.blocks:
             blk.fc2.weight.zero_()
     s = identity_stats(model, x)
     assert s["block_ratio"] == [0.0] * 4 and s["stack_rel_change"] == 0.0
-    assert s["stack_cos"] == pytest.approx(1.0)
+    assert s["stack_cos"] == pytest.approx(1.0) and s["per_example"]["stack_rel_change"] == 0.0
 
 
 def test_default_audit_end_to_end_and_report_schema(tmp_path, capsys):
@@ -170,7 +235,8 @@ def test_default_audit_end_to_end_and_report_schema(tmp_path, capsys):
     assert [m["method"] for m in report["methods"]] == ["bp", "fa", "dfa"]
     bp = report["methods"][0]
     assert bp["n_seeds"] == 2 and bp["standard_pair"]["test_acc"]["std"] is not None
-    assert all(abs(c["mean"] - 1) < 1e-4 for c in bp["per_layer_cosine"])
+    assert all(abs(c["mean"] - 1) < 1e-6 for c in bp["per_layer_cosine"])
+    assert bp["monitor"]["D1"]["first_fired_epoch"] == [None, None]
     assert bp["history"]["epochs"] == [0, 1, 2]
     # D3 in the report is exactly the arithmetic on the stored runs
     runs = {json.loads(p.read_text())["config"]["train_blocks"] + str(json.loads(p.read_text())["config"]["seed"]):

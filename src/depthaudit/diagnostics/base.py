@@ -121,9 +121,14 @@ def robust_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return 0.0 if den == 0 else max(-1.0, min(1.0, (a @ b / den).item()))
 
 
+def median(v: torch.Tensor) -> float:
+    """The median of a 1-D tensor (the mean of the two middle values for an even count, as numpy's)."""
+    return torch.quantile(v.double(), 0.5).item()
+
+
 def median_norm(v: torch.Tensor) -> float:
-    """Median over examples of the per-example L2 norm of ``v`` (N, D), as a float (torch's lower median)."""
-    return v.norm(dim=1).median().item()
+    """Median over examples of the per-example L2 norm of ``v`` (N, D), as a float."""
+    return median(v.norm(dim=1))
 
 
 class Tracker:

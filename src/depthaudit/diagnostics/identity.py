@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import build_model
+from .base import median, median_norm
 
 
 def identity_stats(model, x: torch.Tensor, y: torch.Tensor | None = None, batch_size: int = 128) -> dict:
@@ -38,7 +39,7 @@ def identity_stats(model, x: torch.Tensor, y: torch.Tensor | None = None, batch_
            "per_example": {"block_ratio": [ratio_ex(b, a) for a, b in zip(flat, flat[1:], strict=False)],
                            "stack_rel_change": ratio_ex(flat[-1], flat[0]),
                            "stack_cos": F.cosine_similarity(flat[-1], flat[0], dim=1).mean().item()},
-           "stream_median_norm": [h.norm(dim=1).median().item() for h in flat]}
+           "stream_median_norm": [median_norm(h) for h in flat]}
     if y is not None:
         norms = []
         for i in range(0, x.shape[0] - batch_size + 1, batch_size):  # whole batches only (the 1/B convention)
@@ -46,7 +47,7 @@ def identity_stats(model, x: torch.Tensor, y: torch.Tensor | None = None, batch_
             (g,) = torch.autograd.grad(F.cross_entropy(model.readout(st[-1]), y[i:i + batch_size]), st[-1])
             norms.append(g.flatten(1).norm(dim=1))  # (B,) per-example norms of the mean-loss gradient
         if norms:
-            out["g_L_median"] = torch.cat(norms).median().item()
+            out["g_L_median"] = median(torch.cat(norms))
             out["g_L_batch_size"] = batch_size
     model.train(was)
     return out
