@@ -10,8 +10,17 @@ import pytest
 import torch
 
 from depthaudit.cli import main
-from depthaudit.diagnostics import (CreditCosine, Monitor, Probe, ReferenceNorm, RobustCosine, StreamNorms, Tracker,
-                                    robust_aggregates, standard_cosines)
+from depthaudit.diagnostics import (
+    CreditCosine,
+    Monitor,
+    Probe,
+    ReferenceNorm,
+    RobustCosine,
+    StreamNorms,
+    Tracker,
+    robust_aggregates,
+    standard_cosines,
+)
 from depthaudit.diagnostics.identity import identity_stats
 from depthaudit.methods import build_method
 from depthaudit.models import build_model
