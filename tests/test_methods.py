@@ -12,9 +12,19 @@ from depthaudit.recipe import output_error, rms
 ARCHS = ["resmlp", "studentnet"]
 
 
+def _perturb_layer_norms(model):
+    """Move every LayerNorm affine off γ=1, β=0, so the laws also test FA through the affine (reference block)."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.weight.normal_(1.0, 0.3)
+                m.bias.normal_(0.0, 0.3)
+    return model
+
+
 def _setup(arch, seed=0, B=16, d=12, L=3, C=5, din=7):
     torch.manual_seed(seed)
-    model = build_model(arch, (din,), C, d, L, 2, seed).double()
+    model = _perturb_layer_norms(build_model(arch, (din,), C, d, L, 2, seed).double())
     x = torch.randn(B, din, dtype=torch.float64)
     y = torch.randint(0, C, (B,))
     return model, x, y
@@ -183,7 +193,7 @@ def test_user_registered_method_is_used_by_name():
 @pytest.mark.parametrize("input_shape", [(40,), (3, 8, 8)])
 def test_vit_fa_with_forward_weights_equals_bp_through_attention(input_shape):
     torch.manual_seed(0)
-    model = build_model("vit", input_shape, 5, 16, 2, 2, 0).double()
+    model = _perturb_layer_norms(build_model("vit", input_shape, 5, 16, 2, 2, 0).double())
     x = torch.randn(6, *input_shape, dtype=torch.float64)
     y = torch.randint(0, 5, (6,))
     fa = FA(model, 0)
