@@ -1,6 +1,5 @@
 """The published protocol's defaults: reference models, CIFAR augmentation, budget vs schedule, legacy configs."""
 
-import json
 
 import numpy as np
 import pytest
