@@ -51,7 +51,9 @@ def main():
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args()
     data = load_data(a.dataset, a.data_dir, False, torch.device(a.device))
-    base = dict(dataset=a.dataset, d_hidden=a.d_hidden, num_blocks=a.num_blocks, epochs=1, device=a.device)
+    # augmentation off: this compares the engine with a bare loop (benchmarks/bench_augment.py times augmentation)
+    base = dict(dataset=a.dataset, d_hidden=a.d_hidden, num_blocks=a.num_blocks, epochs=1, device=a.device,
+                augment="none")
     cfg = TrainConfig(**base)
     steppers = {"bare": Bare(cfg, data)}
     for m in ("bp", "fa", "dfa"):

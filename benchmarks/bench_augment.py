@@ -1,0 +1,77 @@
+"""Cost of CIFAR augmentation on the device (crop with 4-px padding + flip) per training epoch.
+
+Two measurements in one process: (1) BP training steps of the reference ResMLP with ``--augment none``
+and ``crop+flip``, interleaved in chunks (order rotated every round) so machine noise hits both alike;
+(2) ``augment_batch`` alone over one epoch of batches. Target: augmentation ≤ 5 % of an epoch.
+
+    python benchmarks/bench_augment.py --data-dir ../shared/data/cifar10/cifar10-jpeg.zip
+"""
+
+import argparse
+import math
+import time
+
+import torch
+
+from depthaudit.config import TrainConfig, derive_seed
+from depthaudit.data import load_data
+from depthaudit.data.augment import augment_batch
+from depthaudit.train import Stepper, build, cosine_lr
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data-dir", default="../shared/data/cifar10/cifar10-jpeg.zip")
+    p.add_argument("--method", default="bp")
+    p.add_argument("--epochs", type=float, default=1.0, help="epochs' worth of steps per configuration")
+    p.add_argument("--chunk", type=int, default=25)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a = p.parse_args()
+    data = load_data("cifar10", a.data_dir, False, torch.device(a.device))
+    steppers = {}
+    for aug in ("none", "crop+flip"):
+        c = TrainConfig(dataset="cifar10", method=a.method, augment=aug, device=a.device)
+        steppers[aug] = Stepper(c, data, *build(c, data))
+    cfg = TrainConfig(dataset="cifar10", device=a.device)
+    n, bs = data.x_train.shape[0], cfg.batch_size
+    per_epoch = math.ceil(n / bs)
+    total = int(per_epoch * a.epochs)
+    gen = torch.Generator(device=a.device).manual_seed(derive_seed(cfg.seed, "shuffle"))
+    perm = torch.randperm(n, device=a.device, generator=gen)
+    batches = [perm[(i % per_epoch) * bs:(i % per_epoch + 1) * bs] for i in range(total)]
+    sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
+    for s in steppers.values():
+        for i in range(3):
+            s(batches[i], cfg.lr)
+    times = dict.fromkeys(steppers, 0.0)
+    names, done, rnd = list(steppers), 0, 0
+    while done < total:
+        k = min(a.chunk, total - done)
+        for name in names[rnd % 2:] + names[:rnd % 2]:
+            sync()
+            t0 = time.perf_counter()
+            for i in range(done, done + k):
+                steppers[name](batches[i], cosine_lr(cfg, i, total))
+            sync()
+            times[name] += time.perf_counter() - t0
+        done += k
+        rnd += 1
+    g = torch.Generator(device=a.device).manual_seed(0)
+    sync()
+    t0 = time.perf_counter()
+    for idx in batches[:per_epoch]:
+        augment_batch(data.x_train[idx], "crop+flip", data.pad_value, g)
+    sync()
+    alone = time.perf_counter() - t0
+    print(f"CIFAR-10 reference ResMLP d=256 L=4, {a.method}, {total} steps of batch {bs} per configuration, "
+          f"interleaved in chunks of {a.chunk}; device {a.device}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads")
+    for k, v in times.items():
+        print(f"  augment {k:9s} {v:7.2f}s  ({v / total * 1e3:.1f} ms/step)")
+    print(f"  crop+flip / none = {times['crop+flip'] / times['none']:.3f}   (target <= 1.05)")
+    print(f"  augment_batch alone: {alone:.2f}s per epoch = {100 * alone / (times['none'] * per_epoch / total):.1f}% "
+          "of an un-augmented epoch")
+
+
+if __name__ == "__main__":
+    main()
