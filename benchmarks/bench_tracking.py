@@ -14,7 +14,7 @@ import torch
 from depthaudit.config import TrainConfig
 from depthaudit.data import load_data
 from depthaudit.diagnostics import audit_tracker
-from depthaudit.runner import probe_batch
+from depthaudit.runner import probe_batches
 from depthaudit.train import build, train
 
 
@@ -24,26 +24,28 @@ def main():
     p.add_argument("--data-dir", default=None)
     p.add_argument("--methods", nargs="+", default=["bp", "fa", "dfa"])
     p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--probe-size", type=int, default=256)
+    p.add_argument("--probe-batches", type=int, default=10)
+    p.add_argument("--probe-batch-size", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     data = load_data(a.dataset, a.data_dir, False, torch.device("cpu"))
-    x, y = probe_batch(data, 42, a.probe_size)
-    print(f"{a.dataset} ResMLP d=256 L=4, {a.epochs} epochs, probe {x.shape[0]}, torch {torch.__version__}, "
+    batches = probe_batches(data, 42, a.probe_batches, a.probe_batch_size)
+    print(f"{a.dataset} ResMLP d=256 L=4, {a.epochs} epochs, probe {len(batches)}x{a.probe_batch_size}, "
+          f"torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, min of {a.repeats}")
     for m in a.methods:
-        cfg = TrainConfig(dataset=a.dataset, method=m, epochs=a.epochs)
+        cfg = TrainConfig(dataset=a.dataset, method=m, epochs=a.epochs, augment="none")
         t = {"plain": [], "tracked": []}
         for _ in range(a.repeats):
             for kind in t:
-                tracker = audit_tracker(x, y) if kind == "tracked" else None
+                tracker = audit_tracker(batches) if kind == "tracked" else None
                 t0 = time.perf_counter()
                 train(cfg, data, log=lambda s: None, tracker=tracker)
                 t[kind].append(time.perf_counter() - t0)
         plain, tracked = min(t["plain"]), min(t["tracked"])
         # the same cost, measured directly: one measurement's median time against one plain epoch
         model, method = build(cfg, data)
-        tr = audit_tracker(x, y)
+        tr = audit_tracker(batches)
         calls = []
         for _ in range(7):
             t0 = time.perf_counter()

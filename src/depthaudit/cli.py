@@ -69,6 +69,11 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
         _flag(g, "methods", nargs="+", default=["bp", "fa", "dfa"], choices=METHODS.names(), metavar="M",
               help=f"credit methods, from {{{','.join(METHODS.names())}}}")
         _flag(g, "seeds", nargs="+", type=int, default=[42], metavar="S", help="seeds (mean ± std, ddof 1)")
+    _flag(g, "ep_beta", type=float, default=DEFAULTS.ep_beta, help="ep: nudging strength β")
+    _flag(g, "ep_steps", type=int, default=DEFAULTS.ep_steps, help="ep: nudged-phase steps T")
+    _flag(g, "ep_step_size", type=float, default=DEFAULTS.ep_step_size, help="ep: step size η (ours)")
+    _flag(g, "ep_credit", default=DEFAULTS.ep_credit, choices=["state", "error"],
+          help="ep: state = -Δh/β (protocol) | error = -r/β (ours)")
     _flag(g, "epochs", type=int, default=None,
           help="budget: the cosine schedule spans it (default: the dataset's; CIFAR 100, others 20)")
     _flag(g, "stop_after", type=int, default=None, help="train only the first N epochs of that schedule")
@@ -115,7 +120,8 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
         variant=a.variant, d_hidden=a.d_hidden, num_blocks=a.num_blocks, mlp_ratio=a.mlp_ratio,
         method=getattr(a, "method", DEFAULTS.method), train_blocks=getattr(a, "train_blocks", DEFAULTS.train_blocks),
         epochs=a.epochs if a.epochs is not None else default_epochs(a.dataset), stop_after=a.stop_after,
-        batch_size=a.batch_size,
+        batch_size=a.batch_size, ep_beta=a.ep_beta, ep_steps=a.ep_steps, ep_step_size=a.ep_step_size,
+        ep_credit=a.ep_credit,
         bridge_alpha=getattr(a, "bridge_alpha", None), init_checkpoint=getattr(a, "init_checkpoint", None),
         lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty,
         seed=getattr(a, "seed", (getattr(a, "seeds", None) or [DEFAULTS.seed])[0]), device=resolve_device(a.device))

@@ -27,6 +27,10 @@ class TrainConfig:
     train_blocks: str = "all"
     bridge_alpha: float | None = None  # Credit Bridge: mix the method's credit with BP's (see bridges)
     init_checkpoint: str | None = None  # State Bridge: start from this checkpoint's weights
+    ep_beta: float = 0.5  # EP (method ep): nudging strength β
+    ep_steps: int = 20  # EP: gradient steps T of the nudged phase
+    ep_step_size: float = 0.5  # EP: step size η of those steps (ours; SPEC gives none)
+    ep_credit: str = "state"  # EP: state = −Δh/β (the protocol's) | error = −r/β (ours)
     # recipe
     epochs: int = 20  # the budget: the cosine schedule spans it
     stop_after: int | None = None  # train only the first N epochs of that schedule
@@ -63,6 +67,10 @@ class TrainConfig:
         trainable_blocks(self.train_blocks, self.num_blocks)  # validates the spelling and k
         if self.init_checkpoint and not os.path.isfile(self.init_checkpoint):
             raise UsageError(f"--init-checkpoint {self.init_checkpoint}: no such file; give a checkpoint.pt path")
+        if not self.ep_beta > 0 or self.ep_steps < 1 or not self.ep_step_size > 0:
+            raise UsageError("--ep-beta and --ep-step-size must be > 0 and --ep-steps >= 1")
+        if self.ep_credit not in ("state", "error"):
+            raise UsageError(f"--ep-credit {self.ep_credit!r} not known; use state or error")
         if self.bridge_alpha is not None and not 0.0 <= self.bridge_alpha <= 1.0:
             raise UsageError(f"--bridge-alpha must be in [0, 1], got {self.bridge_alpha}")
 

@@ -31,6 +31,7 @@ class Trace:
     hL: torch.Tensor  # readout input leaf (requires grad if asked)
     logits: torch.Tensor  # (B, C), graph to readout params (and hL)
     gL: torch.Tensor | None = None  # ∂(Σ_b ℓ_b)/∂h_L when hL requires grad (after the readout pass)
+    y: torch.Tensor | None = None  # the batch's labels (set by the readout pass; methods that need ℓ read them)
 
 
 def trace_forward(model: ResidualModel, x: torch.Tensor, *, input_grad: bool = False,
@@ -59,6 +60,7 @@ def readout_pass(tr: Trace, y: torch.Tensor, *, accumulate: bool = True) -> torc
 
     Also fills ``tr.gL`` when ``tr.hL`` requires grad.
     """
+    tr.y = y
     loss = F.cross_entropy(tr.logits, y)
     if accumulate:
         loss.backward()

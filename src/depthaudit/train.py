@@ -74,7 +74,7 @@ def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMeth
     trainable = set(cfg.trainable())
     for i, blk in enumerate(model.blocks, start=1):
         blk.requires_grad_(i in trainable)
-    return model, build_method(cfg.method, model, cfg.seed, cfg.bridge_alpha)
+    return model, build_method(cfg.method, model, cfg.seed, cfg.bridge_alpha, cfg)
 
 
 class Stepper:
