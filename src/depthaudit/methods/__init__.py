@@ -23,7 +23,8 @@ def build_method(name: str, model, seed: int, bridge_alpha: float | None = None,
 
     cls = METHODS.get(name)
     fseed = derive_seed(seed, "feedback")
-    method = cls.from_config(model, fseed, cfg) if cfg is not None and hasattr(cls, "from_config") else cls(model, fseed)
+    configurable = cfg is not None and hasattr(cls, "from_config")
+    method = cls.from_config(model, fseed, cfg) if configurable else cls(model, fseed)
     device = next(model.parameters()).device
     if hasattr(method, "to"):
         method.to(device)
