@@ -26,6 +26,8 @@ def insert_zero_block(model: ResidualModel, position: int, seed: int = 0) -> Res
         lin.weight.copy_(torch.empty(lin.weight.shape).uniform_(-bound, bound, generator=gen))
         if lin.bias is not None:
             lin.bias.zero_()
+    for ln in (m for m in blk.modules() if isinstance(m, torch.nn.LayerNorm)):  # a fresh LN: γ = 1, β = 0
+        ln.reset_parameters()
     outs = blk.output_layers() if hasattr(blk, "output_layers") else [linears[-1]]
     for out in outs:
         out.weight.zero_()

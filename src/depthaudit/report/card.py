@@ -27,6 +27,16 @@ def _rows(report: dict) -> list[list[str]]:
     return rows
 
 
+def _stopped_note(report: dict) -> str:
+    """A stopped run's accuracy is the stopping epoch's; say so where D3 uses it."""
+    stopped = [m["method"] for m in report["methods"]
+               if any(x is not None for x in (m.get("monitor") or {}).get("stopped_at_epoch") or [])]
+    if not stopped:
+        return ""
+    return (f"\n\nStopped early: {', '.join(stopped)}. Their accuracy (and D3) is at the stopping epoch, against a "
+            "frozen baseline trained for the whole budget.")
+
+
 def _fired(e: list) -> str:
     """``epoch 4`` / ``epochs 4, 6, never`` over seeds."""
     if all(x is None for x in e):
@@ -106,7 +116,8 @@ def _sections(report: dict, table) -> list[tuple[str, str]]:
         ("Per-block update cosine (ours, robust: block's surrogate gradient vs its BP gradient)",
          table(["method", *(f"block {i + 1}" for i in range(L))], _layer_rows(report, "update_cosine"))),
         ("Training monitor: first epoch each check fired (per seed)",
-         table(["method", "D1 fired at", "D2 fired at", "stopped at (--stop-on-flag)"], _monitor_rows(report))),
+         table(["method", "D1 fired at", "D2 fired at", "stopped at (--stop-on-flag)"], _monitor_rows(report))
+         + _stopped_note(report)),
         ("Depth utility: test accuracy trained vs frozen-blocks baseline",
          table(["method", "trained", "frozen", "gap pp"],
                [[m["method"], fmt_ms(m["trained_test_acc"]), fmt_ms(m["frozen_test_acc"]),
