@@ -10,16 +10,20 @@ from depthaudit.cli import main
 TINY = ["--d-hidden", "24", "--num-blocks", "2", "--epochs", "1", "--probe-batches", "1", "--probe-batch-size", "64"]
 
 
-def test_intervene_reports_before_and_after(tmp_path, capsys):
-    assert main(["intervene", *TINY, "--methods", "dfa", "--penalty", "0.5", "--out", str(tmp_path)]) == 0
+def test_intervene_sweeps_lambda_grid(tmp_path, capsys):
+    assert main(["intervene", *TINY, "--methods", "dfa", "--lambdas", "0", "1e-2", "0.5", "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "intervention.json").read_text())
     (row,) = res["rows"]
-    assert row["method"] == "dfa" and res["penalty"] == 0.5
-    for side in ("before", "after"):
-        assert {"D1", "D2", "D3", "test_acc", "per_layer_cosine"} <= set(row[side])
-    cfgs = [json.loads(p.read_text())["config"]["scale_penalty"] for p in (tmp_path / "runs").glob("*/result.json")]
-    assert sorted(set(cfgs)) == [0.0, 0.5] and len(cfgs) == 4  # trained + frozen at each λ
-    assert "| dfa | 0.5 |" in capsys.readouterr().out
+    assert row["method"] == "dfa" and res["lambdas"] == [0.0, 0.01, 0.5] and res["penalty_form"] == "abs"
+    for d in row["by_lambda"]:
+        assert {"D1", "D2", "D3", "test_acc", "per_layer_cosine", "lambda"} <= set(d)
+    cfgs = [json.loads(p.read_text())["config"] for p in (tmp_path / "runs").glob("*/result.json")]
+    assert sorted({c["scale_penalty"] for c in cfgs}) == [0.0, 0.01, 0.5] and len(cfgs) == 6  # trained + frozen
+    assert {c["penalty_form"] for c in cfgs} == {"abs"}
+    assert "| dfa | 0.5 |" in capsys.readouterr().out and (tmp_path / "intervention.png").stat().st_size > 0
+    assert main(["intervene", *TINY, "--methods", "dfa", "--penalty", "0.5", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "intervention.json").read_text())["lambdas"] == [0.0, 0.5]
+    assert main(["intervene", *TINY, "--lambdas", "-1", "--out", str(tmp_path / "bad")]) == 2
 
 
 def test_bridge_command_tables(tmp_path, capsys):

@@ -80,7 +80,9 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
     _flag(g, "batch_size", type=int, default=DEFAULTS.batch_size, help="batch size")
     _flag(g, "lr", type=float, default=DEFAULTS.lr, help="AdamW learning rate (cosine to 0)")
     _flag(g, "weight_decay", type=float, default=DEFAULTS.weight_decay, help="AdamW weight decay")
-    _flag(g, "scale_penalty", type=float, default=DEFAULTS.scale_penalty, help="λ on ‖f‖²/‖h‖²")
+    _flag(g, "scale_penalty", type=float, default=DEFAULTS.scale_penalty, help="scale penalty λ")
+    _flag(g, "penalty_form", default=DEFAULTS.penalty_form, choices=["abs", "rel"],
+          help="abs = λ‖f‖² (reference) | rel = λ‖f‖²/‖h‖² (ours)")
     if per_run:
         _flag(g, "seed", type=int, default=DEFAULTS.seed, help="seed (init, feedback, shuffle)")
     _flag(g, "device", default="auto", metavar="DEV", help="cpu | cuda | cuda:N | auto = cuda if available")
@@ -123,7 +125,7 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
         batch_size=a.batch_size, ep_beta=a.ep_beta, ep_steps=a.ep_steps, ep_step_size=a.ep_step_size,
         ep_credit=a.ep_credit,
         bridge_alpha=getattr(a, "bridge_alpha", None), init_checkpoint=getattr(a, "init_checkpoint", None),
-        lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty,
+        lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty, penalty_form=a.penalty_form,
         seed=getattr(a, "seed", (getattr(a, "seeds", None) or [DEFAULTS.seed])[0]), device=resolve_device(a.device))
 
 
@@ -168,12 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
     audit_args(au, "results/audit")
     au.set_defaults(func="audit:cmd_audit")
 
-    iv = sub.add_parser("intervene", help="scale-penalty intervention: the audit without and with λ",
-                        description="Run the audit at the base λ (default 0) and at --penalty; report D1/D2/D3 and "
-                        "per-layer cosines side by side.")
+    iv = sub.add_parser("intervene", help="scale-penalty intervention: the audit over a λ grid",
+                        description="Run the audit at every λ of --lambdas (the reference's grid and 30 epochs by "
+                        "default); report D1/D2/D3, accuracy and per-layer cosines side by side, and a figure.")
     audit_args(iv, "results/intervene")
-    iv.set_defaults(methods=["dfa"])
-    iv.add_argument("--penalty", type=float, default=0.1, metavar="X", help="λ of the intervention (default: 0.1)")
+    iv.set_defaults(methods=["dfa"], epochs=30)
+    iv.add_argument("--lambdas", nargs="+", type=float, default=[0.0, 1e-4, 1e-2, 1e-1], metavar="λ",
+                    help="λ grid of the penalty (default: the reference's 0 1e-4 1e-2 1e-1)")
+    iv.add_argument("--penalty", type=float, default=None, metavar="X", help="shorthand for --lambdas 0 X")
     iv.set_defaults(func="audit:cmd_intervene")
 
     br = sub.add_parser("bridge", help="Credit Bridge α sweep and State Bridge for one method",

@@ -37,7 +37,8 @@ class TrainConfig:
     batch_size: int = 128
     lr: float = 1e-3
     weight_decay: float = 0.01
-    scale_penalty: float = 0.0
+    scale_penalty: float = 0.0  # λ of the scale penalty
+    penalty_form: str = "abs"  # abs = λ‖f‖² (the reference's) | rel = λ‖f‖²/‖h‖² (ours, 0.1's)
     seed: int = 42
     device: str = "cpu"
 
@@ -69,6 +70,8 @@ class TrainConfig:
             raise UsageError(f"--init-checkpoint {self.init_checkpoint}: no such file; give a checkpoint.pt path")
         if not self.ep_beta > 0 or self.ep_steps < 1 or not self.ep_step_size > 0:
             raise UsageError("--ep-beta and --ep-step-size must be > 0 and --ep-steps >= 1")
+        if self.penalty_form not in ("abs", "rel"):
+            raise UsageError(f"--penalty-form {self.penalty_form!r} not known; use abs or rel")
         if self.ep_credit not in ("state", "error"):
             raise UsageError(f"--ep-credit {self.ep_credit!r} not known; use state or error")
         if self.bridge_alpha is not None and not 0.0 <= self.bridge_alpha <= 1.0:
@@ -107,7 +110,7 @@ class TrainConfig:
 
 
 # what a stored config that lacks a field ran with (fields added after 0.1.0)
-LEGACY: dict[str, Any] = {"variant": "v0.1", "augment": "none", "stop_after": None}
+LEGACY: dict[str, Any] = {"variant": "v0.1", "augment": "none", "stop_after": None, "penalty_form": "rel"}
 
 
 def trainable_blocks(spec: str, num_blocks: int) -> tuple[int, ...]:

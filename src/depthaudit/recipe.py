@@ -87,15 +87,41 @@ def rms(c: torch.Tensor) -> torch.Tensor:
     return c.pow(2).mean().sqrt().clamp_min(torch.finfo(c.dtype).tiny)
 
 
-def scale_penalty_terms(f: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Per-example ``‖f_l(h_{l-1})‖² / ‖h_{l-1}‖²``, (B,); ``x`` is treated as a constant."""
+PENALTY_FORMS = ("abs", "rel")
+
+
+@dataclass(frozen=True)
+class Penalty:
+    """The scale penalty added to each block's local loss: ``lam · mean_b term_b``.
+
+    ``form="abs"`` is the reference's ``‖f_l(h_{l-1})‖²`` (SPEC §2); ``"rel"`` is ours (depthaudit 0.1's),
+    ``‖f_l(h_{l-1})‖² / ‖h_{l-1}‖²``. A plain float passed where a Penalty is expected means the ``abs`` form.
+    """
+
+    lam: float = 0.0
+    form: str = "abs"
+
+
+def as_penalty(p) -> Penalty:
+    """A :class:`Penalty` from a Penalty or a float λ (reference form)."""
+    return p if isinstance(p, Penalty) else Penalty(float(p or 0.0))
+
+
+def scale_penalty_terms(f: torch.Tensor, x: torch.Tensor, form: str = "rel") -> torch.Tensor:
+    """Per-example ``‖f_l(h_{l-1})‖²`` (abs) or ``‖f_l(h_{l-1})‖² / ‖h_{l-1}‖²`` (rel), (B,); ``x`` is a constant."""
+    sq = f.flatten(1).pow(2).sum(1)
+    if form == "abs":
+        return sq
     x = x.detach().flatten(1)
-    return f.flatten(1).pow(2).sum(1) / x.pow(2).sum(1).clamp_min(torch.finfo(x.dtype).tiny)
+    return sq / x.pow(2).sum(1).clamp_min(torch.finfo(x.dtype).tiny)
 
 
-def local_update(model: ResidualModel, tr: Trace, credits: list[torch.Tensor],
-                 scale_penalty: float = 0.0) -> None:
-    """Accumulate every trainable block's and the embedding's recipe gradient, in one backward call."""
+def local_update(model: ResidualModel, tr: Trace, credits: list[torch.Tensor], scale_penalty=0.0) -> None:
+    """Accumulate every trainable block's and the embedding's recipe gradient, in one backward call.
+
+    ``scale_penalty`` is a :class:`Penalty` (or a float λ in the reference form).
+    """
+    pen = as_penalty(scale_penalty)
     batch = tr.states[0].shape[0]
     outs, cots, params = [], [], []
     for blk, f, xin, c in zip(model.blocks, tr.outs, tr.inputs, credits[1:], strict=True):
@@ -103,8 +129,8 @@ def local_update(model: ResidualModel, tr: Trace, credits: list[torch.Tensor],
         if not ps:
             continue  # frozen block
         chat = c / rms(c)
-        if scale_penalty > 0:
-            loss = (f * chat).sum() / batch + scale_penalty * scale_penalty_terms(f, xin).mean()
+        if pen.lam > 0:
+            loss = (f * chat).sum() / batch + pen.lam * scale_penalty_terms(f, xin, pen.form).mean()
             outs.append(loss)
             cots.append(torch.ones_like(loss))
         else:

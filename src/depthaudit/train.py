@@ -14,6 +14,7 @@ from .data.augment import augment_batch
 from .errors import UsageError
 from .methods import CreditMethod, build_method
 from .models import ResidualModel, build_model
+from .recipe import Penalty
 
 
 @dataclass
@@ -85,6 +86,7 @@ class Stepper:
         self.opts = [make_optimizer(model, cfg)]
         if cfg.augment != "none" and (data.pad_value is None or data.x_train.dim() != 4):
             raise UsageError(f"--augment {cfg.augment}: {data.name} is not an image dataset; use --augment none")
+        self.penalty = Penalty(cfg.scale_penalty, cfg.penalty_form)
         # augmentation draws its own stream (crop offsets, flips), on the data's device
         self.aug_gen = torch.Generator(device=data.x_train.device).manual_seed(derive_seed(cfg.seed, "augment"))
 
@@ -97,7 +99,7 @@ class Stepper:
         x = self.data.x_train[idx]  # (B, …)
         if self.cfg.augment != "none":
             x = augment_batch(x, self.cfg.augment, self.data.pad_value, self.aug_gen)
-        loss = self.method.step(self.model, x, self.data.y_train[idx], self.cfg.scale_penalty)
+        loss = self.method.step(self.model, x, self.data.y_train[idx], self.penalty)
         for opt in self.opts:
             opt.step()
         self.method.after_step(self.model, lr, self.cfg.weight_decay)

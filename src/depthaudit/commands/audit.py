@@ -53,24 +53,30 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
-    """The audit without and with the scale penalty, side by side."""
+    """The audit over a grid of scale-penalty λ, side by side (table, JSON, figure)."""
     from ..data import load_data
     from ..experiments.intervene import run_intervention
     from ..io import write_json, write_text
-    from ..report.probes import intervention_md
+    from ..report.probes import intervention_figure, intervention_md
 
     acfg = _audit_config(a)
-    if a.penalty <= 0:
-        raise UsageError(f"--penalty must be > 0, got {a.penalty}")
+    lambdas = [0.0, a.penalty] if a.penalty is not None else a.lambdas
+    lambdas = list(dict.fromkeys(float(x) for x in lambdas))
+    if any(not x >= 0 for x in lambdas):
+        raise UsageError(f"--lambdas must be >= 0, got {lambdas}")
     data = load_data(acfg.base.dataset, acfg.base.data_dir, acfg.base.download, torch.device(acfg.base.device))
     out = Path(a.out)
-    res = run_intervention(acfg, a.penalty, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
+    res = run_intervention(acfg, lambdas, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
                            argv=["depthaudit", *argv], jobs=a.jobs)
     table = intervention_md(res)
+    intervention_figure(res, out / "intervention.png")
     write_json(out / "intervention.json", res)
-    write_text(out / "intervention.md", f"# Scale-penalty intervention (λ = {a.penalty:g})\n\n{table}\n")
+    b = acfg.base
+    write_text(out / "intervention.md", f"# Scale-penalty intervention ({b.penalty_form} form, λ ∈ "
+               f"{', '.join(f'{x:g}' for x in lambdas)}; {b.dataset} {b.arch} d={b.d_hidden} L={b.num_blocks}, "
+               f"{b.epochs} epochs)\n\n{table}\n\n![checks vs λ](intervention.png)\n")
     print(table)
-    print(f"\nwrote {out / 'intervention.md'} and {out / 'intervention.json'}")
+    print(f"\nwrote {out / 'intervention.md'}, {out / 'intervention.json'} and {out / 'intervention.png'}")
     return 0
 
 

@@ -1,7 +1,8 @@
-"""The scale-penalty intervention (SPEC §3): the audit with and without λ, side by side.
+"""The scale-penalty intervention (SPEC §2–§3): the audit over a λ grid, side by side.
 
-The evidence it produces: whether the penalty restores D1/D2 (Mode 1) and whether D3 and the
-per-layer cosines (Mode 2) move with it — reported as measured, whatever the data say.
+The reference sweeps λ ∈ {0, 1e-4, 1e-2, 1e-1} of ``λ·‖f_l(h_{l-1})‖²`` (main value 1e-2) at 30 epochs.
+The evidence it produces: whether the penalty restores D1/D2 (Mode 1) and whether D3 and the per-layer
+cosines (Mode 2) move with it — reported as measured, whatever the data say.
 """
 
 from dataclasses import replace
@@ -9,20 +10,21 @@ from pathlib import Path
 
 from .audit import AuditConfig, run_audit
 
+LAMBDAS = (0.0, 1e-4, 1e-2, 1e-1)
 
-def run_intervention(acfg: AuditConfig, penalty: float, data, out: Path, log=print, argv=None, jobs: int = 1):
-    """Two audits sharing one run store: λ = the base config's (normally 0) and λ = ``penalty``."""
-    before = run_audit(acfg, data, out, log=log, argv=argv, jobs=jobs)
-    after = run_audit(replace(acfg, base=replace(acfg.base, scale_penalty=penalty)), data, out, log=log,
-                      argv=argv, jobs=jobs)
+
+def _row(m: dict) -> dict:
+    return {k: m["checks"][k] for k in ("D1", "D2", "D3")} | {
+        "test_acc": m["trained_test_acc"], "per_layer_cosine": m["per_layer_cosine"],
+        "cos_mean": m["standard_pair"]["aggregate_cosine_mean_per_layer"]}
+
+
+def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, argv=None, jobs: int = 1) -> dict:
+    """One audit per λ (all sharing one run store); rows per method and λ."""
+    audits = {float(lam): run_audit(replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))), data, out,
+                                    log=log, argv=argv, jobs=jobs) for lam in lambdas}
     rows = []
-    for b, a in zip(before["methods"], after["methods"], strict=True):
-        rows.append({"method": b["method"],
-                     "before": {k: b["checks"][k] for k in ("D1", "D2", "D3")} | {
-                         "test_acc": b["trained_test_acc"], "per_layer_cosine": b["per_layer_cosine"],
-                         "cos_mean": b["standard_pair"]["aggregate_cosine_mean_per_layer"]},
-                     "after": {k: a["checks"][k] for k in ("D1", "D2", "D3")} | {
-                         "test_acc": a["trained_test_acc"], "per_layer_cosine": a["per_layer_cosine"],
-                         "cos_mean": a["standard_pair"]["aggregate_cosine_mean_per_layer"]}})
-    return {"schema": "depthaudit.intervention.v1", "penalty": penalty,
-            "base_penalty": acfg.base.scale_penalty, "rows": rows, "before": before, "after": after}
+    for i, m in enumerate(acfg.methods):
+        rows.append({"method": m, "by_lambda": [{"lambda": lam, **_row(a["methods"][i])} for lam, a in audits.items()]})
+    return {"schema": "depthaudit.intervention.v2", "lambdas": list(audits), "penalty_form": acfg.base.penalty_form,
+            "rows": rows, "audits": {f"{lam:g}": a for lam, a in audits.items()}}

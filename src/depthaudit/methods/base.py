@@ -31,9 +31,11 @@ class CreditMethod:
         """Return ``[c_0, …, c_L]``, each shaped like ``tr.states[l]``; ``e`` is (B, C)."""
         raise NotImplementedError
 
-    def step(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor,
-             scale_penalty: float = 0.0) -> torch.Tensor:
-        """Accumulate the recipe's gradients into ``.grad`` for one batch; return the mean loss."""
+    def step(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor, scale_penalty=0.0) -> torch.Tensor:
+        """Accumulate the recipe's gradients into ``.grad`` for one batch; return the mean loss.
+
+        ``scale_penalty``: a :class:`depthaudit.recipe.Penalty` (or a float λ in the reference form).
+        """
         tr = trace_forward(model, x, input_grad=self.needs_input_grad, cache=self.needs_cache)
         loss = readout_pass(tr, y)
         cs = self.credits(model, tr, output_error(tr.logits, y))

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models.base import ResidualModel
-from ..recipe import Trace, rms
+from ..recipe import Trace, as_penalty, rms
 from .base import METHODS, CreditMethod
 
 
@@ -48,7 +48,7 @@ class BP(CreditMethod):
         costs two activation-sized products per block instead of a pass over every gradient. The
         penalty needs the surrogate itself, so it takes the generic path.
         """
-        if scale_penalty > 0 or not self.fast:
+        if as_penalty(scale_penalty).lam > 0 or not self.fast:
             return super().step(model, x, y, scale_penalty)
         batch = x.shape[0]
         h = model.embed(x)

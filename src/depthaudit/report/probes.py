@@ -53,17 +53,39 @@ def state_bridge_md(res: dict) -> str:
 
 
 def intervention_md(res: dict) -> str:
-    """Before/after λ per method: D1, D2, D3, accuracy, mean cosine, per-layer cosine."""
+    """Per method and λ: D1, D2, D3, accuracy, mean cosine Γ, per-layer Γ_l."""
     def chk(c, fmt):
         return f"{format(c['value'], fmt) if c['value'] is not None else '—'} {c['status']}"
 
-    lam0, lam = res["base_penalty"], res["penalty"]
-    out = ["| method | λ | D1 ρ | D2 ‖g_L‖ | D3 gap pp | test acc | cos mean/layer | per-layer cosine l=0..L |",
+    out = ["| method | λ | D1 ρ | D2 ‖g_L‖ | D3 gap pp | test acc | Γ mean/layer | per-layer Γ_l, l=0..L |",
            "|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
-        for tag, lamv in (("before", lam0), ("after", lam)):
-            d = r[tag]
-            out.append(f"| {r['method']} | {lamv:g} | {chk(d['D1'], '.3g')} | {chk(d['D2'], '.2e')} | "
+        for d in r["by_lambda"]:
+            out.append(f"| {r['method']} | {d['lambda']:g} | {chk(d['D1'], '.3g')} | {chk(d['D2'], '.2e')} | "
                        f"{chk(d['D3'], '+.1f')} | {fmt_ms(d['test_acc'])} | {fmt_ms(d['cos_mean'])} | "
                        + " ".join(fmt_ms(c, '.2f') for c in d["per_layer_cosine"]) + " |")
     return "\n".join(out)
+
+
+def intervention_figure(res: dict, path: Path) -> None:
+    """The checks against λ (symlog x: λ = 0 included), one line per method, thresholds dashed."""
+    th = next(iter(res["audits"].values()))["thresholds"]
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.2))
+    panels = (("D1", "D1: ρ", True, th["rho_max"]), ("D2", "D2: ‖g_L‖", True, th["ref_factor"] * th["eps"]),
+              ("D3", "D3: gap (pp)", False, th["gap_min_pp"]), ("test_acc", "test accuracy", False, None))
+    for ax, (key, title, logy, thr) in zip(axes, panels, strict=True):
+        for r in res["rows"]:
+            lams = [d["lambda"] for d in r["by_lambda"]]
+            vals = [(d[key]["value"] if key != "test_acc" else d[key]["mean"]) for d in r["by_lambda"]]
+            ax.plot(lams, [float("nan") if v is None else v for v in vals], marker="o", label=r["method"])
+        if thr is not None:
+            ax.axhline(thr, ls="--", c="k", lw=1)
+        ax.set_xscale("symlog", linthresh=1e-4)
+        if logy:
+            ax.set_yscale("log")
+        ax.set_xlabel(f"λ ({res.get('penalty_form', 'abs')} penalty)")
+        ax.set_title(title)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
