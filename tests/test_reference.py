@@ -113,6 +113,9 @@ def test_stored_configs_without_the_new_fields_read_as_what_they_ran():
     assert not TrainConfig().same_as(old)  # an old run is never reused as a reference-model run
     assert TrainConfig(variant="v0.1", mlp_ratio=4).same_as(old)
     assert TrainConfig.from_dict(TrainConfig(dataset="cifar10").to_dict()) == TrainConfig(dataset="cifar10")
+    # a 0.1 penalty run reads as the relative form it ran; without a penalty the form is moot
+    assert TrainConfig.from_dict({**old, "scale_penalty": 0.1}).penalty_form == "rel"
+    assert TrainConfig.from_dict(old).penalty_form == "abs"
 
 
 def test_v01_variant_is_bit_identical_to_depthaudit_0_1_init():

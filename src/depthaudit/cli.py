@@ -156,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="per-example stream norm statistic for D1 (default: median, the reference's)")
         g.add_argument("--stop-on-flag", action="store_true",
                        help="end a trained run at the epoch D1 or D2 first fires (status stopped_flagged)")
+        g.add_argument("--functional", action="store_true",
+                       help="also measure perturbation correlation, nudging and the fresh-B null at the end")
+        g.add_argument("--fresh-b-draws", type=int, default=20, metavar="N",
+                       help="fresh feedback draws of the null (default: %(default)s; 0 = skip)")
         g.add_argument("--rho-max", type=float, default=50.0, metavar="X", help="D1 flag when ρ > X (default: 50)")
         g.add_argument("--eps", type=float, default=1e-8, metavar="X", help="cosine floor ε (default: 1e-8)")
         g.add_argument("--ref-factor", type=float, default=10.0, metavar="X",

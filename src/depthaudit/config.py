@@ -72,6 +72,8 @@ class TrainConfig:
             raise UsageError("--ep-beta and --ep-step-size must be > 0 and --ep-steps >= 1")
         if self.penalty_form not in ("abs", "rel"):
             raise UsageError(f"--penalty-form {self.penalty_form!r} not known; use abs or rel")
+        if self.scale_penalty == 0:  # the form of a zero penalty is meaningless: one canonical value
+            object.__setattr__(self, "penalty_form", "abs")
         if self.ep_credit not in ("state", "error"):
             raise UsageError(f"--ep-credit {self.ep_credit!r} not known; use state or error")
         if self.bridge_alpha is not None and not 0.0 <= self.bridge_alpha <= 1.0:

@@ -68,8 +68,14 @@ def probe_batches(data: DataBundle, seed: int, n_batches: int = 10, batch_size: 
 
 
 def tracking_plan(n_batches: int, batch_size: int, every: int, thresholds, d1_stat: str = "median",
-                  stop_on_flag: bool = False) -> dict:
-    """The measurement plan stored with (and hashed into) a run: probe batches, schedule, ε, D1 statistic, monitor."""
-    return {"probe_batches": n_batches, "probe_batch_size": batch_size, "every": every, "eps": thresholds.eps,
+                  stop_on_flag: bool = False, functional: dict | None = None) -> dict:
+    """The measurement plan stored with (and hashed into) a run: probe batches, schedule, ε, D1 statistic, monitor.
+
+    ``functional`` (opt-in) is only present when asked for, so plans without it keep matching stored runs.
+    """
+    plan = {"probe_batches": n_batches, "probe_batch_size": batch_size, "every": every, "eps": thresholds.eps,
             "d1_stat": d1_stat, "monitor": {"rho_max": thresholds.rho_max, "ref_factor": thresholds.ref_factor,
                                             "stop_on_flag": stop_on_flag} if every > 0 else None}
+    if functional:
+        plan["functional"] = functional
+    return plan

@@ -139,7 +139,7 @@ def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
     if spec.tracking:
         t = spec.tracking
         batches = probe_batches(data, cfg.seed, t["probe_batches"], t["probe_batch_size"])
-        tracker = audit_tracker(batches, t["every"], t["eps"], t.get("d1_stat", "median"))
+        tracker = audit_tracker(batches, t["every"], t["eps"], t.get("d1_stat", "median"), t.get("functional"))
         monitor = audit_monitor(t)
     run = train(cfg, data, log=log or (lambda m: None), tracker=tracker, monitor=monitor)
     rec = result_record(cfg, data, run, argv, spec.tracking)

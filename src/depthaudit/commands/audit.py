@@ -23,7 +23,8 @@ def _audit_config(a: argparse.Namespace):
     return AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),
                        probe_batches=nb, probe_batch_size=bs, track_every=a.track_every,
                        thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min), d1_stat=a.d1_stat,
-                       stop_on_flag=a.stop_on_flag)
+                       stop_on_flag=a.stop_on_flag, functional=getattr(a, "functional", False),
+                       fresh_b_draws=getattr(a, "fresh_b_draws", 20))
 
 
 def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:

@@ -30,6 +30,8 @@ class AuditConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     d1_stat: str = "median"  # the reference's final form; "mean" is the option
     stop_on_flag: bool = False  # end a trained run at the epoch D1 or D2 first fires
+    functional: bool = False  # perturbation correlation, nudging, fresh-B null at the end (trained runs)
+    fresh_b_draws: int = 20
 
     def to_dict(self) -> dict:
         """JSON-able (the base config nested)."""
@@ -66,6 +68,26 @@ def _monitor_summary(trained: list[dict]) -> dict:
                      "tracked": all(r.get("monitor") is not None for r in trained)}
     out["stopped_at_epoch"] = [r["final"].get("stopped_at_epoch") for r in trained]
     return out
+
+
+def _functional_summary(probes: list[dict], L: int) -> dict | None:
+    """Seed means per layer of the functional measurements, when they were taken."""
+    if not any("perturbation_correlation" in p for p in probes):
+        return None
+
+    def per_layer(key, field):
+        vals = [p.get(key, {}).get(field) for p in probes]
+        vals = [v for v in vals if v is not None]
+        return [mean_std([v[i] for v in vals]) for i in range(L + 1)] if vals else None
+
+    fb = [p.get("fresh_b_null", {}) for p in probes]
+    refused = next((f["refused"] for f in fb if "refused" in f), None)
+    return {"perturbation_correlation": per_layer("perturbation_correlation", "per_layer"),
+            "nudging": per_layer("nudging", "per_layer"),
+            "fresh_b_null": None if refused or not any(fb) else {
+                "null_mean": per_layer("fresh_b_null", "null_mean"), "null_std": per_layer("fresh_b_null", "null_std"),
+                "z": per_layer("fresh_b_null", "z")},
+            "fresh_b_refused": refused or (None if any(fb) else "not measured")}
 
 
 def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: Thresholds) -> dict:
@@ -111,6 +133,7 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
                           "per_layer": [mean_std([c.get("per_layer", [None] * (L + 1))[i] for c in rob])
                                         for i in range(L + 1)]},
         "monitor": _monitor_summary(trained),
+        "functional": _functional_summary(probes, L),
         "checks": checks,
         "flags": [k for k, c in checks.items() if c["status"] == "FLAG"],
         "trained_test_acc": mean_std(acc_t),
@@ -150,8 +173,12 @@ def audit_specs(acfg: AuditConfig) -> list[RunSpec]:
         for s in acfg.seeds:
             for kind, blocks, every in (("trained", "all", acfg.track_every), ("frozen", "none", 0)):
                 cfg = replace(acfg.base, method=m, seed=s, train_blocks=blocks)
+                func = None
+                if acfg.functional and kind == "trained":
+                    func = {"every": 0, "directions": 32, "step": 1e-3, "eta": 0.01, "seed": s,
+                            "fresh_b_draws": acfg.fresh_b_draws}
                 tracking = tracking_plan(acfg.probe_batches, acfg.probe_batch_size, every, acfg.thresholds,
-                                         acfg.d1_stat, acfg.stop_on_flag and kind == "trained")
+                                         acfg.d1_stat, acfg.stop_on_flag and kind == "trained", func)
                 specs.append(RunSpec(f"{m}/{kind}/s{s}", cfg, tracking))
     return specs
 

@@ -23,6 +23,7 @@ class CreditMethod:
     needs_input_grad: ClassVar[bool] = False  # trace block inputs as grad-requiring leaves
     needs_cache: ClassVar[bool] = False  # keep per-block forward caches (feedback VJPs)
     exact_credits: ClassVar[bool] = False  # credits are exactly BP's (diagnostics reuse the reference)
+    random_feedback: ClassVar[bool] = False  # fixed random feedback drawn from the seed (fresh-B null applies)
 
     def __init__(self, model: ResidualModel, seed: int):
         self.seed = seed

@@ -19,6 +19,7 @@ class DFA(CreditMethod):
     """
 
     name = "dfa"
+    random_feedback = True
 
     def __init__(self, model: ResidualModel, seed: int):
         super().__init__(model, seed)

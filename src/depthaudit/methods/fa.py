@@ -19,6 +19,7 @@ class FA(CreditMethod):
     """
 
     name = "fa"
+    random_feedback = True
     needs_cache = True
 
     def __init__(self, model: ResidualModel, seed: int):

@@ -19,6 +19,7 @@ class USF(FA):
     """Uniform sign-concordant feedback: ``B = sign(W) / √(3·fan_in)``."""
 
     name = "usf"
+    random_feedback = False  # sign(W)/√(3·fan_in): nothing random to redraw
 
     def matrix(self, key: str, weight: torch.Tensor) -> torch.Tensor:
         """``sign(W)`` times the init std of W."""

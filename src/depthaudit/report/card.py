@@ -27,6 +27,24 @@ def _rows(report: dict) -> list[list[str]]:
     return rows
 
 
+def _functional_rows(report: dict) -> list[list[str]]:
+    rows = []
+    for m in report["methods"]:
+        f = m.get("functional")
+        if not f:
+            continue
+        L1 = len(f["nudging"] or [])
+        rows.append([m["method"], "perturbation r", *(fmt_ms(v) for v in f["perturbation_correlation"] or [])])
+        rows.append([m["method"], "nudge Δℓ", *(fmt_ms(v, ".2e") for v in f["nudging"] or [])])
+        fb = f.get("fresh_b_null")
+        if fb:
+            rows.append([m["method"], "fresh-B null Γ", *(fmt_ms(v) for v in fb["null_mean"])])
+            rows.append([m["method"], "z vs null", *(fmt_ms(v, ".1f") for v in fb["z"])])
+        else:
+            rows.append([m["method"], "fresh-B null", f["fresh_b_refused"], *[""] * (L1 - 1)])
+    return rows
+
+
 def _stopped_note(report: dict) -> str:
     """A stopped run's accuracy is the stopping epoch's; say so where D3 uses it."""
     stopped = [m["method"] for m in report["methods"]
@@ -115,6 +133,9 @@ def _sections(report: dict, table) -> list[tuple[str, str]]:
          table(layers, _layer_rows(report, "robust_cosine", "per_layer"))),
         ("Per-block update cosine (ours, robust: block's surrogate gradient vs its BP gradient)",
          table(["method", *(f"block {i + 1}" for i in range(L))], _layer_rows(report, "update_cosine"))),
+        *([("Functional credit measurements (end of training, first probe batch; r → 1 and Δℓ < 0 = a useful credit)",
+             table(["method", "measure", *(f"l={i}" for i in range(L + 1))], _functional_rows(report)))]
+          if _functional_rows(report) else []),
         ("Training monitor: first epoch each check fired (per seed)",
          table(["method", "D1 fired at", "D2 fired at", "stopped at (--stop-on-flag)"], _monitor_rows(report))
          + _stopped_note(report)),

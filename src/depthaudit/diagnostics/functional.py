@@ -1,0 +1,132 @@
+"""Functional credit measurements of the reference (SPEC §3): they do not depend on BP's magnitude.
+
+* :class:`PerturbationCorrelation`: M random unit directions ``v`` per example at each ``h_l`` (M = 32,
+  step ε = 1e-3); the Pearson correlation, over all (direction, example) pairs, between the predicted loss
+  change ``⟨c_{l,b}, εv⟩`` and the true one ``ℓ_b(h_l + εv) − ℓ_b(h_l)`` (the rest of the network re-run from
+  ``h_l``). A credit equal to the gradient tends to 1 as ε → 0.
+* :class:`Nudging`: the mean loss change when ``h_l`` moves by ``−η·ĉ_l`` (η = 0.01), ``ĉ_l = c_l/rms(c_l)`` — the
+  recipe's normalised credit (the normalisation is ours: SPEC gives no scale). Negative = downhill.
+* :class:`FreshBNull`: the standard cosine Γ_l recomputed with ``n`` freshly drawn feedback sets (n = 20):
+  the chance level a trained method's Γ must beat; ``z_l = (Γ_l − mean)/std``. Only for methods with random
+  feedback (``CreditMethod.random_feedback``); the CLI refuses it for the others.
+
+They run on the first probe batch only and at the end of training by default (``every = 0``): each costs
+many partial forward passes.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..config import derive_seed
+from ..recipe import output_error, rms
+from .base import Diagnostic, Probe
+from .credit_cosine import standard_cosines
+
+
+def loss_from(model, pos: int, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-example loss ``ℓ_b`` (B,) when the stream is set to ``h`` at position ``pos`` (0..L)."""
+    for blk in model.blocks[pos:]:
+        h = h + blk(h)
+    return F.cross_entropy(model.readout(h), y, reduction="none")
+
+
+def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Pearson correlation of two flat tensors (fp64); NaN when either is constant."""
+    a, b = a.double().flatten() - a.double().mean(), b.double().flatten() - b.double().mean()
+    den = a.norm() * b.norm()
+    return (a @ b / den).item() if den > 0 else math.nan
+
+
+def _first_batch(probe: Probe):
+    """(x, y, states, credits) of the first probe batch."""
+    n = probe.batches[0][0].shape[0]
+    return probe.batches[0][1], [h[:n] for h in probe.states], [c[:n] for c in probe.credits]
+
+
+class PerturbationCorrelation(Diagnostic):
+    """Pearson r between predicted and true loss changes under random ε-perturbations of ``h_l``."""
+
+    name = "perturbation_correlation"
+
+    def __init__(self, every: int = 0, directions: int = 32, step: float = 1e-3, seed: int = 0):
+        super().__init__(every)
+        self.directions, self.step, self.seed = directions, step, seed
+
+    def compute(self, probe: Probe) -> dict:
+        """``per_layer`` r_l for l = 0..L and their mean."""
+        y, states, credits = _first_batch(probe)  # (the probe's traces need autograd: fetched first)
+        with torch.no_grad():
+            return self._measure(probe.model, y, states, credits)
+
+    def _measure(self, model, y, states, credits) -> dict:
+        gen = torch.Generator().manual_seed(derive_seed(self.seed, "perturbation"))
+        out = []
+        dtype = next(model.parameters()).dtype
+        for pos, (h, c) in enumerate(zip(states, credits, strict=True)):
+            h, c = h.to(dtype), c.to(dtype)
+            base = loss_from(model, pos, h, y)  # (B,)
+            pred, true = [], []
+            for _ in range(self.directions):
+                v = torch.randn(h.shape, generator=gen).to(h)
+                v = v / v.flatten(1).norm(dim=1).view(-1, *[1] * (v.dim() - 1))  # unit per example
+                pred.append((c * v).flatten(1).sum(1) * self.step)
+                true.append(loss_from(model, pos, h + self.step * v, y) - base)
+            out.append(pearson(torch.cat(pred), torch.cat(true)))
+        return {"per_layer": out, "mean": sum(out) / len(out), "directions": self.directions, "step": self.step}
+
+
+class Nudging(Diagnostic):
+    """Mean loss change when ``h_l`` moves by ``−η·c_l/rms(c_l)``; negative means the credit points downhill."""
+
+    name = "nudging"
+
+    def __init__(self, every: int = 0, eta: float = 0.01):
+        super().__init__(every)
+        self.eta = eta
+
+    def compute(self, probe: Probe) -> dict:
+        """``per_layer`` Δℓ for l = 0..L and the fraction of layers that go downhill."""
+        y, states, credits = _first_batch(probe)
+        model, out = probe.model, []
+        dtype = next(model.parameters()).dtype
+        with torch.no_grad():
+            for pos, (h, c) in enumerate(zip(states, credits, strict=True)):
+                h, c = h.to(dtype), c.to(dtype)
+                moved = loss_from(model, pos, h - self.eta * c / rms(c), y)
+                out.append((moved - loss_from(model, pos, h, y)).mean().item())
+        return {"per_layer": out, "downhill_fraction": sum(d < 0 for d in out) / len(out), "eta": self.eta}
+
+
+class FreshBNull(Diagnostic):
+    """Γ_l with ``n`` fresh feedback draws: the chance level; the trained method's z-score against it."""
+
+    name = "fresh_b_null"
+
+    def __init__(self, every: int = 0, draws: int = 20, seed: int = 0):
+        super().__init__(every)
+        self.draws, self.seed = draws, seed
+
+    def compute(self, probe: Probe) -> dict:
+        """Per layer: null mean and std over draws, the method's Γ_l and ``z``."""
+        method = probe.method
+        if not getattr(method, "random_feedback", False):
+            return {"refused": f"method {method.name or type(method).__name__} has no random feedback to redraw"}
+        y, states, credits = _first_batch(probe)
+        bp = probe.batch_size
+        ref = [g[:y.shape[0]] for g in probe.reference]
+        mine = standard_cosines(credits, ref, bp, probe.eps)
+        device = next(probe.model.parameters()).device
+        tr = probe.traces[0]
+        null = []
+        for i in range(self.draws):
+            fresh = type(method)(probe.model, derive_seed(self.seed, f"fresh-feedback-{i}"))
+            if hasattr(fresh, "to"):
+                fresh.to(device)
+            cs = [c.detach().float() for c in fresh.credits(probe.model, tr, output_error(tr.logits, y))]
+            null.append(standard_cosines(cs, ref, bp, probe.eps))
+        t = torch.tensor(null, dtype=torch.float64)  # (draws, L+1)
+        mean, std = t.mean(0), t.std(0)
+        z = [(m - a) / s if s > 0 else math.nan for m, a, s in zip(mine, mean.tolist(), std.tolist(), strict=True)]
+        return {"per_layer": mine, "null_mean": mean.tolist(), "null_std": std.tolist(), "z": z, "draws": self.draws}
