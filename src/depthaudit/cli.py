@@ -69,6 +69,10 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
         _flag(g, "methods", nargs="+", default=["bp", "fa", "dfa"], choices=METHODS.names(), metavar="M",
               help=f"credit methods, from {{{','.join(METHODS.names())}}}")
         _flag(g, "seeds", nargs="+", type=int, default=[42], metavar="S", help="seeds (mean ± std, ddof 1)")
+    _flag(g, "fa_head", default=DEFAULTS.fa_head, choices=["feedback", "exact"],
+          help="fa & relatives: readout by feedback (Lillicrap) or exact")
+    _flag(g, "fa_stream_identity", action="store_true", help="fa-stream: keep the identity, c + c·Bᵀ")
+    _flag(g, "fa_stream_scale", type=float, default=DEFAULTS.fa_stream_scale, help="fa-stream: B ~ N(0, s²/d)")
     _flag(g, "ep_beta", type=float, default=DEFAULTS.ep_beta, help="ep: nudging strength β")
     _flag(g, "ep_steps", type=int, default=DEFAULTS.ep_steps, help="ep: nudged-phase steps T")
     _flag(g, "ep_step_size", type=float, default=DEFAULTS.ep_step_size, help="ep: step size η (ours)")
@@ -123,7 +127,8 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
         method=getattr(a, "method", DEFAULTS.method), train_blocks=getattr(a, "train_blocks", DEFAULTS.train_blocks),
         epochs=a.epochs if a.epochs is not None else default_epochs(a.dataset), stop_after=a.stop_after,
         batch_size=a.batch_size, ep_beta=a.ep_beta, ep_steps=a.ep_steps, ep_step_size=a.ep_step_size,
-        ep_credit=a.ep_credit,
+        ep_credit=a.ep_credit, fa_head=a.fa_head, fa_stream_identity=a.fa_stream_identity,
+        fa_stream_scale=a.fa_stream_scale,
         bridge_alpha=getattr(a, "bridge_alpha", None), init_checkpoint=getattr(a, "init_checkpoint", None),
         lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty, penalty_form=a.penalty_form,
         seed=getattr(a, "seed", (getattr(a, "seeds", None) or [DEFAULTS.seed])[0]), device=resolve_device(a.device))

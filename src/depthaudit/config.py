@@ -27,6 +27,9 @@ class TrainConfig:
     train_blocks: str = "all"
     bridge_alpha: float | None = None  # Credit Bridge: mix the method's credit with BP's (see bridges)
     init_checkpoint: str | None = None  # State Bridge: start from this checkpoint's weights
+    fa_head: str = "feedback"  # fa and relatives: feedback = Lillicrap's rule | exact = true readout gradient
+    fa_stream_identity: bool = False  # fa-stream: keep the residual identity path, c_{l-1} = c_l + c_l B_lᵀ
+    fa_stream_scale: float = 1.0  # fa-stream: B_l ~ N(0, s²/d)
     ep_beta: float = 0.5  # EP (method ep): nudging strength β
     ep_steps: int = 20  # EP: gradient steps T of the nudged phase
     ep_step_size: float = 0.5  # EP: step size η of those steps (ours; SPEC gives none)
@@ -74,6 +77,10 @@ class TrainConfig:
             raise UsageError(f"--penalty-form {self.penalty_form!r} not known; use abs or rel")
         if self.scale_penalty == 0:  # the form of a zero penalty is meaningless: one canonical value
             object.__setattr__(self, "penalty_form", "abs")
+        if self.fa_head not in ("feedback", "exact"):
+            raise UsageError(f"--fa-head {self.fa_head!r} not known; use feedback or exact")
+        if not self.fa_stream_scale >= 0:
+            raise UsageError(f"--fa-stream-scale must be >= 0, got {self.fa_stream_scale}")
         if self.ep_credit not in ("state", "error"):
             raise UsageError(f"--ep-credit {self.ep_credit!r} not known; use state or error")
         if self.bridge_alpha is not None and not 0.0 <= self.bridge_alpha <= 1.0:

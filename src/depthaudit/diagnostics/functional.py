@@ -121,7 +121,7 @@ class FreshBNull(Diagnostic):
         tr = probe.traces[0]
         null = []
         for i in range(self.draws):
-            fresh = type(method)(probe.model, derive_seed(self.seed, f"fresh-feedback-{i}"))
+            fresh = method.redrawn(probe.model, derive_seed(self.seed, f"fresh-feedback-{i}"))
             if hasattr(fresh, "to"):
                 fresh.to(device)
             cs = [c.detach().float() for c in fresh.credits(probe.model, tr, output_error(tr.logits, y))]

@@ -5,10 +5,12 @@ from .bp import BP
 from .dfa import DFA
 from .ep import EP
 from .fa import FA
+from .fa_stream import FAStream
 from .kp import KolenPollack
 from .sign import BRSF, FRSF, USF
 
-__all__ = ["METHODS", "CreditMethod", "BP", "FA", "DFA", "USF", "FRSF", "BRSF", "KolenPollack", "EP", "build_method"]
+__all__ = ["METHODS", "CreditMethod", "BP", "FA", "DFA", "USF", "FRSF", "BRSF", "KolenPollack", "EP", "FAStream",
+           "build_method"]
 
 
 def build_method(name: str, model, seed: int, bridge_alpha: float | None = None, cfg=None) -> CreditMethod:

@@ -50,6 +50,10 @@ class CreditMethod:
         cs = self.credits(model, tr, output_error(tr.logits, y))
         return tr.states, [c.detach() for c in cs]
 
+    def redrawn(self, model: ResidualModel, seed: int) -> "CreditMethod":
+        """The same method and options with feedback drawn from ``seed`` (the fresh-B null)."""
+        return type(self)(model, seed)
+
     def after_step(self, model: ResidualModel, lr: float = 0.0, weight_decay: float = 0.0) -> None:
         """Called after the optimizers step with that step's lr and weight decay (learning feedback)."""
 

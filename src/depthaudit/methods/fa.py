@@ -39,6 +39,28 @@ class FA(CreditMethod):
         for k, w in model.readout.feedback_weights().items():
             self.feedback[f"readout.{k}"] = feedback_like(w, gen)
 
+    head: str = "feedback"  # "exact": the true gradient through the readout (--fa-head exact)
+
+    @classmethod
+    def from_config(cls, model, seed, cfg) -> "FA":
+        """The method with the run's ``fa_head`` (``feedback`` = Lillicrap's rule, ``exact`` = true readout VJP)."""
+        method = cls(model, seed)
+        method.set_head(cfg.fa_head)
+        return method
+
+    def set_head(self, head: str) -> None:
+        """``feedback`` (default) or ``exact``: the latter passes the true loss gradient through the readout."""
+        if head not in ("feedback", "exact"):
+            raise UsageError(f"--fa-head {head!r} not known; use feedback or exact")
+        self.head = head
+        self.needs_input_grad = head == "exact"  # the exact c_L comes from the readout's own backward
+
+    def redrawn(self, model, seed: int) -> "FA":
+        """Fresh feedback, same readout head."""
+        fresh = type(self)(model, seed)
+        fresh.set_head(self.head)
+        return fresh
+
     def feedback_for(self, prefix: str, module) -> dict[str, torch.Tensor]:
         """The feedback matrices of one module, keyed as its ``feedback_weights()``."""
         return {k: self.matrix(f"{prefix}.{k}", w) for k, w in module.feedback_weights().items()}
@@ -48,8 +70,11 @@ class FA(CreditMethod):
         return self.feedback[key]
 
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
-        """``c_L`` = readout feedback VJP of ``e``; ``c_{l-1} = c_l + J̃_lᵀ c_l``."""
-        c = model.readout.fa_vjp(tr.hL.detach(), e, self.feedback_for("readout", model.readout))
+        """``c_L`` = readout feedback VJP of ``e`` (or the exact ``∂ℓ/∂h_L``); ``c_{l-1} = c_l + J̃_lᵀ c_l``."""
+        if self.head == "exact":
+            c = tr.gL.detach()
+        else:
+            c = model.readout.fa_vjp(tr.hL.detach(), e, self.feedback_for("readout", model.readout))
         out = [c]
         for i in range(len(model.blocks), 0, -1):
             blk = model.blocks[i - 1]

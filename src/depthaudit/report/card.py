@@ -112,8 +112,15 @@ def _title(report: dict) -> str:
     ep = f"{b['epochs']} epochs" if b.get("stop_after") is None else f"first {b['stop_after']} of {b['epochs']} epochs"
     probe = (f"probe {c['probe_batches']}×{c['probe_batch_size']}" if "probe_batches" in c
              else f"probe batch {c.get('probe_size')}")
+    fam = []  # the FA variants, named wherever they apply
+    if any(m in ("fa", "usf", "frsf", "brsf", "kp") for m in c["methods"]):
+        fam.append(f"fa head {b.get('fa_head', 'feedback')}")
+    if "fa-stream" in c["methods"]:
+        fam.append("fa-stream " + (f"c+c·Bᵀ, s={b.get('fa_stream_scale', 1.0):g}" if b.get("fa_stream_identity")
+                                   else "c·Bᵀ (no identity)"))
     return (f"depthaudit audit — {b['dataset']} (augment {b.get('augment', 'none')}), {b['arch']} "
-            f"({b.get('variant', 'v0.1')}) d={b['d_hidden']} L={b['num_blocks']}, {ep}, seeds {c['seeds']}, {probe}")
+            f"({b.get('variant', 'v0.1')}) d={b['d_hidden']} L={b['num_blocks']}, {ep}, seeds {c['seeds']}, {probe}"
+            + "".join(f"; {f}" for f in fam))
 
 
 def _sections(report: dict, table) -> list[tuple[str, str]]:

@@ -1,0 +1,80 @@
+"""Stream-level feedback alignment (SPEC §2): what the published implementation calls "vanilla FA".
+
+Known from its authors' notes, not its code: ``c_L = ∂ℓ/∂h_L`` exactly (through the readout, as BP); down
+the stream ``c_{l-1} = c_l B_lᵀ`` with one fixed random d×d ``B_l`` per block — or, with the residual identity
+path kept (``--fa-stream-identity``), ``c_{l-1} = c_l + c_l B_lᵀ``. ``B_l`` ~ N(0, s²/d) with
+``--fa-stream-scale s`` (default 1; it matters only when the identity is kept), drawn from the run's seed,
+saved with the checkpoint. For token or spatial states it acts on the feature dimension (the last one, or
+the model's ``feature_dim``). Its verdicts differ sharply from the per-weight rule's (``fa``): every result
+names the variant (``method = fa-stream`` and the config's ``fa_stream_identity``/``fa_stream_scale``).
+"""
+
+import torch
+
+from ..errors import UsageError
+from ..models.base import ResidualModel
+from ..recipe import Trace
+from .base import METHODS, CreditMethod
+
+
+@METHODS.register("fa-stream")
+class FAStream(CreditMethod):
+    """One fixed random d×d matrix per block carries the exact top credit down the stream."""
+
+    name = "fa-stream"
+    needs_input_grad = True  # c_L is the exact readout gradient (Trace.gL)
+    random_feedback = True
+
+    def __init__(self, model: ResidualModel, seed: int, identity: bool = False, scale: float = 1.0):
+        super().__init__(model, seed)
+        if not scale >= 0:
+            raise UsageError(f"--fa-stream-scale must be >= 0, got {scale}")
+        self.identity, self.scale, self.dim = bool(identity), float(scale), getattr(model, "feature_dim", -1)
+        self.feedback: dict[str, torch.Tensor] = {}
+        self.num_blocks = len(model.blocks)
+
+    @classmethod
+    def from_config(cls, model, seed, cfg) -> "FAStream":
+        """The variant the run's config names."""
+        return cls(model, seed, cfg.fa_stream_identity, cfg.fa_stream_scale)
+
+    def redrawn(self, model, seed: int) -> "FAStream":
+        """Fresh matrices, same variant."""
+        return type(self)(model, seed, self.identity, self.scale)
+
+    def _draw(self, states: list[torch.Tensor]) -> None:
+        widths = {h.shape[self.dim] for h in states}
+        if len(widths) != 1:
+            raise UsageError(f"method fa-stream needs one stream width, but the states' feature dimension takes "
+                             f"{sorted(widths)}; use fa or dfa for this model")
+        (d,) = widths
+        gen = torch.Generator().manual_seed(self.seed)
+        for i in range(1, self.num_blocks + 1):
+            b = torch.randn(d, d, generator=gen) * (self.scale / d**0.5)
+            self.feedback[f"B{i}"] = b.to(device=states[0].device, dtype=states[0].dtype)
+
+    def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
+        """``c_L = ∂ℓ/∂h_L``; ``c_{l-1} = c_l B_lᵀ`` (+ ``c_l`` with the identity kept)."""
+        if not self.feedback:
+            self._draw(tr.states)
+        c = tr.gL.detach()
+        out = [c]
+        for i in range(self.num_blocks, 0, -1):
+            b = self.feedback[f"B{i}"]
+            cb = (c.movedim(self.dim, -1) @ b.T).movedim(-1, self.dim)  # acts on the feature dimension
+            c = c + cb if self.identity else cb
+            out.append(c)
+        return out[::-1]
+
+    def state_dict(self):
+        """The fixed d×d matrices."""
+        return {k: v.detach().cpu().clone() for k, v in self.feedback.items()}
+
+    def load_state_dict(self, state):
+        """Restore the matrices (moved to the stream's device on use)."""
+        self.feedback = {k: v.clone() for k, v in state.items()}
+
+    def to(self, device) -> "FAStream":
+        """Move the matrices to ``device``."""
+        self.feedback = {k: v.to(device) for k, v in self.feedback.items()}
+        return self
