@@ -8,15 +8,15 @@ and ``crop+flip``, interleaved in chunks (order rotated every round) so machine 
 """
 
 import argparse
-import math
 import time
 
 import torch
+from bench_engine import interleaved_times  # benchmarks/ is on sys.path when run as a script
 
-from depthaudit.config import TrainConfig, derive_seed
+from depthaudit.config import TrainConfig
 from depthaudit.data import load_data
 from depthaudit.data.augment import augment_batch
-from depthaudit.train import Stepper, build, cosine_lr
+from depthaudit.train import Stepper, build
 
 
 def main():
@@ -33,29 +33,9 @@ def main():
         c = TrainConfig(dataset="cifar10", method=a.method, augment=aug, device=a.device)
         steppers[aug] = Stepper(c, data, *build(c, data))
     cfg = TrainConfig(dataset="cifar10", device=a.device)
-    n, bs = data.x_train.shape[0], cfg.batch_size
-    per_epoch = math.ceil(n / bs)
-    total = int(per_epoch * a.epochs)
-    gen = torch.Generator(device=a.device).manual_seed(derive_seed(cfg.seed, "shuffle"))
-    perm = torch.randperm(n, device=a.device, generator=gen)
-    batches = [perm[(i % per_epoch) * bs:(i % per_epoch + 1) * bs] for i in range(total)]
+    times, total, batches, per_epoch = interleaved_times(steppers, data, cfg, a.epochs, a.chunk, a.device)
+    bs = cfg.batch_size
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
-    for s in steppers.values():
-        for i in range(3):
-            s(batches[i], cfg.lr)
-    times = dict.fromkeys(steppers, 0.0)
-    names, done, rnd = list(steppers), 0, 0
-    while done < total:
-        k = min(a.chunk, total - done)
-        for name in names[rnd % 2:] + names[:rnd % 2]:
-            sync()
-            t0 = time.perf_counter()
-            for i in range(done, done + k):
-                steppers[name](batches[i], cosine_lr(cfg, i, total))
-            sync()
-            times[name] += time.perf_counter() - t0
-        done += k
-        rnd += 1
     g = torch.Generator(device=a.device).manual_seed(0)
     sync()
     t0 = time.perf_counter()

@@ -40,6 +40,38 @@ class Bare:
         return loss.detach()
 
 
+def interleaved_times(steppers: dict, data, cfg, epochs: float, chunk: int, device: str):
+    """Advance every stepper over the same batches in interleaved chunks (order rotated each round).
+
+    Returns ``(seconds per stepper, steps each, the batches, steps per epoch)``; 3 warm-up steps are untimed.
+    """
+    n, bs = data.x_train.shape[0], cfg.batch_size
+    per_epoch = math.ceil(n / bs)
+    total = int(per_epoch * epochs)
+    gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "shuffle"))
+    perm = torch.randperm(n, device=device, generator=gen)
+    batches = [perm[(i % per_epoch) * bs:(i % per_epoch + 1) * bs] for i in range(total)]
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    for s in steppers.values():  # warm-up (allocator, kernels), not timed
+        for i in range(3):
+            s(batches[i], cfg.lr)
+    times = dict.fromkeys(steppers, 0.0)
+    names, done, rnd = list(steppers), 0, 0
+    while done < total:
+        k = min(chunk, total - done)
+        r = rnd % len(names)
+        for name in names[r:] + names[:r]:
+            sync()
+            t0 = time.perf_counter()
+            for i in range(done, done + k):
+                steppers[name](batches[i], cosine_lr(cfg, i, total))
+            sync()
+            times[name] += time.perf_counter() - t0
+        done += k
+        rnd += 1
+    return times, total, batches, per_epoch
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="cifar10")
@@ -59,29 +91,8 @@ def main():
     for m in ("bp", "fa", "dfa"):
         c = TrainConfig(method=m, **base)
         steppers[m] = Stepper(c, data, *build(c, data))
-    n, bs = data.x_train.shape[0], cfg.batch_size
-    per_epoch = math.ceil(n / bs)
-    total = int(per_epoch * a.epochs)
-    gen = torch.Generator(device=a.device).manual_seed(derive_seed(cfg.seed, "shuffle"))
-    perm = torch.randperm(n, device=a.device, generator=gen)
-    batches = [perm[(i % per_epoch) * bs:(i % per_epoch + 1) * bs] for i in range(total)]
-    sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
-    for s in steppers.values():  # warm-up (allocator, kernels), not timed
-        for i in range(3):
-            s(batches[i], cfg.lr)
-    times = dict.fromkeys(steppers, 0.0)
-    names, done, rnd = list(steppers), 0, 0
-    while done < total:
-        k = min(a.chunk, total - done)
-        for name in names[rnd % 4:] + names[:rnd % 4]:
-            sync()
-            t0 = time.perf_counter()
-            for i in range(done, done + k):
-                steppers[name](batches[i], cosine_lr(cfg, i, total))
-            sync()
-            times[name] += time.perf_counter() - t0
-        done += k
-        rnd += 1
+    times, total, _, _ = interleaved_times(steppers, data, cfg, a.epochs, a.chunk, a.device)
+    bs = cfg.batch_size
     print(f"{a.dataset} ResMLP d={a.d_hidden} L={a.num_blocks}, {total} steps of batch {bs} per configuration "
           f"({a.epochs:g} epoch), interleaved in chunks of {a.chunk}; device {a.device}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads")
