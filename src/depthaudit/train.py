@@ -152,6 +152,9 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
         test_loss, test_acc = evaluate(model, data.x_test, data.y_test)
         rec = {"epoch": epoch, "train_loss": _finite(train_loss), "test_loss": _finite(test_loss),
                "test_acc": test_acc, "lr_end": lr, "seconds": round(time.perf_counter() - t0, 3)}
+        stats = method.epoch_stats()  # e.g. State Bridge's predictor loss
+        if stats:
+            rec["method"] = stats
         diverged = not (math.isfinite(train_loss) and math.isfinite(test_loss))
         fired = []
         if tracker:

@@ -8,9 +8,10 @@ from .fa import FA
 from .fa_stream import FAStream
 from .kp import KolenPollack
 from .sign import BRSF, FRSF, USF
+from .state_bridge import StateBridge
 
 __all__ = ["METHODS", "CreditMethod", "BP", "FA", "DFA", "USF", "FRSF", "BRSF", "KolenPollack", "EP", "FAStream",
-           "build_method"]
+           "StateBridge", "build_method"]
 
 
 def build_method(name: str, model, seed: int, bridge_alpha: float | None = None, cfg=None) -> CreditMethod:

@@ -50,6 +50,10 @@ class CreditMethod:
         cs = self.credits(model, tr, output_error(tr.logits, y))
         return tr.states, [c.detach() for c in cs]
 
+    def epoch_stats(self) -> dict:
+        """Per-epoch figures of the method's own learning (e.g. an auxiliary network's loss); ``{}`` for none."""
+        return {}
+
     def redrawn(self, model: ResidualModel, seed: int) -> "CreditMethod":
         """The same method and options with feedback drawn from ``seed`` (the fresh-B null)."""
         return type(self)(model, seed)

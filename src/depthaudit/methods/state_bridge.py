@@ -1,0 +1,130 @@
+"""State Bridge (SPEC §2; one of the published audit's five methods): credit through a learned predictor of h_L.
+
+A predictor ``G_ψ(h_l, t_l, s)`` of the final state ``h_L`` from the state at depth l, a learned embedding
+``t_l`` of l and the output-error signal ``s = e``; trained alongside the network (one Adam step per recipe
+step, on the batch's detached states) with the normalised MSE ``‖G − h_L‖² / ‖h_L‖²`` averaged over
+l = 0..L−1. The credit is the gradient of the loss through the predictor,
+``c_l = ∇_{h_l} Σ_b ℓ_b(readout(G_ψ(h_l, t_l, e)), y)`` for l < L, and ``c_L = ∂ℓ/∂h_L`` exactly.
+
+Choices SPEC leaves open (ours, documented): ``G = h_l + MLP([LN(h_l), t_l, e])`` with one hidden layer of
+width d and GELU, the MLP's output layer zero-initialised (so G starts as the identity and the first
+credits are the readout's exact gradient at ``h_l``); ``t_l`` of width 16; Adam, lr 1e-3. With an exact
+predictor (``G`` = the remaining network) the credit is exactly BP's (tested).
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..models.base import ResidualModel
+from ..recipe import Trace, local_update, output_error, readout_pass, trace_forward
+from .base import METHODS, CreditMethod
+
+T_DIM = 16
+
+
+class Predictor(nn.Module):
+    """``G(h, l, e) = h + MLP([LN(h), t_l, e])`` acting on the feature (last) dimension."""
+
+    def __init__(self, d: int, num_positions: int, num_classes: int, gen: torch.Generator):
+        super().__init__()
+        self.t = nn.Embedding(num_positions, T_DIM)
+        self.fc1 = nn.Linear(d + T_DIM + num_classes, d)
+        self.fc2 = nn.Linear(d, d)
+        with torch.no_grad():
+            self.t.weight.normal_(0.0, 1.0, generator=gen)
+            b = self.fc1.in_features ** -0.5
+            self.fc1.weight.uniform_(-b, b, generator=gen)
+            self.fc1.bias.zero_()
+            self.fc2.weight.zero_()
+            self.fc2.bias.zero_()
+
+    def forward(self, h: torch.Tensor, pos: int, e: torch.Tensor) -> torch.Tensor:
+        """Predicted ``h_L`` from ``h`` (B, …, d) at stream position ``pos`` with error ``e`` (B, C)."""
+        lead = h.shape[:-1]
+        t = self.t.weight[pos].expand(*lead, T_DIM)
+        ee = e.view(e.shape[0], *[1] * (h.dim() - 2), e.shape[1]).expand(*lead, e.shape[1])
+        z = torch.cat([F.layer_norm(h, h.shape[-1:]), t.to(h.dtype), ee.to(h.dtype)], dim=-1)
+        return h + self.fc2(F.gelu(self.fc1(z)))
+
+
+@METHODS.register("sb")
+class StateBridge(CreditMethod):
+    """Learned ``G_ψ`` of ``h_L``; ``c_l = ∇_{h_l} ℓ(readout(G_ψ(h_l, t_l, e)))``."""
+
+    name = "sb"
+    needs_input_grad = True  # c_L is the exact readout gradient (Trace.gL)
+
+    def __init__(self, model: ResidualModel, seed: int, lr: float = 1e-3):
+        super().__init__(model, seed)
+        self.predictor: nn.Module | None = None
+        self.lr, self.opt = lr, None
+        self._loss_sum, self._steps = 0.0, 0
+
+    def _build(self, states: list[torch.Tensor], num_classes: int) -> None:
+        gen = torch.Generator().manual_seed(self.seed)
+        h = states[0]
+        self.predictor = Predictor(h.shape[-1], len(states), num_classes, gen).to(device=h.device, dtype=h.dtype)
+        pending = getattr(self, "_pending", None)
+        if pending:  # a checkpoint's predictor
+            self.predictor.load_state_dict({k: v.to(h.device) for k, v in pending.items()})
+        self.opt = torch.optim.Adam(self.predictor.parameters(), lr=self.lr)
+
+    def predict(self, h: torch.Tensor, pos: int, e: torch.Tensor) -> torch.Tensor:
+        """``G_ψ(h, t_pos, e)`` (tests replace this with an exact predictor)."""
+        return self.predictor(h, pos, e)
+
+    def train_predictor(self, states: list[torch.Tensor], e: torch.Tensor) -> torch.Tensor:
+        """One Adam step on the normalised MSE to the actual ``h_L`` over positions 0..L−1; returns the loss."""
+        hL = states[-1].detach()
+        den = hL.flatten(1).pow(2).sum(1).clamp_min(torch.finfo(hL.dtype).tiny)  # (B,)
+        with torch.enable_grad():
+            loss = sum(((self.predict(h.detach(), i, e) - hL).flatten(1).pow(2).sum(1) / den).mean()
+                       for i, h in enumerate(states[:-1])) / max(1, len(states) - 1)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+    def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
+        """Gradient of the summed loss through the predictor at every h_l (l < L); exact at h_L."""
+        if self.predictor is None:
+            self._build(tr.states, e.shape[1])
+        out = []
+        with torch.enable_grad():
+            for i, h in enumerate(tr.states[:-1]):
+                x = h.detach().requires_grad_()
+                loss = F.cross_entropy(model.readout(self.predict(x, i, e.detach())), tr.y, reduction="sum")
+                (g,) = torch.autograd.grad(loss, x)
+                out.append(g)
+        return out + [tr.gL.detach()]
+
+    def step(self, model, x, y, scale_penalty=0.0):
+        """The recipe step, with one predictor update on this batch's states first."""
+        tr = trace_forward(model, x, input_grad=True)
+        loss = readout_pass(tr, y)
+        e = output_error(tr.logits, y)
+        if self.predictor is None:
+            self._build(tr.states, e.shape[1])
+        self._loss_sum += self.train_predictor(tr.states, e)  # stays on the device: no per-step sync
+        self._steps += 1
+        local_update(model, tr, self.credits(model, tr, e), scale_penalty)
+        return loss
+
+    def epoch_stats(self) -> dict:
+        """Mean predictor loss over the epoch's steps (reset after reading)."""
+        if not self._steps:
+            return {}
+        out = {"predictor_nmse": float(self._loss_sum / self._steps)}  # sync point: once per epoch
+        self._loss_sum, self._steps = 0.0, 0
+        return out
+
+    def state_dict(self):
+        """The predictor's parameters (``predictor.*``)."""
+        if self.predictor is None:
+            return {}
+        return {f"predictor.{k}": v.detach().cpu().clone() for k, v in self.predictor.state_dict().items()}
+
+    def load_state_dict(self, state):
+        """Restore the predictor (built on first use; shapes come from the stored tensors)."""
+        self._pending = {k.split(".", 1)[1]: v for k, v in state.items()}
