@@ -90,7 +90,7 @@ class Probe:
 
     @property
     def view_name(self) -> str:
-        """``cls`` (token ``audit_token``) or ``full``."""
+        """``token<i>`` (the model's ``audit_token``, e.g. ViT's cls token 0) or ``full``."""
         return "full" if getattr(self.model, "audit_token", None) is None else f"token{self.model.audit_token}"
 
 

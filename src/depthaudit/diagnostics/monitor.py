@@ -16,10 +16,8 @@ class Monitor:
         self.measured_epochs: list[int] = []
 
     def _fires(self, name: str, v) -> bool:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            return True  # a non-finite measurement is a FLAG, as in the verdicts
-        if not math.isfinite(v):
-            return True
+        if v is None or not math.isfinite(v):
+            return True  # a missing or non-finite measurement is a FLAG, as in the verdicts
         return v > self.rho_max if name == "D1" else v < self.g_min
 
     def update(self, epoch: int, measured: dict) -> list[str]:
