@@ -242,6 +242,10 @@ def test_default_audit_end_to_end_and_report_schema(tmp_path, capsys):
     schema = json.loads(files("depthaudit.report").joinpath("audit.schema.json").read_text())
     jsonschema.validate(report, schema)
     assert [m["method"] for m in report["methods"]] == ["bp", "fa", "dfa"]
+    dec = report["decision"]
+    assert dec["n"] == 3 and dec["chance_acc"] == pytest.approx(0.1)
+    assert dec["protocol_count"] == sum(bool(m["flags"]) for m in report["methods"])
+    assert "Decision table: the standard pair walks back" in card
     bp = report["methods"][0]
     assert bp["n_seeds"] == 2 and bp["standard_pair"]["test_acc"]["std"] is not None
     assert all(abs(c["mean"] - 1) < 1e-6 for c in bp["per_layer_cosine"])
@@ -262,9 +266,9 @@ def test_default_audit_end_to_end_and_report_schema(tmp_path, capsys):
 
 
 def test_audit_rejects_unknown_method(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["audit", "--methods", "bp", "nope", "--out", str(tmp_path / "a")])
-    assert e.value.code == 2 and not (tmp_path / "a").exists()
+    assert main(["audit", "--methods", "bp", "nope", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "unknown method 'nope'" in err and len(err.splitlines()) == 1 and not (tmp_path / "a").exists()
 
 
 def test_default_audit_command_runs_end_to_end(tmp_path):

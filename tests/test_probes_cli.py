@@ -1,4 +1,4 @@
-"""The intervention and bridge commands end to end on a tiny config, and CIFAR-100 end to end."""
+"""The intervention and probes commands end to end on a tiny config, and CIFAR-100 end to end."""
 
 import json
 import pickle
@@ -26,17 +26,17 @@ def test_intervene_sweeps_lambda_grid(tmp_path, capsys):
     assert main(["intervene", *TINY, "--lambdas", "-1", "--out", str(tmp_path / "bad")]) == 2
 
 
-def test_bridge_command_tables(tmp_path, capsys):
-    assert main(["bridge", *TINY[:-2], "--method", "fa", "--alphas", "0", "1", "--pre-epochs", "1",
+def test_probes_command_tables(tmp_path, capsys):
+    assert main(["probes", *TINY[:-2], "--method", "fa", "--alphas", "0", "1", "--pre-epochs", "1",
                  "--out", str(tmp_path)]) == 0
-    res = json.loads((tmp_path / "bridges_fa.json").read_text())
-    rows = res["credit_bridge"]["rows"]
+    res = json.loads((tmp_path / "probes_fa.json").read_text())
+    rows = res["credit_mix"]["rows"]
     assert [r["alpha"] for r in rows] == [0.0, 1.0]
     assert all(abs(c["mean"] - 1) < 1e-4 for c in rows[1]["per_layer"])  # α=1 credit is BP's, per layer
-    assert [r["arm"] for r in res["state_bridge"]["rows"]] == ["fa_from_bp", "fa_scratch", "bp_continued"]
-    assert (tmp_path / "credit_bridge_fa.png").stat().st_size > 0
+    assert [r["arm"] for r in res["warm_start"]["rows"]] == ["fa_from_bp", "fa_scratch", "bp_continued"]
+    assert (tmp_path / "credit_mix_fa.png").stat().st_size > 0
     # rerun: everything is reused from the stores
-    assert main(["bridge", *TINY[:-2], "--method", "fa", "--alphas", "0", "1", "--pre-epochs", "1",
+    assert main(["probes", *TINY[:-2], "--method", "fa", "--alphas", "0", "1", "--pre-epochs", "1",
                  "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert "2 of 2 runs already finished" in err and "3 of 3 runs already finished" in err

@@ -63,16 +63,19 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
     if per_run:
         _flag(g, "method", default=DEFAULTS.method, choices=METHODS.names(), help="credit method")
         _flag(g, "train_blocks", default=DEFAULTS.train_blocks, help="all | none | last:k | first:k")
-        _flag(g, "bridge_alpha", type=float, default=None, help="Credit Bridge: (1-α)·method + α·BP credit")
-        _flag(g, "init_checkpoint", default=None, metavar="PT", help="State Bridge: start from these weights")
+        _flag(g, "credit_mix", type=float, default=None, help="credit mix (ours): (1-α)·method + α·BP credit")
+        _flag(g, "warm_start", default=None, metavar="PT", help="BP warm start (ours): start from these weights")
     else:
-        _flag(g, "methods", nargs="+", default=["bp", "fa", "dfa"], choices=METHODS.names(), metavar="M",
-              help=f"credit methods, from {{{','.join(METHODS.names())}}}")
+        _flag(g, "methods", nargs="+", default=["bp", "fa", "dfa"], metavar="M",
+              help=f"credit methods, from {{{','.join(METHODS.names())}}}; a variant as a row of its own: "
+              "name:key=value (e.g. fa:head=exact, fa-stream:identity)")
         _flag(g, "seeds", nargs="+", type=int, default=[42], metavar="S", help="seeds (mean ± std, ddof 1)")
     _flag(g, "fa_head", default=DEFAULTS.fa_head, choices=["feedback", "exact"],
           help="fa & relatives: readout by feedback (Lillicrap) or exact")
     _flag(g, "fa_stream_identity", action="store_true", help="fa-stream: keep the identity, c + c·Bᵀ")
     _flag(g, "fa_stream_scale", type=float, default=DEFAULTS.fa_stream_scale, help="fa-stream: B ~ N(0, s²/d)")
+    _flag(g, "cb_sigma", type=float, default=DEFAULTS.cb_sigma, help="cb: noise σ of the consistency target")
+    _flag(g, "cb_draws", type=int, default=DEFAULTS.cb_draws, help="cb: noise draws of the soft-min (ours)")
     _flag(g, "ep_beta", type=float, default=DEFAULTS.ep_beta, help="ep: nudging strength β")
     _flag(g, "ep_steps", type=int, default=DEFAULTS.ep_steps, help="ep: nudged-phase steps T")
     _flag(g, "ep_step_size", type=float, default=DEFAULTS.ep_step_size, help="ep: step size η (ours)")
@@ -127,9 +130,9 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
         method=getattr(a, "method", DEFAULTS.method), train_blocks=getattr(a, "train_blocks", DEFAULTS.train_blocks),
         epochs=a.epochs if a.epochs is not None else default_epochs(a.dataset), stop_after=a.stop_after,
         batch_size=a.batch_size, ep_beta=a.ep_beta, ep_steps=a.ep_steps, ep_step_size=a.ep_step_size,
-        ep_credit=a.ep_credit, fa_head=a.fa_head, fa_stream_identity=a.fa_stream_identity,
-        fa_stream_scale=a.fa_stream_scale,
-        bridge_alpha=getattr(a, "bridge_alpha", None), init_checkpoint=getattr(a, "init_checkpoint", None),
+        ep_credit=a.ep_credit, cb_sigma=a.cb_sigma, cb_draws=a.cb_draws, fa_head=a.fa_head,
+        fa_stream_identity=a.fa_stream_identity, fa_stream_scale=a.fa_stream_scale,
+        credit_mix=getattr(a, "credit_mix", None), warm_start=getattr(a, "warm_start", None),
         lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty, penalty_form=a.penalty_form,
         seed=getattr(a, "seed", (getattr(a, "seeds", None) or [DEFAULTS.seed])[0]), device=resolve_device(a.device))
 
@@ -189,19 +192,19 @@ def build_parser() -> argparse.ArgumentParser:
     iv.add_argument("--penalty", type=float, default=None, metavar="X", help="shorthand for --lambdas 0 X")
     iv.set_defaults(func="audit:cmd_intervene")
 
-    br = sub.add_parser("bridge", help="Credit Bridge α sweep and State Bridge for one method",
-                        description="Credit Bridge: train with (1-α)·method + α·BP credit over --alphas. State Bridge "
-                        "(--pre-epochs > 0): BP first, then the method from that state.")
+    br = sub.add_parser("probes", help="our probes: credit-mix α sweep and BP warm start for one method",
+                        description="Ours, not the protocol's methods. Credit mix: train with (1-α)·method + α·BP "
+                        "credit over --alphas. BP warm start (--pre-epochs > 0): BP first, then the method from there.")
     add_train_args(br, per_run=False)
     br.set_defaults(methods=None)
-    br.add_argument("--method", default="dfa", help="the method to bridge to BP (default: dfa)")
+    br.add_argument("--method", default="dfa", help="the method to mix with BP (default: dfa)")
     br.add_argument("--alphas", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0], metavar="A",
                     help="α grid (default: 0 0.25 0.5 0.75 1)")
-    br.add_argument("--pre-epochs", type=int, default=0, metavar="N", help="State Bridge: BP epochs first (0 = skip)")
+    br.add_argument("--pre-epochs", type=int, default=0, metavar="N", help="BP warm start: BP epochs first (0 = skip)")
     _probe_args(br)
     br.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
-    br.add_argument("--out", default="results/bridge", help="output folder (default: %(default)s)")
-    br.set_defaults(func="audit:cmd_bridge")
+    br.add_argument("--out", default="results/probes", help="output folder (default: %(default)s)")
+    br.set_defaults(func="audit:cmd_probes")
 
     la = sub.add_parser("ladder", help="depth-utility ladder: train the last k blocks, k = 0..L",
                         description="For each method, k and seed train only the last k blocks; one resumable JSON "

@@ -25,8 +25,8 @@ class TrainConfig:
     # credit method and which blocks train
     method: str = "bp"
     train_blocks: str = "all"
-    bridge_alpha: float | None = None  # Credit Bridge: mix the method's credit with BP's (see bridges)
-    init_checkpoint: str | None = None  # State Bridge: start from this checkpoint's weights
+    credit_mix: float | None = None  # credit mix (ours): (1-α)·method credit + α·BP credit
+    warm_start: str | None = None  # BP warm start (ours): start from this checkpoint's weights
     fa_head: str = "feedback"  # fa and relatives: feedback = Lillicrap's rule | exact = true readout gradient
     fa_stream_identity: bool = False  # fa-stream: keep the residual identity path, c_{l-1} = c_l + c_l B_lᵀ
     fa_stream_scale: float = 1.0  # fa-stream: B_l ~ N(0, s²/d)
@@ -34,6 +34,8 @@ class TrainConfig:
     ep_steps: int = 20  # EP: gradient steps T of the nudged phase
     ep_step_size: float = 0.5  # EP: step size η of those steps (ours; SPEC gives none)
     ep_credit: str = "state"  # EP: state = −Δh/β (the protocol's) | error = −r/β (ours)
+    cb_sigma: float = 0.1  # Credit Bridge (cb): noise σ of the bridge-consistency target (SPEC ≈ 0.1)
+    cb_draws: int = 4  # Credit Bridge: noise draws K of the soft-min (ours; SPEC gives none)
     # recipe
     epochs: int = 20  # the budget: the cosine schedule spans it
     stop_after: int | None = None  # train only the first N epochs of that schedule
@@ -69,8 +71,8 @@ class TrainConfig:
         if self.weight_decay < 0 or self.scale_penalty < 0:
             raise UsageError("--weight-decay and --scale-penalty must be >= 0")
         trainable_blocks(self.train_blocks, self.num_blocks)  # validates the spelling and k
-        if self.init_checkpoint and not os.path.isfile(self.init_checkpoint):
-            raise UsageError(f"--init-checkpoint {self.init_checkpoint}: no such file; give a checkpoint.pt path")
+        if self.warm_start and not os.path.isfile(self.warm_start):
+            raise UsageError(f"--warm-start {self.warm_start}: no such file; give a checkpoint.pt path")
         if not self.ep_beta > 0 or self.ep_steps < 1 or not self.ep_step_size > 0:
             raise UsageError("--ep-beta and --ep-step-size must be > 0 and --ep-steps >= 1")
         if self.penalty_form not in ("abs", "rel"):
@@ -81,10 +83,12 @@ class TrainConfig:
             raise UsageError(f"--fa-head {self.fa_head!r} not known; use feedback or exact")
         if not self.fa_stream_scale >= 0:
             raise UsageError(f"--fa-stream-scale must be >= 0, got {self.fa_stream_scale}")
+        if not self.cb_sigma >= 0 or self.cb_draws < 1:
+            raise UsageError("--cb-sigma must be >= 0 and --cb-draws >= 1")
         if self.ep_credit not in ("state", "error"):
             raise UsageError(f"--ep-credit {self.ep_credit!r} not known; use state or error")
-        if self.bridge_alpha is not None and not 0.0 <= self.bridge_alpha <= 1.0:
-            raise UsageError(f"--bridge-alpha must be in [0, 1], got {self.bridge_alpha}")
+        if self.credit_mix is not None and not 0.0 <= self.credit_mix <= 1.0:
+            raise UsageError(f"--credit-mix must be in [0, 1], got {self.credit_mix}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every field."""
@@ -99,6 +103,7 @@ class TrainConfig:
         for (or reused as) a run of the reference model.
         """
         names = {f.name for f in fields(cls)}
+        d = {RENAMED.get(k, k): v for k, v in d.items()}
         return cls(**{**LEGACY, **{k: v for k, v in d.items() if k in names}})
 
     @property
@@ -120,6 +125,8 @@ class TrainConfig:
 
 # what a stored config that lacks a field ran with (fields added after 0.1.0)
 LEGACY: dict[str, Any] = {"variant": "v0.1", "augment": "none", "stop_after": None, "penalty_form": "rel"}
+# fields stored under an earlier name (0.2's probes were renamed so none collides with the protocol's methods)
+RENAMED: dict[str, str] = {"bridge_alpha": "credit_mix", "init_checkpoint": "warm_start"}
 
 
 def trainable_blocks(spec: str, num_blocks: int) -> tuple[int, ...]:

@@ -5,6 +5,7 @@ run is stored the moment it ends (atomic replace), so an interrupted sweep resum
 the runs in flight; runs already in the store are skipped and reported as such.
 """
 
+import glob
 import json
 import os
 import sys
@@ -45,12 +46,25 @@ class FolderStore:
         return self.root / run_slug(spec.cfg, spec.tracking) / "result.json"
 
     def get(self, spec: RunSpec) -> dict | None:
-        """The stored record if it is a finished run of exactly this config and tracking."""
-        try:
-            rec = json.loads(self.path(spec).read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
-        return rec if spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking else None
+        """The stored record if it is a finished run of exactly this config and tracking.
+
+        The slug's hash covers every config field, so a run stored by a version with fewer fields sits
+        under another hash: siblings with the same readable prefix are checked too (``same_as`` reads a
+        missing field as what that version ran with), so a newer version reuses what still matches.
+        """
+        path = self.path(spec)
+        prefix = path.parent.name.rsplit("_", 1)[0] + "_"
+        siblings = sorted(self.root.glob(f"{glob.escape(prefix)}*/result.json")) if self.root.is_dir() else []
+        for p in [path, *(s for s in siblings if s != path and s.parent.name.rsplit("_", 1)[0] + "_" == prefix)]:
+            try:
+                rec = json.loads(p.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if not isinstance(rec, dict):
+                continue
+            if spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking:
+                return rec if p == path else {**rec, "stored_as": p.parent.name}
+        return None
 
     def put(self, spec: RunSpec, rec: dict) -> None:
         """Store a finished run."""

@@ -66,16 +66,16 @@ def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMeth
     """Model (init from ``cfg.seed``) with the frozen blocks' params not requiring grad, and its method."""
     model = build_model(cfg.arch, data.input_shape, data.num_classes, cfg.d_hidden, cfg.num_blocks,
                         cfg.mlp_ratio, cfg.seed, cfg.variant).to(cfg.device)
-    if cfg.init_checkpoint:  # State Bridge: weights from another run (e.g. BP-trained); feedback fresh
-        ckpt = torch.load(cfg.init_checkpoint, map_location=cfg.device, weights_only=True)
+    if cfg.warm_start:  # BP warm start: weights from another run (e.g. BP-trained); feedback fresh
+        ckpt = torch.load(cfg.warm_start, map_location=cfg.device, weights_only=True)
         try:
             model.load_state_dict(ckpt["model"])
         except (RuntimeError, KeyError) as exc:
-            raise UsageError(f"--init-checkpoint {cfg.init_checkpoint}: does not fit this model ({exc})") from None
+            raise UsageError(f"--warm-start {cfg.warm_start}: does not fit this model ({exc})") from None
     trainable = set(cfg.trainable())
     for i, blk in enumerate(model.blocks, start=1):
         blk.requires_grad_(i in trainable)
-    return model, build_method(cfg.method, model, cfg.seed, cfg.bridge_alpha, cfg)
+    return model, build_method(cfg.method, model, cfg.seed, cfg.credit_mix, cfg)
 
 
 class Stepper:

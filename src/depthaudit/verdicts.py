@@ -71,3 +71,32 @@ def mean_std(values: list) -> dict:
     finite = all(math.isfinite(v) for v in vals)
     std = statistics.stdev(vals) if len(vals) > 1 and finite else None
     return {"mean": statistics.fmean(vals) if finite else math.nan, "std": std, "n": len(vals)}
+
+
+def standard_pair_alarm(test_acc: float | None, gamma: float | None, chance: float, th: Thresholds) -> list[str]:
+    """What would make a reader of the standard pair alone walk a method back (ours; README "Decision table").
+
+    The pair raises an alarm only on its own evidence: accuracy within ``gap_min_pp`` of chance, or an
+    aggregate cosine Γ ≤ 0 (no better aligned with BP than an unrelated direction). Empty = no alarm.
+    """
+    why = []
+    if test_acc is None or not math.isfinite(test_acc) or 100.0 * (test_acc - chance) < th.gap_min_pp:
+        why.append("accuracy at chance")
+    if gamma is None or not math.isfinite(gamma) or gamma <= 0.0:
+        why.append("Γ ≤ 0")
+    return why
+
+
+def decision_table(methods: list[dict], chance: float, th: Thresholds) -> dict:
+    """Per method: would the standard pair walk it back, would the protocol (any of D1/D2/D3 flagged)?"""
+    rows = []
+    for m in methods:
+        sp = m["standard_pair"]
+        alarm = standard_pair_alarm(sp["test_acc"]["mean"], sp["aggregate_cosine_mean_per_layer"]["mean"], chance, th)
+        rows.append({"method": m["method"], "standard_pair_walks_back": bool(alarm), "standard_pair_why": alarm,
+                     "protocol_walks_back": bool(m["flags"]), "protocol_flags": list(m["flags"])})
+    n = len(rows)
+    sp_n = sum(r["standard_pair_walks_back"] for r in rows)
+    pr_n = sum(r["protocol_walks_back"] for r in rows)
+    return {"chance_acc": chance, "rows": rows, "standard_pair_count": sp_n, "protocol_count": pr_n, "n": n,
+            "summary": f"the standard pair walks back {sp_n} of {n} methods; the protocol {pr_n} of {n}"}

@@ -1,4 +1,4 @@
-"""`depthaudit audit`, `intervene`, `bridge` and `identity`: the audit protocol and its probes."""
+"""`depthaudit audit`, `intervene`, `probes` and `identity`: the audit protocol and its probes."""
 
 import argparse
 import sys
@@ -20,6 +20,10 @@ def _audit_config(a: argparse.Namespace):
         raise UsageError("--track-every must be >= 0, --eps and --rho-max > 0")
     if a.stop_on_flag and a.track_every != 1:
         raise UsageError("--stop-on-flag needs the monitor every epoch; drop --track-every or set it to 1")
+    from ..methods import parse_method_spec
+
+    for m in a.methods:  # a misspelt method or option is one line here, before any training
+        parse_method_spec(m, base)
     return AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),
                        probe_batches=nb, probe_batch_size=bs, track_every=a.track_every,
                        thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min), d1_stat=a.d1_stat,
@@ -81,12 +85,12 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def cmd_bridge(a: argparse.Namespace, argv: list[str]) -> int:
-    """Credit Bridge α sweep and State Bridge for one method."""
+def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
+    """Our probes for one method: the credit-mix α sweep and the BP warm start."""
     from ..data import load_data
-    from ..experiments.bridges import credit_bridge, state_bridge
+    from ..experiments.probes import credit_mix_sweep, warm_start_probe
     from ..io import write_json, write_text
-    from ..report.probes import credit_bridge_figure, credit_bridge_md, state_bridge_md
+    from ..report.probes import credit_mix_figure, credit_mix_md, warm_start_md
 
     base = config_from_args(a)
     if any(not 0 <= x <= 1 for x in a.alphas):
@@ -96,21 +100,21 @@ def cmd_bridge(a: argparse.Namespace, argv: list[str]) -> int:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     seeds = tuple(dict.fromkeys(a.seeds))
     probe = check_probe_args(a)
-    cb = credit_bridge(base, a.method, a.alphas, seeds, out, data, data.sha256, probe, jobs=a.jobs, log=log,
+    cb = credit_mix_sweep(base, a.method, a.alphas, seeds, out, data, data.sha256, probe, jobs=a.jobs, log=log,
                        argv=["depthaudit", *argv])
-    credit_bridge_figure(cb, out / f"credit_bridge_{a.method}.png")
-    parts = [f"# Bridge probes: {a.method}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
-             f"{base.epochs} epochs, seeds {list(seeds)}", "", "## Credit Bridge", "", credit_bridge_md(cb), "",
-             f"![credit bridge](credit_bridge_{a.method}.png)", ""]
-    res = {"credit_bridge": cb}
+    credit_mix_figure(cb, out / f"credit_mix_{a.method}.png")
+    parts = [f"# Probes (ours): {a.method}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
+             f"{base.epochs} epochs, seeds {list(seeds)}", "", "## Credit mix (ours)", "", credit_mix_md(cb), "",
+             f"![credit mix](credit_mix_{a.method}.png)", ""]
+    res = {"credit_mix": cb}
     if a.pre_epochs > 0:
-        sb = state_bridge(base, a.method, a.pre_epochs, seeds, out, data, probe, log=log,
+        sb = warm_start_probe(base, a.method, a.pre_epochs, seeds, out, data, probe, log=log,
                           argv=["depthaudit", *argv])
-        res["state_bridge"] = sb
-        parts += [f"## State Bridge (BP for {a.pre_epochs} epochs, then {base.epochs} more)", "",
-                  state_bridge_md(sb), ""]
-    write_json(out / f"bridges_{a.method}.json", res)
-    write_text(out / f"bridges_{a.method}.md", "\n".join(parts))
+        res["warm_start"] = sb
+        parts += [f"## BP warm start (ours; BP for {a.pre_epochs} epochs, then {base.epochs} more)", "",
+                  warm_start_md(sb), ""]
+    write_json(out / f"probes_{a.method}.json", res)
+    write_text(out / f"probes_{a.method}.md", "\n".join(parts))
     print("\n".join(parts))
     return 0
 

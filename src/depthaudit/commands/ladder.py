@@ -27,6 +27,10 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"--k_values {bad}: each k must be in 0..{base.num_blocks} (--num_blocks)")
     if a.jobs < 1:
         raise UsageError("--jobs must be >= 1")
+    from ..methods import parse_method_spec
+
+    for m in a.methods:  # a misspelt method or option: one line, before any training
+        parse_method_spec(m, base)
     lc = LadderConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), k_values=ks,
                       seeds=tuple(dict.fromkeys(a.seeds)), probe_batches=nb, probe_batch_size=bs)
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))

@@ -9,10 +9,11 @@ import torch
 from ..config import TrainConfig
 from ..data import DataBundle
 from ..diagnostics.identity import identity_over_seeds
+from ..methods import parse_method_spec
 from ..provenance import provenance
 from ..runner import probe_batch, run_slug, tracking_plan
 from ..sweep import FolderStore, RunSpec, run_sweep
-from ..verdicts import Thresholds, accuracy_gap_pp, check_d1, check_d2, check_d3, mean_std
+from ..verdicts import Thresholds, accuracy_gap_pp, check_d1, check_d2, check_d3, decision_table, mean_std
 
 SCHEMA = "depthaudit.audit.v2"
 
@@ -163,7 +164,7 @@ def identity_summary(per_seed: list[dict], num_blocks: int) -> dict:
 
 def run_slug_of(rec: dict) -> str:
     """The folder name a stored run lives under."""
-    return run_slug(TrainConfig.from_dict(rec["config"]), rec.get("tracking"))
+    return rec.get("stored_as") or run_slug(TrainConfig.from_dict(rec["config"]), rec.get("tracking"))
 
 
 def audit_specs(acfg: AuditConfig) -> list[RunSpec]:
@@ -172,7 +173,7 @@ def audit_specs(acfg: AuditConfig) -> list[RunSpec]:
     for m in acfg.methods:
         for s in acfg.seeds:
             for kind, blocks, every in (("trained", "all", acfg.track_every), ("frozen", "none", 0)):
-                cfg = replace(acfg.base, method=m, seed=s, train_blocks=blocks)
+                cfg = replace(parse_method_spec(m, acfg.base)[1], seed=s, train_blocks=blocks)
                 func = None
                 if acfg.functional and kind == "trained":
                     func = {"every": 0, "directions": 32, "step": 1e-3, "eta": 0.01, "seed": s,
@@ -197,7 +198,8 @@ def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=No
     ident["summary"] = identity_summary(ident["per_seed"], b.num_blocks)
     return {"schema": SCHEMA, "config": acfg.to_dict(), "thresholds": th.to_dict(),
             "provenance": provenance(torch.device(b.device), data.provenance(), acfg.seeds[0], argv),
-            "definitions": DEFINITIONS, "methods": methods, "identity": ident}
+            "definitions": DEFINITIONS, "methods": methods, "identity": ident,
+            "decision": decision_table(methods, 1.0 / data.num_classes, th)}
 
 
 DEFINITIONS = {
@@ -212,5 +214,7 @@ DEFINITIONS = {
     "g_L": "D2: median over probe examples of the per-example norm of g_L (mean-loss, batch B_p): what eps sees",
     "gap_pp": "100 * (test_acc trained - test_acc of the frozen-blocks baseline, same method and recipe) (D3)",
     "margin": "signed distance to the threshold, positive on the passing side: decades for D1/D2, pp for D3",
+    "decision": "ours: the standard pair walks a method back when its accuracy is within the D3 margin (2 pp) of "
+                "chance or its aggregate Γ ≤ 0; the protocol walks it back when any of D1/D2/D3 is flagged",
     "monitor": "the first epoch at which D1 / D2 fired during training; compute saved = 1 - epoch / budget",
 }

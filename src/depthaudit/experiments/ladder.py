@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..config import LEGACY, TrainConfig
+from ..methods import parse_method_spec
 from ..runner import tracking_plan
 from ..sweep import FileStore, RunSpec
 from ..verdicts import Thresholds, mean_std
@@ -45,7 +46,7 @@ def ladder_specs(lc: LadderConfig) -> list[RunSpec]:
     """One spec per (method, k, seed), keyed ``method/k{k}/s{seed}``."""
     # final-state audit measurements (every = 0: no per-epoch tracking, so no monitor)
     tracking = tracking_plan(lc.probe_batches, lc.probe_batch_size, 0, Thresholds(eps=lc.eps), lc.d1_stat)
-    return [RunSpec(f"{m}/k{k}/s{s}", replace(lc.base, method=m, seed=s,
+    return [RunSpec(f"{m}/k{k}/s{s}", replace(parse_method_spec(m, lc.base)[1], seed=s,
                                                train_blocks=blocks_for(k, lc.base.num_blocks)), tracking)
             for m in lc.methods for k in lc.k_values for s in lc.seeds]
 

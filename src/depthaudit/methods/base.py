@@ -24,6 +24,8 @@ class CreditMethod:
     needs_cache: ClassVar[bool] = False  # keep per-block forward caches (feedback VJPs)
     exact_credits: ClassVar[bool] = False  # credits are exactly BP's (diagnostics reuse the reference)
     random_feedback: ClassVar[bool] = False  # fixed random feedback drawn from the seed (fresh-B null applies)
+    # spec options: ``name:key=value`` in ``--methods`` sets the run-config field ``options[key]`` for that row
+    options: ClassVar[dict[str, str]] = {}
 
     def __init__(self, model: ResidualModel, seed: int):
         self.seed = seed

@@ -33,6 +33,7 @@ class EP(CreditMethod):
     """Feed-forward EP: ``T`` gradient steps on the states of ``E + β·ℓ``; ``c_l = −Δh_l/β``."""
 
     name = "ep"
+    options = {"beta": "ep_beta", "steps": "ep_steps", "step_size": "ep_step_size", "credit": "ep_credit"}
 
     def __init__(self, model: ResidualModel, seed: int, beta: float = 0.5, steps: int = 20, step_size: float = 0.5,
                  credit: str = "state"):

@@ -20,6 +20,7 @@ class FA(CreditMethod):
 
     name = "fa"
     random_feedback = True
+    options = {"head": "fa_head"}
     needs_cache = True
 
     def __init__(self, model: ResidualModel, seed: int):

@@ -24,6 +24,7 @@ class FAStream(CreditMethod):
     name = "fa-stream"
     needs_input_grad = True  # c_L is the exact readout gradient (Trace.gL)
     random_feedback = True
+    options = {"identity": "fa_stream_identity", "scale": "fa_stream_scale"}
 
     def __init__(self, model: ResidualModel, seed: int, identity: bool = False, scale: float = 1.0):
         super().__init__(model, seed)

@@ -45,6 +45,12 @@ def _functional_rows(report: dict) -> list[list[str]]:
     return rows
 
 
+def _decision_rows(report: dict) -> list[list[str]]:
+    return [[r["method"], ("yes: " + ", ".join(r["standard_pair_why"])) if r["standard_pair_walks_back"] else "no",
+             ("yes: " + ", ".join(r["protocol_flags"])) if r["protocol_walks_back"] else "no"]
+            for r in report["decision"]["rows"]]
+
+
 def _stopped_note(report: dict) -> str:
     """A stopped run's accuracy is the stopping epoch's; say so where D3 uses it."""
     stopped = [m["method"] for m in report["methods"]
@@ -134,6 +140,9 @@ def _sections(report: dict, table) -> list[tuple[str, str]]:
     layers = ["method", *(f"l={i}" for i in range(L + 1))]
     return [
         ("Standard pair vs protocol (value STATUS (margin))", table(_headers(report), _rows(report))),
+        *([("Decision table: " + report["decision"]["summary"],
+             table(["method", "standard pair walks back?", "protocol walks back?"], _decision_rows(report)))]
+          if report.get("decision") else []),
         ("Per-layer credit cosine Γ_l (standard: per-example, mean-loss reference, ε = 1e-8, fp32), end of training",
          table(layers, _layer_rows(report, "per_layer_cosine"))),
         ("Per-layer robust cosine (ours: fp64 over the whole probe set, no floor)",

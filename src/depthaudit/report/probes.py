@@ -1,4 +1,4 @@
-"""Tables and figures for the Bridge probes and the scale-penalty intervention."""
+"""Tables and figures for our probes (credit mix, BP warm start) and the scale-penalty intervention."""
 
 from pathlib import Path
 
@@ -11,7 +11,7 @@ from ..io import save_figure  # noqa: E402
 from .card import fmt_ms  # noqa: E402
 
 
-def credit_bridge_md(res: dict) -> str:
+def credit_mix_md(res: dict) -> str:
     """Rows α: accuracy, aggregate cosines, per-layer cosine of the credit actually used."""
     L1 = len(res["rows"][0]["per_layer"])
     head = ["α", "test acc", "cos mean/layer", "cos concat", *(f"l={i}" for i in range(L1))]
@@ -24,7 +24,7 @@ def credit_bridge_md(res: dict) -> str:
     return "\n".join(out)
 
 
-def credit_bridge_figure(res: dict, path: Path) -> None:
+def credit_mix_figure(res: dict, path: Path) -> None:
     """Scatter of accuracy vs aggregate cosine, one point per α (labelled)."""
     fig, ax = plt.subplots(figsize=(4.8, 3.6))
     for key, mk, lab in (("cos_mean_per_layer", "o", "mean of per-layer cosines"), ("cos_concat", "s", "concat")):
@@ -36,14 +36,14 @@ def credit_bridge_figure(res: dict, path: Path) -> None:
                 ax.annotate(f"α={r['alpha']:g}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("aggregate cosine with BP")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"Credit Bridge: {res['method']} → BP")
+    ax.set_title(f"Credit mix (ours): {res['method']} → BP")
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
 
 
-def state_bridge_md(res: dict) -> str:
+def warm_start_md(res: dict) -> str:
     """Arms: method from the BP state, method from scratch, BP continued."""
     out = ["| arm | test acc | cos mean/layer at start | at end | cos concat at end |", "|---|---|---|---|---|"]
     for r in res["rows"]:

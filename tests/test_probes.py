@@ -1,4 +1,4 @@
-"""Credit Bridge limits (α=1 is BP, α=0 is the method) and the State Bridge's starting point."""
+"""Credit-mix limits (α=1 is BP, α=0 is the method) and the BP warm start's starting point."""
 
 import json
 
@@ -23,18 +23,18 @@ def _grads(method, model, x, y):
 
 
 @pytest.mark.parametrize("name", ["fa", "dfa"])
-def test_credit_bridge_limits(name):
+def test_credit_mix_limits(name):
     model, x, y = _setup()
     bp = build_method("bp", model, 0)
     bp.fast = False
     for alpha, ref in ((1.0, bp), (0.0, build_method(name, model, 0))):
-        got = _grads(build_method(name, model, 0, bridge_alpha=alpha), model, x, y)
+        got = _grads(build_method(name, model, 0, credit_mix=alpha), model, x, y)
         want = _grads(ref, model, x, y)
         diff = max((got[k] - want[k]).abs().max().item() for k in want)
-        print(f"{name} bridge α={alpha}: update max diff vs {'bp' if alpha else name} {diff:.1e}")
+        print(f"{name} mix α={alpha}: update max diff vs {'bp' if alpha else name} {diff:.1e}")
         assert set(got) == set(want) and diff < 1e-12
     # strictly between, the credit is the stated mix of rms-normalised credits
-    bridged = build_method(name, model, 0, bridge_alpha=0.25)
+    bridged = build_method(name, model, 0, credit_mix=0.25)
     _, c_mix = bridged.probe(model, x, y)
     _, c_m = build_method(name, model, 0).probe(model, x, y)
     _, c_bp = bp.probe(model, x, y)
@@ -43,19 +43,19 @@ def test_credit_bridge_limits(name):
         assert torch.allclose(a, 0.75 * b / rms(b) + 0.25 * c / rms(c), atol=1e-12)
 
 
-def test_bridge_alpha_out_of_range_is_refused(tmp_path, capsys):
-    assert main(["train", "--bridge-alpha", "1.5", "--out", str(tmp_path / "x")]) == 2
-    assert "--bridge-alpha" in capsys.readouterr().err and not (tmp_path / "x").exists()
+def test_credit_mix_out_of_range_is_refused(tmp_path, capsys):
+    assert main(["train", "--credit-mix", "1.5", "--out", str(tmp_path / "x")]) == 2
+    assert "--credit-mix" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
-def test_state_bridge_starts_from_the_checkpoint(tmp_path):
+def test_warm_start_starts_from_the_checkpoint(tmp_path):
     assert main(["train", "--d-hidden", "16", "--num-blocks", "2", "--epochs", "1", "--out", str(tmp_path / "bp")]) == 0
     ckpt = tmp_path / "bp" / "checkpoint.pt"
     assert main(["train", "--d-hidden", "16", "--num-blocks", "2", "--epochs", "0", "--method", "dfa",
-                 "--init-checkpoint", str(ckpt), "--out", str(tmp_path / "sb")]) == 0
+                 "--warm-start", str(ckpt), "--out", str(tmp_path / "sb")]) == 0
     a = torch.load(ckpt, weights_only=True)["model"]
     b = torch.load(tmp_path / "sb" / "checkpoint.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)  # zero epochs: exactly the BP state
     res = json.loads((tmp_path / "sb" / "result.json").read_text())
-    assert res["config"]["init_checkpoint"] == str(ckpt)
-    assert main(["train", "--init-checkpoint", str(tmp_path / "nope.pt"), "--out", str(tmp_path / "z")]) == 2
+    assert res["config"]["warm_start"] == str(ckpt)
+    assert main(["train", "--warm-start", str(tmp_path / "nope.pt"), "--out", str(tmp_path / "z")]) == 2

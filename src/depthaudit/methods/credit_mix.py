@@ -1,4 +1,4 @@
-"""Credit Bridge (our definition; the paper names it without one): mix a method's credit with BP's.
+"""Credit mix (ours; not the protocol's Credit Bridge, which is ``cb``): a method's credit mixed with BP's.
 
 At every stream position, with hats denoting rms normalisation (one scalar per batch tensor),
 ``c_l(α) = (1 − α)·ĉ_l(method) + α·ĝ_l(BP)``. α = 0 is the method, α = 1 is BP (the recipe
@@ -14,7 +14,7 @@ from .base import CreditMethod
 from .bp import bp_credits
 
 
-class CreditBridge(CreditMethod):
+class CreditMix(CreditMethod):
     """Wraps a built method; needs the exact BP credit too, so traces keep block inputs differentiable."""
 
     needs_input_grad = True
@@ -22,7 +22,7 @@ class CreditBridge(CreditMethod):
     def __init__(self, base: CreditMethod, alpha: float):
         super().__init__(None, base.seed)
         self.base, self.alpha = base, float(alpha)
-        self.name = f"{base.name}+bridge({self.alpha:g})"
+        self.name = f"{base.name}+mix({self.alpha:g})"
         self.needs_cache = base.needs_cache
 
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:

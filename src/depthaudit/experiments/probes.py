@@ -1,8 +1,8 @@
-"""Bridge probes (our definitions, documented in the README): does a credit closer to BP buy accuracy?
+"""Our probes (not the protocol's methods; README "Probes"): does a credit closer to BP buy accuracy?
 
-* Credit Bridge: for α on a grid, train with ``c(α) = (1−α)·ĉ_method + α·ĝ_BP`` and measure accuracy and
+* Credit mix: for α on a grid, train with ``c(α) = (1−α)·ĉ_method + α·ĝ_BP`` and measure accuracy and
   the per-layer / aggregate cosine of the credit actually used.
-* State Bridge: train BP for ``pre_epochs``, then continue with the method from that state; compare with
+* BP warm start: train BP for ``pre_epochs``, then continue with the method from that state; compare with
   the method from scratch and with BP continued, cosines tracked every epoch.
 """
 
@@ -25,16 +25,16 @@ def _final_cos(rec: dict) -> dict:
     return {}
 
 
-def credit_bridge(base: TrainConfig, method: str, alphas, seeds, out: Path, data, data_sha256: str,
+def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, data, data_sha256: str,
                   probe: tuple[int, int] = (10, 128), eps: float = 1e-8, jobs: int = 1, log=None, argv=None) -> dict:
     """Run (or resume) the α sweep and return its summary table (``probe`` = (batches, batch size))."""
     tracking = tracking_plan(*probe, 0, Thresholds(eps=eps))
-    specs = [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, bridge_alpha=float(a)), tracking)
+    specs = [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, credit_mix=float(a)), tracking)
              for a in alphas for s in seeds]
     ident = {k: v for k, v in base.to_dict().items() if k not in ("seed", "device", "data_dir", "download",
-                                                                   "method", "bridge_alpha")}
-    name = f"bridge_credit_{method}_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
-    store = FileStore(Path(out) / name, "depthaudit.credit_bridge.v1",
+                                                                   "method", "credit_mix")}
+    name = f"credit_mix_{method}_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
+    store = FileStore(Path(out) / name, "depthaudit.credit_mix.v1",
                       {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe)},
                       defaults={**TrainConfig().to_dict(), **LEGACY})
     recs = run_sweep(specs, store, data=data if jobs == 1 else None, jobs=jobs, log=log, argv=argv)
@@ -65,23 +65,23 @@ def pearson(xs, ys) -> float | None:
     return sxy / (sx * sy) if sx > 0 and sy > 0 else None
 
 
-def state_bridge(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path, data,
+def warm_start_probe(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path, data,
                  probe: tuple[int, int] = (10, 128), eps: float = 1e-8, log=None, argv=None) -> dict:
     """BP for ``pre_epochs`` → checkpoint; then method-from-BP-state, method-from-scratch, BP-continued."""
-    root = Path(out) / "state_bridge"
+    root = Path(out) / "warm_start"
     store = FolderStore(root / "runs")
     track = tracking_plan(*probe, 1, Thresholds(eps=eps))
     pre = [RunSpec(f"bp_pre/s{s}", replace(base, method="bp", seed=s, epochs=pre_epochs, stop_after=None), track,
                    checkpoint=str(root / f"bp_pre_s{s}.pt")) for s in seeds]
     for spec in pre:  # a reused pre-run still needs its checkpoint on disk
         if store.get(spec) is not None and not Path(spec.checkpoint).exists():
-            store.path(spec).unlink()
+            store.path(spec).unlink(missing_ok=True)
     run_sweep(pre, store, data=data, log=log, argv=argv)
     arms = {}
     for s, spec in zip(seeds, pre, strict=True):
-        arms[f"{method}_from_bp/s{s}"] = replace(base, method=method, seed=s, init_checkpoint=spec.checkpoint)
+        arms[f"{method}_from_bp/s{s}"] = replace(base, method=method, seed=s, warm_start=spec.checkpoint)
         arms[f"{method}_scratch/s{s}"] = replace(base, method=method, seed=s)
-        arms[f"bp_continued/s{s}"] = replace(base, method="bp", seed=s, init_checkpoint=spec.checkpoint)
+        arms[f"bp_continued/s{s}"] = replace(base, method="bp", seed=s, warm_start=spec.checkpoint)
     recs = run_sweep([RunSpec(k, c, track) for k, c in arms.items()], store, data=data, log=log, argv=argv)
     rows = []
     for arm in (f"{method}_from_bp", f"{method}_scratch", "bp_continued"):
