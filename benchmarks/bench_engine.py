@@ -64,7 +64,7 @@ def interleaved_times(steppers: dict, data, cfg, epochs: float, chunk: int, devi
             sync()
             t0 = time.perf_counter()
             for i in range(done, done + k):
-                steppers[name](batches[i], cosine_lr(cfg, i, total))
+                steppers[name](batches[i], cosine_lr(cfg.lr, i, total))
             sync()
             times[name] += time.perf_counter() - t0
         done += k

@@ -94,6 +94,10 @@ class TrainConfig:
         """Plain JSON-able dict of every field."""
         return asdict(self)
 
+    def describe(self) -> str:
+        """One line for progress logs: method and trained blocks."""
+        return f"{self.method}, train_blocks {self.train_blocks}"
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
         """Inverse of :meth:`to_dict`; unknown keys are ignored (newer result files).

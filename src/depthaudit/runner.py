@@ -79,3 +79,29 @@ def tracking_plan(n_batches: int, batch_size: int, every: int, thresholds, d1_st
     if functional:
         plan["functional"] = functional
     return plan
+
+
+def run_recipe(spec, data: DataBundle | None = None, log=None, argv=None) -> dict:
+    """The default runner of a sweep spec: train ``spec.cfg`` under the recipe, measured as ``spec.tracking`` says.
+
+    Loads the data when not given (a worker process), saves a checkpoint when the spec asks for one.
+    """
+    from .data import load_data
+    from .diagnostics import audit_monitor, audit_tracker
+    from .train import train
+
+    cfg = spec.cfg
+    if data is None:
+        data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
+    tracker = monitor = None
+    if spec.tracking:
+        t = spec.tracking
+        batches = probe_batches(data, cfg.seed, t["probe_batches"], t["probe_batch_size"])
+        tracker = audit_tracker(batches, t["every"], t["eps"], t.get("d1_stat", "median"), t.get("functional"))
+        monitor = audit_monitor(t)
+    run = train(cfg, data, log=log or (lambda m: None), tracker=tracker, monitor=monitor)
+    rec = result_record(cfg, data, run, argv, spec.tracking)
+    if spec.checkpoint:
+        save_torch(Path(spec.checkpoint), {"config": rec["config"], "model": run.model.state_dict(),
+                                           "method": run.method.state_dict(), "status": run.status})
+    return rec

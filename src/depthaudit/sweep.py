@@ -21,7 +21,7 @@ import torch
 from .config import TrainConfig
 from .errors import UsageError
 from .io import write_json
-from .runner import result_record, run_slug
+from .runner import run_slug
 
 
 @dataclass(frozen=True)
@@ -138,31 +138,10 @@ def _hms(s: float) -> str:
 
 
 def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
-    """Run one spec (loading its data when not given) and return its result record."""
-    if spec.runner is not None:
-        return spec.runner(spec, data, log, argv)
-    from .data import load_data
-    from .diagnostics import audit_monitor, audit_tracker
-    from .runner import probe_batches
-    from .train import train
+    """Run one spec and return its result record: the spec's own runner, else the training recipe's."""
+    from .runner import run_recipe
 
-    cfg = spec.cfg
-    if data is None:
-        data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
-    tracker = monitor = None
-    if spec.tracking:
-        t = spec.tracking
-        batches = probe_batches(data, cfg.seed, t["probe_batches"], t["probe_batch_size"])
-        tracker = audit_tracker(batches, t["every"], t["eps"], t.get("d1_stat", "median"), t.get("functional"))
-        monitor = audit_monitor(t)
-    run = train(cfg, data, log=log or (lambda m: None), tracker=tracker, monitor=monitor)
-    rec = result_record(cfg, data, run, argv, spec.tracking)
-    if spec.checkpoint:
-        from .io import save_torch
-
-        save_torch(Path(spec.checkpoint), {"config": rec["config"], "model": run.model.state_dict(),
-                                           "method": run.method.state_dict(), "status": run.status})
-    return rec
+    return (spec.runner or run_recipe)(spec, data, log, argv)
 
 
 def _worker_init(threads: int) -> None:
@@ -195,7 +174,7 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
     if jobs <= 1 or len(pending) <= 1:
         for s in pending:
             c = s.cfg
-            what = (f"{c.method}, train_blocks {c.train_blocks}, " if isinstance(c, TrainConfig) else "")
+            what = c.describe() + ", " if hasattr(c, "describe") else ""
             stop = f" (first {c.stop_after})" if getattr(c, "stop_after", None) else ""
             log(f"run {s.key}: {what}seed {c.seed}, {c.epochs} epochs{stop}")
             rec = execute(s, data, log=run_log, argv=argv)

@@ -36,17 +36,25 @@ def _finite(v: float) -> float | None:
 
 
 @torch.no_grad()
-def evaluate(model: ResidualModel, x: torch.Tensor, y: torch.Tensor, batch: int = 1000):
-    """(mean loss, accuracy) over ``x``; one host sync at the end."""
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000, loss_fn=None):
+    """(mean loss, accuracy) over ``x`` in eval mode; one host sync at the end.
+
+    ``loss_fn(logits, y)`` is a mean loss (e.g. per token for a language model); default: cross-entropy.
+    Accuracy counts ``argmax(-1) == y`` over every label (every token for a language model).
+    """
+    was_training = model.training
     model.eval()
     loss = torch.zeros((), device=x.device)
     correct = torch.zeros((), device=x.device, dtype=torch.long)
     for i in range(0, x.shape[0], batch):
-        logits = model(x[i:i + batch])
-        loss += F.cross_entropy(logits.float(), y[i:i + batch], reduction="sum")
-        correct += (logits.argmax(-1) == y[i:i + batch]).sum()
-    model.train()
-    n = x.shape[0]
+        logits, yb = model(x[i:i + batch]), y[i:i + batch]
+        if loss_fn is None:
+            loss += F.cross_entropy(logits.float(), yb, reduction="sum")
+        else:
+            loss += loss_fn(logits, yb).float() * yb.numel()
+        correct += (logits.argmax(-1) == yb).sum()
+    model.train(was_training)
+    n = y.numel()
     return (loss / n).item(), correct.item() / n  # sync point: once per evaluation
 
 
@@ -106,9 +114,78 @@ class Stepper:
         return loss
 
 
-def cosine_lr(cfg: TrainConfig, step: int, total: int) -> float:
-    """Cosine schedule from ``cfg.lr`` to 0 over ``total`` steps."""
-    return cfg.lr * 0.5 * (1 + math.cos(math.pi * step / total))
+def cosine_lr(lr0: float, step: int, total: int) -> float:
+    """Cosine schedule from ``lr0`` to 0 over ``total`` steps."""
+    return lr0 * 0.5 * (1 + math.cos(math.pi * step / total))
+
+
+def fit(n: int, batch_size: int, budget: int, lr0: float, seed: int, device, step, evaluate_fn,
+        last_epoch: int | None = None, on_epoch_start=None, on_epoch_end=None, log=None,
+        budget_note: str = "") -> tuple[list[dict], str]:
+    """The one training loop: every run in depthaudit (recipe, depth families, growth) trains here.
+
+    Per epoch: ``on_epoch_start(epoch)`` (e.g. a growth insertion), a ``randperm`` shuffle on the device
+    drawn from the run's shuffle seed, ``step(idx, lr)`` per batch with the cosine schedule from ``lr0``
+    to 0 over ``budget`` epochs (returns the batch's mean loss on the device), one sync for the epoch's
+    train loss, ``evaluate_fn() -> (test_loss, test_acc)``, then ``on_epoch_end(epoch, rec, diverged)``,
+    which may add keys to the epoch's record and return a stop status (e.g. ``"stopped_flagged"``).
+    Training stops after ``last_epoch`` (default: the budget). A non-finite loss ends the run with status
+    ``diverged``, recorded, never raised. Returns ``(history, status)``.
+    """
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    last_epoch = budget if last_epoch is None else last_epoch
+    steps_per_epoch = math.ceil(n / batch_size)
+    total = max(1, budget * steps_per_epoch)
+    gen = torch.Generator(device=device).manual_seed(derive_seed(seed, "shuffle"))
+    history, status, step_i, t0 = [], "ok", 0, time.perf_counter()
+    tty = sys.stderr.isatty()
+    for epoch in range(1, last_epoch + 1):
+        if on_epoch_start is not None:
+            on_epoch_start(epoch)
+        perm = torch.randperm(n, device=device, generator=gen)
+        loss_sum = torch.zeros((), device=device)
+        lr = lr0
+        for i in range(steps_per_epoch):
+            idx = perm[i * batch_size:(i + 1) * batch_size]
+            lr = cosine_lr(lr0, step_i, total)
+            loss = step(idx, lr)
+            loss_sum += loss.detach() * idx.shape[0]  # stays on the device: no per-step sync
+            step_i += 1
+            if tty and i % 50 == 0:
+                print(f"\r  epoch {epoch} step {i}/{steps_per_epoch}", end="", file=sys.stderr, flush=True)
+        train_loss = (loss_sum / n).item()  # sync point: once per epoch
+        test_loss, test_acc = evaluate_fn()
+        rec = {"epoch": epoch, "train_loss": _finite(train_loss), "test_loss": _finite(test_loss),
+               "test_acc": test_acc, "lr_end": lr, "seconds": round(time.perf_counter() - t0, 3)}
+        diverged = not (math.isfinite(train_loss) and math.isfinite(test_loss))
+        of = f"{epoch}/{budget}" + (f" (stop after {last_epoch})" if last_epoch != budget else "")
+        log(f"{chr(13) if tty else ''}{budget_note}epoch {of}  train_loss {train_loss:.4f}  "
+            f"test_loss {test_loss:.4f}  test_acc {test_acc:.4f}  [{rec['seconds']:.1f}s]")
+        stop = on_epoch_end(epoch, rec, diverged) if on_epoch_end is not None else None
+        history.append(rec)
+        if diverged:
+            status = "diverged"
+            log(f"diverged at epoch {epoch}: non-finite loss; stopping and recording the run")
+            break
+        if stop:
+            status = stop
+            break
+    return history, status
+
+
+def plain_step(model: torch.nn.Module, opt: torch.optim.Optimizer, data, loss_fn=F.cross_entropy):
+    """The step strategy of plain backprop (the depth families): set lr, zero grads, backward, step."""
+
+    def step(idx: torch.Tensor, lr: float) -> torch.Tensor:
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(data.x_train[idx]), data.y_train[idx])
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
 
 
 def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=None) -> RunOutput:
@@ -123,61 +200,39 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
     check fires; when it asks to stop, the run ends there with status ``stopped_flagged``.
     """
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
-    device = torch.device(cfg.device)
     model, method = build(cfg, data)
     stepper = Stepper(cfg, data, model, method)
-    n, bs = data.x_train.shape[0], cfg.batch_size
-    steps_per_epoch = math.ceil(n / bs)
-    total = max(1, cfg.epochs * steps_per_epoch)
-    gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "shuffle"))
-    history, status, step, t0 = [], "ok", 0, time.perf_counter()
-    tty = sys.stderr.isatty()
+    t0 = time.perf_counter()
     last_epoch = cfg.epochs_run
     probe_init = tracker(0, model, method, last_epoch == 0) if tracker else None
     if monitor is not None and probe_init is not None and monitor.update(0, probe_init) and monitor.should_stop:
-        status, last_epoch = "stopped_flagged", 0  # fired at initialisation: nothing to train
+        last_epoch = 0  # fired at initialisation: nothing to train
         log(f"stopped before training: {', '.join(k for k, v in monitor.fired.items() if v)} fired at init")
-    for epoch in range(1, last_epoch + 1):
-        perm = torch.randperm(n, device=device, generator=gen)
-        loss_sum = torch.zeros((), device=device)
-        for i in range(steps_per_epoch):
-            idx = perm[i * bs:(i + 1) * bs]
-            lr = cosine_lr(cfg, step, total)
-            loss = stepper(idx, lr)
-            loss_sum += loss * idx.shape[0]  # stays on the device: no per-step sync
-            step += 1
-            if tty and i % 50 == 0:
-                print(f"\r  epoch {epoch} step {i}/{steps_per_epoch}", end="", file=sys.stderr, flush=True)
-        train_loss = (loss_sum / n).item()  # sync point: once per epoch
-        test_loss, test_acc = evaluate(model, data.x_test, data.y_test)
-        rec = {"epoch": epoch, "train_loss": _finite(train_loss), "test_loss": _finite(test_loss),
-               "test_acc": test_acc, "lr_end": lr, "seconds": round(time.perf_counter() - t0, 3)}
+
+    def on_epoch_end(epoch: int, rec: dict, diverged: bool) -> str | None:
         stats = method.epoch_stats()  # e.g. State Bridge's predictor loss
         if stats:
             rec["method"] = stats
-        diverged = not (math.isfinite(train_loss) and math.isfinite(test_loss))
-        fired = []
-        if tracker:
-            stop_now = monitor is not None and monitor.stop_on_flag
-            measured = tracker(epoch, model, method, final=diverged or epoch == last_epoch or stop_now)
-            if measured is not None:
-                rec["probe"] = measured
-                if monitor is not None:
-                    fired = monitor.update(epoch, measured)
-        history.append(rec)
-        of = f"{epoch}/{cfg.epochs}" + (f" (stop after {last_epoch})" if last_epoch != cfg.epochs else "")
-        log(f"{chr(13) if tty else ''}epoch {of}  train_loss {train_loss:.4f}  "
-            f"test_loss {test_loss:.4f}  test_acc {test_acc:.4f}  [{rec['seconds']:.1f}s]")
+        if not tracker:
+            return None
+        stop_now = monitor is not None and monitor.stop_on_flag
+        measured = tracker(epoch, model, method, final=diverged or epoch == last_epoch or stop_now)
+        if measured is None:
+            return None
+        rec["probe"] = measured
+        fired = monitor.update(epoch, measured) if monitor is not None else []
         for name in fired:
             log(f"  monitor: {name} fired at epoch {epoch} ({monitor.describe(name)})")
-        if diverged:
-            status = "diverged"
-            log(f"diverged at epoch {epoch}: non-finite loss; stopping and recording the run")
-            break
-        if fired and monitor.should_stop:
-            status = "stopped_flagged"
+        if fired and monitor.should_stop and not diverged:
             log(f"stopped at epoch {epoch} of {cfg.epochs}: {', '.join(fired)} fired (--stop-on-flag)")
-            break
+            return "stopped_flagged"
+        return None
+
+    history, status = fit(data.x_train.shape[0], cfg.batch_size, cfg.epochs, cfg.lr, cfg.seed,
+                          torch.device(cfg.device), stepper, lambda: evaluate(model, data.x_test, data.y_test),
+                          last_epoch=last_epoch, on_epoch_end=on_epoch_end, log=log)
+    if last_epoch == 0 and cfg.epochs_run > 0:
+        status = "stopped_flagged"
     last = history[-1] if history else {}
     final = {"test_acc": last.get("test_acc"), "test_loss": last.get("test_loss"),
              "train_loss": last.get("train_loss"), "epochs_completed": len(history), "budget_epochs": cfg.epochs,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from ..cli import check_probe_args, config_from_args
 from ..errors import UsageError
+from .args import add_train_args, audit_args, check_probe_args, config_from_args, out_arg, probe_args
 
 
 def _audit_config(a: argparse.Namespace):
@@ -156,3 +156,43 @@ def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     if a.out:
         write_json(Path(a.out), {"config": base.to_dict(), **res, "summary": summ})
     return 0
+
+
+def register(sub) -> None:
+    """Add this module's subcommands to the CLI's subparsers (each with its own flags and ``func``)."""
+    au = sub.add_parser("audit", help="the audit protocol: standard pair vs D1/D2/D3 and per-layer cosine",
+                        description="Train each method (all blocks, tracked) and its frozen-blocks baseline; "
+                        "report the standard pair beside D1 scale, D2 reference validity, D3 depth utility.")
+    audit_args(au, "results/audit")
+    au.set_defaults(func=cmd_audit)
+
+    iv = sub.add_parser("intervene", help="scale-penalty intervention: the audit over a λ grid",
+                        description="Run the audit at every λ of --lambdas (the reference's grid and 30 epochs by "
+                        "default); report D1/D2/D3, accuracy and per-layer cosines side by side, and a figure.")
+    audit_args(iv, "results/intervene")
+    iv.set_defaults(methods=["dfa"], epochs=30)
+    iv.add_argument("--lambdas", nargs="+", type=float, default=[0.0, 1e-4, 1e-2, 1e-1], metavar="λ",
+                    help="λ grid of the penalty (default: the reference's 0 1e-4 1e-2 1e-1)")
+    iv.add_argument("--penalty", type=float, default=None, metavar="X", help="shorthand for --lambdas 0 X")
+    iv.set_defaults(func=cmd_intervene)
+
+    br = sub.add_parser("probes", help="our probes: credit-mix α sweep and BP warm start for one method",
+                        description="Ours, not the protocol's methods. Credit mix: train with (1-α)·method + α·BP "
+                        "credit over --alphas. BP warm start (--pre-epochs > 0): BP first, then the method from there.")
+    add_train_args(br, per_run=False)
+    br.set_defaults(methods=None)
+    br.add_argument("--method", default="dfa", help="the method to mix with BP (default: dfa)")
+    br.add_argument("--alphas", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0], metavar="A",
+                    help="α grid (default: 0 0.25 0.5 0.75 1)")
+    br.add_argument("--pre-epochs", type=int, default=0, metavar="N", help="BP warm start: BP epochs first (0 = skip)")
+    probe_args(br)
+    br.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
+    out_arg(br, "results/probes")
+    br.set_defaults(func=cmd_probes)
+
+    idt = sub.add_parser("identity", help="frozen-init identity check over seeds",
+                         description="At random init: per-block |f_l(h)|/|h|, |h_L-h_0|/|h_0|, cos(h_L, h_0).")
+    add_train_args(idt, per_run=False)
+    probe_args(idt)
+    out_arg(idt, None, "write the numbers to this JSON file")
+    idt.set_defaults(func=cmd_identity)

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import torch
 
-from ..cli import resolve_device
 from ..errors import UsageError
+from .args import plain_args, resolve_device
 
 
 def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     """Depth sweep of ResNet-CIFAR: train each depth, measure AG/AGmax/V, table + figure."""
     from ..data import load_data
-    from ..depth.saturation import SaturationRun, run_depth
+    from ..experiments.saturation import SaturationRun, run_depth
     from ..io import write_text
     from ..report.saturation import saturation_figure, saturation_md
     from ..sweep import FileStore, RunSpec, run_sweep
@@ -57,7 +57,7 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
 def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     """Function-preserving growth vs scratch for ResNet-8 + N."""
     from ..data import load_data
-    from ..depth.grow import GrowRun, default_schedule, run_arm
+    from ..experiments.grow import GrowRun, default_schedule, run_arm
     from ..io import write_text
     from ..report.saturation import grow_figure, grow_md
     from ..sweep import FileStore, RunSpec, run_sweep
@@ -87,3 +87,34 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     print(f"\nwrote {store.path}, its .md and .png")
     return 0
 
+
+def register(sub) -> None:
+    """Add this module's subcommands to the CLI's subparsers (each with its own flags and ``func``)."""
+    sa = sub.add_parser("saturation", help="depth sweep: AG, AGmax and growth value V vs depth",
+                        description="Train ResNet-8 + N (or a GPT decoder of base + N blocks) for each --extra N "
+                        "(plain backprop), then measure AG_l, AGmax, the growth value V_l and the gradient-matched "
+                        "insertion's loss change at every candidate.")
+    sa.add_argument("--family", choices=["resnet", "gpt"], default="resnet", help="model family (default: resnet)")
+    sa.add_argument("--text", default=None, metavar="FILE",
+                    help="gpt: UTF-8 text or .npy tokens (default: the embedded text, no download)")
+    sa.add_argument("--context", type=int, default=64, metavar="T", help="gpt: context length (default: 64)")
+    sa.add_argument("--d-hidden", type=int, default=64, metavar="N", help="gpt: width (default: 64)")
+    sa.add_argument("--base-blocks", type=int, default=1, metavar="N",
+                    help="gpt: blocks before the extras (default: 1)")
+    sa.add_argument("--extra", nargs="+", type=int, default=[0, 1, 2, 3, 6], metavar="N",
+                    help="extra blocks N added to ResNet-8 (default: 0 1 2 3 6)")
+    sa.add_argument("--analysis-batches", type=int, default=4, metavar="B", help="analysis batches (default: 4)")
+    sa.add_argument("--low-signal", type=float, default=5e-3, metavar="X", help="AGmax flag level (default: 5e-3)")
+    sa.add_argument("--alpha", type=float, default=1e-3, metavar="X",
+                    help="gradient-matched insertion: fit the new block to -α·g (default: 1e-3)")
+    plain_args(sa, "results/saturation")
+    sa.set_defaults(func=cmd_saturation)
+
+    gr = sub.add_parser("grow", help="function-preserving growth vs the same architecture from scratch",
+                        description="Grow ResNet-8 to ResNet-8 + N by zero-output insertions during training and "
+                        "compare final train/test loss with ResNet-8 + N trained from scratch for the same budget.")
+    gr.add_argument("--extra", type=int, default=3, metavar="N", help="blocks to grow (default: 3)")
+    gr.add_argument("--insert-at", nargs="+", type=int, default=None, metavar="E",
+                    help="epoch of each insertion (default: evenly over the first half)")
+    plain_args(gr, "results/grow")
+    gr.set_defaults(func=cmd_grow)

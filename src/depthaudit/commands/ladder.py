@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from ..cli import check_probe_args, config_from_args
 from ..errors import UsageError
+from .args import add_train_args, check_probe_args, config_from_args, out_arg, probe_args
 
 
 def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
@@ -95,3 +95,29 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"{d} holds no ladder_*, saturation_*, grow_* or report.json; pass a folder depthaudit wrote")
     return 0
 
+
+def register(sub) -> None:
+    """Add this module's subcommands to the CLI's subparsers (each with its own flags and ``func``)."""
+    la = sub.add_parser("ladder", help="depth-utility ladder: train the last k blocks, k = 0..L",
+                        description="For each method, k and seed train only the last k blocks; one resumable JSON "
+                        "per configuration (ladder_d{d}_L{L}_{dataset}.json), a table and a figure.")
+    add_train_args(la, per_run=False)
+    la.set_defaults(dataset="cifar10", seeds=[42, 123, 456], epochs=100)
+    g = la.add_argument_group("ladder")
+    g.add_argument("--k_values", "--k-values", dest="k_values", nargs="+", type=int, default=None, metavar="K",
+                   help="rungs k (default: 0..num_blocks)")
+    g.add_argument("--gpu", type=int, default=None, metavar="N", help="use cuda:N (same as --device cuda:N)")
+    g.add_argument("--jobs", type=int, default=1, help="trainings in parallel processes (default: %(default)s)")
+    probe_args(g)
+    out_arg(g, "results/depth_ladder", "folder for the ladder JSON, table and figure", shown="--output_dir",
+            dest="output_dir")
+    g.add_argument("--audit-dir", default=None, help="an audit --out folder to cross-check k=0 and k=L against")
+    g.add_argument("--verbose", action="store_true", help="print every epoch of every run")
+    la.set_defaults(func=cmd_ladder)
+
+    rp = sub.add_parser("report", help="rebuild tables and figures from saved JSON (no training)",
+                        description="Rebuild ladder tables/figures (ladder_*.json) and the audit report "
+                        "(report.json) found in DIR.")
+    rp.add_argument("dir", metavar="DIR", help="an audit --out or ladder --output_dir folder")
+    rp.add_argument("--audit-dir", default=None, help="cross-check ladder k=0/k=L against this audit folder")
+    rp.set_defaults(func=cmd_report)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from ..cli import config_from_args
 from ..errors import UsageError
+from .args import add_train_args, config_from_args, out_arg
 
 
 def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
@@ -30,3 +30,15 @@ def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
     print(f"{run.status}: final test_acc {run.final['test_acc']}  → {out / 'result.json'}")
     return 0
 
+
+def register(sub) -> None:
+    """Add this module's subcommands to the CLI's subparsers (each with its own flags and ``func``)."""
+    t = sub.add_parser("train", help="train one model under one credit method",
+                       description="Train one residual model under one credit method (SPEC §2 recipe).")
+    add_train_args(t)
+    g = t.add_argument_group("output")
+    out_arg(g, None, "output folder (default: runs/<config>)")
+    g.add_argument("--force", action="store_true", help="overwrite an existing result.json")
+    g.add_argument("--no-checkpoint", "--no_checkpoint", dest="no_checkpoint", action="store_true",
+                   help="do not write checkpoint.pt (weights + feedback)")
+    t.set_defaults(func=cmd_train)

@@ -17,8 +17,10 @@ normalisation couples examples):
 import torch
 import torch.nn.functional as F
 
+from ..config import derive_seed
 from ..models.base import ResidualModel
 from ..models.resmlp import LN_EPS
+from ..models.resnet import BasicBlock, ResNetCIFAR
 
 
 def mlp_features(h: torch.Tensor, fc1: torch.nn.Linear) -> torch.Tensor:
@@ -71,3 +73,24 @@ def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent
     if vals is not None:
         out["V"] = [v / n for v in vals]
     return out
+
+
+def resnet_features(model: ResNetCIFAR, seed: int):
+    """``feature_fn`` and ``tangent_fn`` for :func:`activation_gradients` on a ResNet-CIFAR."""
+    fresh = {}
+
+    def feature_fn(pos, h):
+        c = model.width_at(pos)
+        if c not in fresh:
+            torch.manual_seed(derive_seed(seed, f"candidate{c}"))
+            fresh[c] = BasicBlock(c, c).to(h.device).eval()
+        psi = fresh[c].features(h)  # (B, C, H, W)
+        cols = F.unfold(psi, 3, padding=1)  # (B, C·9, H·W)
+        cols = cols.transpose(1, 2).reshape(-1, cols.shape[1])  # (B·H·W, C·9)
+        return torch.cat([cols, torch.ones(cols.shape[0], 1, device=h.device)], 1)
+
+    def tangent_fn(pos, h, q):  # (B, C, H, W) → (B·H·W, C), masked by the ReLU after the insertion
+        q = q * (h > 0)
+        return q.permute(0, 2, 3, 1).reshape(-1, q.shape[1])
+
+    return feature_fn, tangent_fn

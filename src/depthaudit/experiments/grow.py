@@ -8,17 +8,15 @@ final architecture is exactly ResNet-8 + N, which the scratch arm trains for the
 and steps (same data order, schedule and optimizer).
 """
 
-import math
 import time
 from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ..config import derive_seed
 from ..models.resnet import ResNetCIFAR
 from ..provenance import provenance
-from .saturation import evaluate_plain
+from ..train import evaluate, fit, plain_step
 
 
 @dataclass(frozen=True)
@@ -54,15 +52,6 @@ def default_schedule(extra: int, epochs: int) -> tuple[int, ...]:
     return tuple(1 + (i * half) // max(1, extra) for i in range(extra))
 
 
-@torch.no_grad()
-def train_loss_full(model, data, batch: int = 1000) -> float:
-    """Mean training loss over the whole training split, eval mode."""
-    model.eval()
-    tot = sum(F.cross_entropy(model(data.x_train[i:i + batch]), data.y_train[i:i + batch], reduction="sum").item()
-              for i in range(0, data.x_train.shape[0], batch))
-    return tot / data.x_train.shape[0]
-
-
 def run_arm(spec, data=None, log=None, argv=None) -> dict:
     """Train one arm and return its record (per-epoch test accuracy/loss, final train loss)."""
     from ..data import load_data
@@ -75,32 +64,27 @@ def run_arm(spec, data=None, log=None, argv=None) -> dict:
     grown = cfg.arm == "grown"
     model = ResNetCIFAR(data.num_classes, 0 if grown else cfg.extra, cfg.seed, data.input_shape[0]).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    n, bs = data.x_train.shape[0], cfg.batch_size
-    steps = math.ceil(n / bs)
-    total, step, hist, inserted = max(1, cfg.epochs * steps), 0, [], 0
-    gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "shuffle"))
-    for ep in range(1, cfg.epochs + 1):
-        while grown and inserted < cfg.extra and cfg.insert_at[inserted] <= ep:
+    inserted = 0
+
+    def insert_due(epoch: int) -> None:  # growth: zero-output blocks join at the start of their epochs
+        nonlocal inserted
+        while grown and inserted < cfg.extra and cfg.insert_at[inserted] <= epoch:
             pos = model.stage_end(inserted % 3)
             model.insert_zero_block(pos, seed=derive_seed(cfg.seed, f"grow{inserted}") % 2**31, inplace=True)
             opt.add_param_group({"params": list(model.blocks[pos].parameters())})
             inserted += 1
-        model.train()
-        perm = torch.randperm(n, device=device, generator=gen)
-        for i in range(steps):
-            idx = perm[i * bs:(i + 1) * bs]
-            for g in opt.param_groups:
-                g["lr"] = cfg.lr * 0.5 * (1 + math.cos(math.pi * step / total))
-            opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(data.x_train[idx]), data.y_train[idx]).backward()
-            opt.step()
-            step += 1
-        test_loss, test_acc = evaluate_plain(model, data)
-        hist.append({"epoch": ep, "blocks": len(model.blocks), "test_loss": test_loss, "test_acc": test_acc})
-        if log:
-            log(f"{cfg.arm} epoch {ep}/{cfg.epochs} blocks {len(model.blocks)} test_acc {test_acc:.4f}")
-    final = {"train_loss": train_loss_full(model, data), "test_loss": hist[-1]["test_loss"] if hist else None,
+
+    def blocks(epoch: int, rec: dict, diverged: bool) -> None:
+        rec["blocks"] = len(model.blocks)
+
+    model.train()
+    hist, status = fit(data.x_train.shape[0], cfg.batch_size, cfg.epochs, cfg.lr, cfg.seed, device,
+                       plain_step(model, opt, data), lambda: evaluate(model, data.x_test, data.y_test, 500),
+                       on_epoch_start=insert_due, on_epoch_end=blocks, log=log or (lambda m: None),
+                       budget_note=f"{cfg.arm}: ")
+    train_loss = evaluate(model, data.x_train, data.y_train, 1000)[0]
+    final = {"train_loss": train_loss, "test_loss": hist[-1]["test_loss"] if hist else None,
              "test_acc": hist[-1]["test_acc"] if hist else None, "blocks": len(model.blocks)}
-    return {"schema": "depthaudit.grow_run.v1", "status": "ok", "config": cfg.to_dict(), "tracking": None,
+    return {"schema": "depthaudit.grow_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,
             "provenance": provenance(device, data.provenance(), cfg.seed, argv), "history": hist, "final": final,
             "timing": {"seconds": round(time.perf_counter() - t0, 3)}}

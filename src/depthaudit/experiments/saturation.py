@@ -8,7 +8,6 @@ gradient masked by the ReLU that follows the insertion (``h_l > 0``), since that
 output sees; AG is the plain activation-gradient norm, so V ≤ AG still holds.
 """
 
-import math
 import time
 from dataclasses import asdict, dataclass
 
@@ -16,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from ..config import derive_seed
-from ..models.resnet import BasicBlock, ResNetCIFAR
+from ..depth.growth import activation_gradients, mlp_features, resnet_features
+from ..models.resnet import ResNetCIFAR
 from ..provenance import provenance
-from .growth import activation_gradients, mlp_features
 
 
 @dataclass(frozen=True)
@@ -54,65 +53,14 @@ class SaturationRun:
 
 def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed: int, device, log=None,
                 loss_fn=F.cross_entropy):
-    """Plain backprop: AdamW, cosine per step, data on the device; returns per-epoch history."""
+    """Plain backprop (AdamW, the recipe's cosine schedule) through the one training loop; returns its history."""
+    from ..train import evaluate, fit, plain_step
+
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
-    n = data.x_train.shape[0]
-    steps = math.ceil(n / batch)
-    total, step, hist = max(1, epochs * steps), 0, []
-    gen = torch.Generator(device=device).manual_seed(derive_seed(seed, "shuffle"))
-    for ep in range(1, epochs + 1):
-        model.train()
-        perm = torch.randperm(n, device=device, generator=gen)
-        loss_sum = torch.zeros((), device=device)
-        for i in range(steps):
-            idx = perm[i * batch:(i + 1) * batch]
-            for g in opt.param_groups:
-                g["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / total))
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(data.x_train[idx]), data.y_train[idx])
-            loss.backward()
-            opt.step()
-            loss_sum += loss.detach() * idx.shape[0]
-            step += 1
-        test_loss, test_acc = evaluate_plain(model, data, loss_fn=loss_fn)
-        hist.append({"epoch": ep, "train_loss": (loss_sum / n).item(), "test_loss": test_loss, "test_acc": test_acc})
-        if log:
-            log(f"epoch {ep}/{epochs}  train_loss {hist[-1]['train_loss']:.4f}  test_acc {test_acc:.4f}")
+    model.train()
+    hist, _ = fit(data.x_train.shape[0], batch, epochs, lr, seed, device, plain_step(model, opt, data, loss_fn),
+                  lambda: evaluate(model, data.x_test, data.y_test, 500, loss_fn), log=log or (lambda m: None))
     return hist
-
-
-@torch.no_grad()
-def evaluate_plain(model, data, batch: int = 500, loss_fn=F.cross_entropy):
-    """(mean loss, accuracy) on the test split in eval mode (per token for a language model)."""
-    model.eval()
-    loss, correct, n = 0.0, 0, 0
-    for i in range(0, data.x_test.shape[0], batch):
-        logits, y = model(data.x_test[i:i + batch]), data.y_test[i:i + batch]
-        loss += loss_fn(logits, y).item() * y.numel()
-        correct += (logits.argmax(-1) == y).sum().item()
-        n += y.numel()
-    return loss / n, correct / n
-
-
-def resnet_features(model: ResNetCIFAR, seed: int):
-    """``feature_fn`` and ``tangent_fn`` for :func:`activation_gradients` on a ResNet-CIFAR."""
-    fresh = {}
-
-    def feature_fn(pos, h):
-        c = model.width_at(pos)
-        if c not in fresh:
-            torch.manual_seed(derive_seed(seed, f"candidate{c}"))
-            fresh[c] = BasicBlock(c, c).to(h.device).eval()
-        psi = fresh[c].features(h)  # (B, C, H, W)
-        cols = F.unfold(psi, 3, padding=1)  # (B, C·9, H·W)
-        cols = cols.transpose(1, 2).reshape(-1, cols.shape[1])  # (B·H·W, C·9)
-        return torch.cat([cols, torch.ones(cols.shape[0], 1, device=h.device)], 1)
-
-    def tangent_fn(pos, h, q):  # (B, C, H, W) → (B·H·W, C), masked by the ReLU after the insertion
-        q = q * (h > 0)
-        return q.permute(0, 2, 3, 1).reshape(-1, q.shape[1])
-
-    return feature_fn, tangent_fn
 
 
 def run_depth(spec, data=None, log=None, argv=None) -> dict:
@@ -149,7 +97,7 @@ def run_depth(spec, data=None, log=None, argv=None) -> dict:
         feature_fn, tangent_fn = resnet_features(model, cfg.seed)
     sig = activation_gradients(model, batches, feature_fn=feature_fn, tangent_fn=tangent_fn, loss_fn=loss_fn)
     sig["low_signal"] = sig["AGmax"] < cfg.low_signal
-    from .matched import gradient_matched
+    from ..depth.matched import gradient_matched
 
     matched = [gradient_matched(model, batches, p, cfg.alpha, seed=derive_seed(cfg.seed, f"m{p}") % 2**31,
                                 loss_fn=loss_fn) for p in range(len(model.blocks) + 1)]

@@ -1,0 +1,200 @@
+"""Flags shared by the commands, and the frozen config built from them (once, here, then passed down)."""
+
+import argparse
+
+import torch
+
+from ..config import TrainConfig
+from ..errors import UsageError
+
+DEFAULTS = TrainConfig()
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line (exit 2), not a usage dump; compact help."""
+
+    def __init__(self, *args, **kw):
+        kw.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(prog, max_help_position=30, width=100))
+        if kw.get("prog", "").count(" "):  # subcommands: the groups below say it all
+            kw.setdefault("usage", "%(prog)s [options]")
+        super().__init__(*args, **kw)
+
+    def error(self, message):
+        """One line naming the problem, exit 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def flag(group, name: str, **kw):
+    """Add ``--name-with-dashes`` and its ``--name_with_underscores`` spelling (the seed harness's)."""
+    dashed = "--" + name.replace("_", "-")
+    spellings = [dashed] if "_" not in name else [dashed, "--" + name]
+    if "default" in kw and "help" in kw and kw["default"] not in (None, False):
+        kw["help"] += " (default: %(default)s)"
+    if kw.get("type") in (int, float) and "metavar" not in kw:
+        kw["metavar"] = "N" if kw["type"] is int else "X"
+    group.add_argument(*spellings, dest=name, **kw)
+
+
+def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
+    """Flags shared by every command that trains (``per_run``: also --method, --train-blocks, --seed)."""
+    from ..data import DATASETS
+    from ..data.augment import AUGMENTS
+    from ..methods import METHODS
+    from ..models import MODELS
+    from ..models.resmlp import VARIANTS
+
+    g = p.add_argument_group("data")
+    flag(g, "dataset", default=DEFAULTS.dataset, choices=DATASETS.names(), help="dataset")
+    flag(g, "data_dir", default=None, metavar="DIR", help="folder or .zip holding the data (cifar*)")
+    flag(g, "download", action="store_true", help="download a missing CIFAR archive (verified by md5)")
+    flag(g, "augment", default="auto", choices=["auto", *AUGMENTS],
+          help="training augmentation; auto = the dataset's (CIFAR: crop+flip, pad 4)")
+    g = p.add_argument_group("model")
+    flag(g, "arch", default=DEFAULTS.arch, choices=MODELS.names(), help="residual model")
+    flag(g, "variant", default=DEFAULTS.variant, choices=VARIANTS,
+          help="ref = the published protocol's model; v0.1 = depthaudit 0.1's (ours)")
+    flag(g, "d_hidden", type=int, default=DEFAULTS.d_hidden, help="stream width d")
+    flag(g, "num_blocks", type=int, default=DEFAULTS.num_blocks, help="residual blocks L")
+    flag(g, "mlp_ratio", type=int, default=None, help="MLP expansion (default: the variant's; ResMLP ref 1)")
+    g = p.add_argument_group("credit and recipe")
+    if per_run:
+        flag(g, "method", default=DEFAULTS.method, choices=METHODS.names(), help="credit method")
+        flag(g, "train_blocks", default=DEFAULTS.train_blocks, help="all | none | last:k | first:k")
+        flag(g, "credit_mix", type=float, default=None, help="credit mix (ours): (1-α)·method + α·BP credit")
+        flag(g, "warm_start", default=None, metavar="PT", help="BP warm start (ours): start from these weights")
+    else:
+        flag(g, "methods", nargs="+", default=["bp", "fa", "dfa"], metavar="M",
+              help=f"credit methods, from {{{','.join(METHODS.names())}}}; a variant as a row of its own: "
+              "name:key=value (e.g. fa:head=exact, fa-stream:identity)")
+        flag(g, "seeds", nargs="+", type=int, default=[42], metavar="S", help="seeds (mean ± std, ddof 1)")
+    flag(g, "fa_head", default=DEFAULTS.fa_head, choices=["feedback", "exact"],
+          help="fa & relatives: readout by feedback (Lillicrap) or exact")
+    flag(g, "fa_stream_identity", action="store_true", help="fa-stream: keep the identity, c + c·Bᵀ")
+    flag(g, "fa_stream_scale", type=float, default=DEFAULTS.fa_stream_scale, help="fa-stream: B ~ N(0, s²/d)")
+    flag(g, "cb_sigma", type=float, default=DEFAULTS.cb_sigma, help="cb: noise σ of the consistency target")
+    flag(g, "cb_draws", type=int, default=DEFAULTS.cb_draws, help="cb: noise draws of the soft-min (ours)")
+    flag(g, "ep_beta", type=float, default=DEFAULTS.ep_beta, help="ep: nudging strength β")
+    flag(g, "ep_steps", type=int, default=DEFAULTS.ep_steps, help="ep: nudged-phase steps T")
+    flag(g, "ep_step_size", type=float, default=DEFAULTS.ep_step_size, help="ep: step size η (ours)")
+    flag(g, "ep_credit", default=DEFAULTS.ep_credit, choices=["state", "error"],
+          help="ep: state = -Δh/β (protocol) | error = -r/β (ours)")
+    flag(g, "epochs", type=int, default=None,
+          help="budget: the cosine schedule spans it (default: the dataset's; CIFAR 100, others 20)")
+    flag(g, "stop_after", type=int, default=None, help="train only the first N epochs of that schedule")
+    flag(g, "batch_size", type=int, default=DEFAULTS.batch_size, help="batch size")
+    flag(g, "lr", type=float, default=DEFAULTS.lr, help="AdamW learning rate (cosine to 0)")
+    flag(g, "weight_decay", type=float, default=DEFAULTS.weight_decay, help="AdamW weight decay")
+    flag(g, "scale_penalty", type=float, default=DEFAULTS.scale_penalty, help="scale penalty λ")
+    flag(g, "penalty_form", default=DEFAULTS.penalty_form, choices=["abs", "rel"],
+          help="abs = λ‖f‖² (reference) | rel = λ‖f‖²/‖h‖² (ours)")
+    if per_run:
+        flag(g, "seed", type=int, default=DEFAULTS.seed, help="seed (init, feedback, shuffle)")
+    flag(g, "device", default="auto", metavar="DEV", help="cpu | cuda | cuda:N | auto = cuda if available")
+
+
+def audit_args(ap: argparse.ArgumentParser, out_default: str) -> None:
+    """The training flags plus the audit's measurement and threshold flags, ``--out`` and ``--jobs``."""
+    add_train_args(ap, per_run=False)
+    g = ap.add_argument_group("measurement and thresholds")
+    probe_args(g)
+    g.add_argument("--track-every", "--track_every", dest="track_every", type=int, default=1, metavar="N",
+                   help="measure every N epochs; 0 = end only (default: %(default)s)")
+    g.add_argument("--d1-stat", choices=["median", "mean"], default="median",
+                   help="per-example stream norm statistic for D1 (default: median, the reference's)")
+    g.add_argument("--stop-on-flag", action="store_true",
+                   help="end a trained run at the epoch D1 or D2 first fires (status stopped_flagged)")
+    g.add_argument("--functional", action="store_true",
+                   help="also measure perturbation correlation, nudging and the fresh-B null at the end")
+    g.add_argument("--fresh-b-draws", type=int, default=20, metavar="N",
+                   help="fresh feedback draws of the null (default: %(default)s; 0 = skip)")
+    g.add_argument("--rho-max", type=float, default=50.0, metavar="X", help="D1 flag when ρ > X (default: 50)")
+    g.add_argument("--eps", type=float, default=1e-8, metavar="X", help="cosine floor ε (default: 1e-8)")
+    g.add_argument("--ref-factor", type=float, default=10.0, metavar="X",
+                   help="D2 flag when ‖g_L‖ < X·ε (default: 10)")
+    g.add_argument("--gap-min", type=float, default=2.0, metavar="X", help="D3 flag when gap < X pp (default: 2)")
+    out_arg(ap, out_default)
+    ap.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
+
+
+def out_arg(p, default, help_text: str = "output folder", shown: str = "--out", dest: str = "out") -> None:
+    """The output folder flag: one spelling in the help, every spelling accepted.
+
+    ``--out`` and the seed harness's ``--output_dir`` / ``--output-dir`` all set the same destination, so a
+    command line written for either works with every command.
+    """
+    spellings = ["--out", "--output_dir", "--output-dir"]
+    suffix = " (default: %(default)s)" if default is not None else ""
+    p.add_argument(shown, dest=dest, default=default, help=help_text + suffix)
+    p.add_argument(*[s for s in spellings if s != shown], dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+def probe_args(g) -> None:
+    """Probe batches of the field's convention: the reference measures on 10 held-out batches of 128."""
+    g.add_argument("--probe-batches", type=int, default=10, metavar="N",
+                   help="held-out probe batches per measurement (default: %(default)s)")
+    g.add_argument("--probe-batch-size", type=int, default=128, metavar="N",
+                   help="probe batch size B_p of the mean-loss reference (default: %(default)s)")
+
+
+def check_probe_args(a: argparse.Namespace) -> tuple[int, int]:
+    """``(batches, batch size)`` from the flags, refusing values that make the measurement meaningless."""
+    if a.probe_batches < 1 or a.probe_batch_size < 2:
+        raise UsageError("--probe-batches must be >= 1 and --probe-batch-size >= 2")
+    return a.probe_batches, a.probe_batch_size
+
+
+def plain_args(p: argparse.ArgumentParser, out: str) -> None:
+    """Flags of the plain-backprop depth commands (saturation, grow)."""
+    p.add_argument("--dataset", default="cifar10", help="an image dataset (default: %(default)s)")
+    p.add_argument("--data-dir", "--data_dir", dest="data_dir", default=None, metavar="DIR", help="data folder/zip")
+    p.add_argument("--download", action="store_true", help="download a missing CIFAR archive")
+    p.add_argument("--epochs", type=int, default=10, metavar="N", help="epochs per run (default: 10)")
+    p.add_argument("--batch-size", type=int, default=128, metavar="N", help="batch size (default: 128)")
+    p.add_argument("--lr", type=float, default=1e-3, metavar="X", help="AdamW lr, cosine (default: 1e-3)")
+    p.add_argument("--weight-decay", type=float, default=0.01, metavar="X", help="AdamW weight decay (default: 0.01)")
+    p.add_argument("--seed", type=int, default=42, metavar="N", help="seed (default: 42)")
+    p.add_argument("--device", default="auto", metavar="DEV", help="cpu | cuda[:N] | auto (default: auto)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
+    out_arg(p, out)
+
+
+def resolve_device(spec: str) -> str:
+    """``auto`` → ``cuda`` when available else ``cpu``; an unavailable CUDA device is a UsageError."""
+    if spec == "auto":
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(spec)
+    except RuntimeError:
+        raise UsageError(f"--device {spec!r} not understood; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {spec}: CUDA is not available here; use --device cpu")
+        idx = dev.index or 0
+        if idx >= torch.cuda.device_count():
+            raise UsageError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s)")
+        return f"cuda:{idx}"
+    if dev.type != "cpu":
+        raise UsageError(f"--device {spec}: unsupported device type; use cpu or cuda[:N]")
+    return "cpu"
+
+
+def default_epochs(dataset: str) -> int:
+    """The dataset's registered budget (CIFAR: 100, the protocol's), else the config default."""
+    from ..data import DATASETS
+
+    return DATASETS.meta(dataset).get("epochs", DEFAULTS.epochs)
+
+
+def config_from_args(a: argparse.Namespace) -> TrainConfig:
+    """The frozen config, built once here and passed down (experiments vary method/seed/blocks from it)."""
+    return TrainConfig(
+        dataset=a.dataset, data_dir=a.data_dir, download=a.download, augment=a.augment, arch=a.arch,
+        variant=a.variant, d_hidden=a.d_hidden, num_blocks=a.num_blocks, mlp_ratio=a.mlp_ratio,
+        method=getattr(a, "method", DEFAULTS.method), train_blocks=getattr(a, "train_blocks", DEFAULTS.train_blocks),
+        epochs=a.epochs if a.epochs is not None else default_epochs(a.dataset), stop_after=a.stop_after,
+        batch_size=a.batch_size, ep_beta=a.ep_beta, ep_steps=a.ep_steps, ep_step_size=a.ep_step_size,
+        ep_credit=a.ep_credit, cb_sigma=a.cb_sigma, cb_draws=a.cb_draws, fa_head=a.fa_head,
+        fa_stream_identity=a.fa_stream_identity, fa_stream_scale=a.fa_stream_scale,
+        credit_mix=getattr(a, "credit_mix", None), warm_start=getattr(a, "warm_start", None),
+        lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty, penalty_form=a.penalty_form,
+        seed=getattr(a, "seed", (getattr(a, "seeds", None) or [DEFAULTS.seed])[0]), device=resolve_device(a.device))
