@@ -8,6 +8,7 @@ import sys
 from . import __version__
 from .commands.args import Parser
 from .errors import UsageError
+from .plugins import import_plugin
 
 COMMAND_MODULES = ("run", "audit", "ladder", "depth")  # depthaudit.commands.<name>.register(sub)
 
@@ -31,10 +32,10 @@ def _import_plugins(argv: list[str]) -> None:
         name = argv[i + 1] if tok == "--plugin" and i + 1 < len(argv) else (
             tok.split("=", 1)[1] if tok.startswith("--plugin=") else None)
         if name:
-            try:
-                importlib.import_module(name)
-            except ImportError as exc:
-                raise UsageError(f"--plugin {name}: cannot import it ({exc}); check PYTHONPATH") from None
+            import_plugin(name)
+            # spawned workers (any executor) import the same plug-ins before they run a spec
+            os.environ["DEPTHAUDIT_PLUGINS"] = ",".join(
+                dict.fromkeys([*filter(None, os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",")), name]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         _import_plugins(argv)
-        args = build_parser().parse_args(argv)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # the parser's refusal (one line, 2) or --help/--version (0): a return code
+            return exc.code if isinstance(exc.code, int) else 2
         return args.func(args, argv)
     except UsageError as exc:
         print(f"depthaudit: error: {exc}", file=sys.stderr)
@@ -50,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("depthaudit: interrupted; nothing half-written was left", file=sys.stderr)
         return 130
+    except Exception:
+        print("depthaudit: internal error (a bug, not your input): please report it with the traceback below",
+              file=sys.stderr)
+        raise
 
 
 if __name__ == "__main__":

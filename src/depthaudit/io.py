@@ -66,3 +66,23 @@ def write_text(path: Path, text: str) -> None:
 def save_figure(fig, path: Path) -> None:
     """Atomic PNG write of a matplotlib figure."""
     _atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120, bbox_inches="tight"))
+
+
+def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -> None:
+    """Refuse, before any work, an output folder that cannot be made or written (one line, the fix named).
+
+    ``subdirs`` are folders the command will create inside it (e.g. the audit's ``runs``).
+    """
+    from .errors import UsageError
+
+    p = Path(path)
+    for q in (p, *(p / s for s in subdirs)):
+        if q.exists() and not q.is_dir():
+            raise UsageError(f"{flag} {p}: {q} exists and is not a folder; move it or choose another {flag}")
+    anc = p
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise UsageError(f"{flag} {p}: {anc} is a file, so the folder cannot be made; choose another {flag}")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {p}: {anc} is not writable; choose another {flag}")

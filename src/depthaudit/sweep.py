@@ -60,8 +60,9 @@ class FolderStore:
                 rec = json.loads(p.read_text())
             except (OSError, json.JSONDecodeError):
                 continue
-            if not isinstance(rec, dict):
-                continue
+            if not isinstance(rec, dict) or not isinstance(rec.get("final"), dict) \
+                    or not isinstance(rec.get("history", []), list):
+                continue  # damaged or foreign: the run is trained again
             if spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking:
                 return rec if p == path else {**rec, "stored_as": p.parent.name}
         return None
@@ -144,8 +145,36 @@ def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
     return (spec.runner or run_recipe)(spec, data, log, argv)
 
 
-def _worker_init(threads: int) -> None:
+def _worker_init(threads: int, parent: int) -> None:
+    """A worker: its thread share, dies with its parent (pid ``parent``), imports the parent's plug-ins."""
     torch.set_num_threads(threads)
+    _die_with_parent(parent)
+    from .plugins import import_plugin
+
+    for name in filter(None, os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",")):
+        import_plugin(name)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Never outlive the sweep: the kernel kills us when the parent dies (Linux), else a watchdog thread does."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch():
+        while True:
+            time.sleep(2.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    import threading
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _summary(rec: dict) -> str:
@@ -184,7 +213,7 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
         return results
     threads = max(1, (os.cpu_count() or 1) // jobs)
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_worker_init,
-                             initargs=(threads,)) as pool:
+                             initargs=(threads, os.getpid())) as pool:
         futs = {pool.submit(execute, s, None, None, argv): s for s in pending}
         for fut in as_completed(futs):
             s = futs[fut]

@@ -70,16 +70,33 @@ def make_optimizer(model: ResidualModel, cfg: TrainConfig) -> torch.optim.Optimi
     return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
+def read_checkpoint(path: str) -> dict:
+    """A depthaudit ``checkpoint.pt`` (weights only); a corrupt or foreign file is one line naming it."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # the user's file: corrupt, truncated or not a checkpoint at all
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0][:100]
+        raise UsageError(f"--warm-start {path}: not a readable checkpoint ({first}); give the checkpoint.pt "
+                         "a depthaudit run wrote") from None
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("model"), dict):
+        raise UsageError(f"--warm-start {path}: holds no model weights; give a depthaudit checkpoint.pt")
+    return ckpt
+
+
 def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMethod]:
     """Model (init from ``cfg.seed``) with the frozen blocks' params not requiring grad, and its method."""
     model = build_model(cfg.arch, data.input_shape, data.num_classes, cfg.d_hidden, cfg.num_blocks,
                         cfg.mlp_ratio, cfg.seed, cfg.variant).to(cfg.device)
     if cfg.warm_start:  # BP warm start: weights from another run (e.g. BP-trained); feedback fresh
-        ckpt = torch.load(cfg.warm_start, map_location=cfg.device, weights_only=True)
+        ckpt = read_checkpoint(cfg.warm_start)
         try:
             model.load_state_dict(ckpt["model"])
-        except (RuntimeError, KeyError) as exc:
-            raise UsageError(f"--warm-start {cfg.warm_start}: does not fit this model ({exc})") from None
+        except RuntimeError as exc:
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            what = lines[1] if len(lines) > 1 else lines[0] if lines else "mismatch"
+            raise UsageError(f"--warm-start {cfg.warm_start}: does not fit this model ({len(lines) - 1} "
+                             f"mismatches, first: {what}); train with the checkpoint's --arch/--d-hidden/"
+                             "--num-blocks") from None
     trainable = set(cfg.trainable())
     for i, blk in enumerate(model.blocks, start=1):
         blk.requires_grad_(i in trainable)

@@ -1,6 +1,7 @@
 """Flags shared by the commands, and the frozen config built from them (once, here, then passed down)."""
 
 import argparse
+import math
 
 import torch
 
@@ -8,6 +9,43 @@ from ..config import TrainConfig
 from ..errors import UsageError
 
 DEFAULTS = TrainConfig()
+
+
+def number(kind, lo=None, hi=None, lo_open: bool = False, what: str | None = None):
+    """An argparse ``type``: parse ``kind``, refuse non-finite values and values outside ``[lo, hi]``."""
+
+    def conv(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if kind is float and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if lo is not None and (v <= lo if lo_open else v < lo):
+            raise argparse.ArgumentTypeError(f"{text} must be {'>' if lo_open else '>='} {lo}{what or ''}")
+        if hi is not None and v > hi:
+            raise argparse.ArgumentTypeError(f"{text} must be <= {hi}{what or ''}")
+        return v
+
+    conv.__name__ = kind.__name__
+    return conv
+
+
+POS_INT, NONNEG_INT, POS_FLOAT, NONNEG_FLOAT = number(int, 1), number(int, 0), number(float, 0, lo_open=True), \
+    number(float, 0)
+# the valid range of every numeric flag, by destination: one table, applied by Parser.add_argument
+RANGES = {
+    "lr": POS_FLOAT, "weight_decay": NONNEG_FLOAT, "scale_penalty": NONNEG_FLOAT, "batch_size": POS_INT,
+    "epochs": NONNEG_INT, "stop_after": POS_INT, "d_hidden": POS_INT, "num_blocks": NONNEG_INT, "mlp_ratio": POS_INT,
+    "seed": number(int, 0, 2**63 - 1), "seeds": number(int, 0, 2**63 - 1), "jobs": POS_INT,
+    "track_every": NONNEG_INT, "probe_batches": POS_INT, "probe_batch_size": number(int, 2),
+    "fresh_b_draws": NONNEG_INT, "rho_max": POS_FLOAT, "eps": POS_FLOAT, "ref_factor": POS_FLOAT,
+    "gap_min": number(float), "ep_beta": POS_FLOAT, "ep_steps": POS_INT, "ep_step_size": POS_FLOAT,
+    "cb_sigma": NONNEG_FLOAT, "cb_draws": POS_INT, "fa_stream_scale": NONNEG_FLOAT, "lambdas": NONNEG_FLOAT,
+    "penalty": NONNEG_FLOAT, "alphas": number(float, 0, 1), "pre_epochs": NONNEG_INT, "k_values": NONNEG_INT,
+    "gpu": NONNEG_INT, "context": POS_INT, "base_blocks": POS_INT, "extra": NONNEG_INT, "analysis_batches": POS_INT,
+    "low_signal": POS_FLOAT, "alpha": POS_FLOAT, "insert_at": POS_INT,
+}
 
 
 class Parser(argparse.ArgumentParser):
@@ -19,9 +57,33 @@ class Parser(argparse.ArgumentParser):
             kw.setdefault("usage", "%(prog)s [options]")
         super().__init__(*args, **kw)
 
+    def add_argument(self, *names, **kw):
+        """Every ``--multi-word`` flag also takes ``--multi_word``; numeric flags get their range from RANGES."""
+        return _add(super().add_argument, names, kw)
+
+    def add_argument_group(self, *args, **kw):
+        """Groups apply the same rules as the parser."""
+        g = super().add_argument_group(*args, **kw)
+        orig = g.add_argument
+        g.add_argument = lambda *names, **k: _add(orig, names, k)
+        return g
+
     def error(self, message):
         """One line naming the problem, exit 2."""
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _add(add, names, kw):
+    names = list(names)
+    for n in list(names):
+        alt = "--" + n[2:].replace("-", "_")
+        taken = getattr(getattr(add, "__self__", None), "_option_string_actions", {})
+        if n.startswith("--") and alt not in names and alt not in taken:
+            names.append(alt)
+    dest = kw.get("dest") or next((n[2:].replace("-", "_") for n in names if n.startswith("--")), None)
+    if kw.get("type") in (int, float):
+        kw["type"] = RANGES.get(dest, number(kw["type"]))
+    return add(*names, **kw)
 
 
 def flag(group, name: str, **kw):
@@ -198,3 +260,12 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
         credit_mix=getattr(a, "credit_mix", None), warm_start=getattr(a, "warm_start", None),
         lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty, penalty_form=a.penalty_form,
         seed=getattr(a, "seed", (getattr(a, "seeds", None) or [DEFAULTS.seed])[0]), device=resolve_device(a.device))
+
+
+def dedup_note(values: list, flag_name: str) -> None:
+    """Repeated values count once (a seed twice would double-count it in mean ± std); say so on stderr."""
+    import sys
+
+    dups = sorted({str(v) for v in values if values.count(v) > 1})
+    if dups:
+        print(f"depthaudit: note: {flag_name} repeats {', '.join(dups)}; each value counts once", file=sys.stderr)

@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 
 from ..errors import UsageError
-from .args import add_train_args, audit_args, check_probe_args, config_from_args, out_arg, probe_args
+from ..io import check_output_dir
+from .args import add_train_args, audit_args, check_probe_args, config_from_args, dedup_note, out_arg, probe_args
 
 
 def _audit_config(a: argparse.Namespace):
@@ -15,6 +16,7 @@ def _audit_config(a: argparse.Namespace):
     from ..verdicts import Thresholds
 
     base = config_from_args(a)
+    check_output_dir(a.out, subdirs=("runs",))
     nb, bs = check_probe_args(a)
     if a.track_every < 0 or not a.eps > 0 or not a.rho_max > 0:
         raise UsageError("--track-every must be >= 0, --eps and --rho-max > 0")
@@ -24,6 +26,10 @@ def _audit_config(a: argparse.Namespace):
 
     for m in a.methods:  # a misspelt method or option is one line here, before any training
         parse_method_spec(m, base)
+    if base.num_blocks < 1:
+        raise UsageError("--num-blocks 0: the audit measures residual blocks; give at least 1")
+    dedup_note(a.methods, "--methods")
+    dedup_note(a.seeds, "--seeds")
     return AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),
                        probe_batches=nb, probe_batch_size=bs, track_every=a.track_every,
                        thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min), d1_stat=a.d1_stat,
@@ -93,6 +99,7 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     from ..report.probes import credit_mix_figure, credit_mix_md, warm_start_md
 
     base = config_from_args(a)
+    check_output_dir(a.out, subdirs=("warm_start",))
     if any(not 0 <= x <= 1 for x in a.alphas):
         raise UsageError("--alphas must lie in [0, 1]")
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
@@ -132,6 +139,8 @@ def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     nb, bs = check_probe_args(a)
     if a.out and Path(a.out).is_dir():
         raise UsageError(f"--out {a.out} is a folder; give a .json file path")
+    if a.out:
+        check_output_dir(Path(a.out).parent or Path("."))
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
     seeds = list(dict.fromkeys(a.seeds))
     x, y = probe_batch(data, seeds[0], nb * bs)

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UsageError
+from ..io import check_output_dir
 from .args import plain_args, resolve_device
 
 
@@ -19,10 +20,15 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     from ..sweep import FileStore, RunSpec, run_sweep
 
     device = resolve_device(a.device)
+    check_output_dir(a.out)
     if any(n < 0 for n in a.extra) or a.epochs < 0 or a.analysis_batches < 1:
         raise UsageError("--extra values must be >= 0, --epochs >= 0, --analysis-batches >= 1")
     if a.family == "gpt":
         from ..data.text import load_text
+
+        if a.d_hidden % 4:
+            raise UsageError(f"--d-hidden {a.d_hidden}: the GPT decoder has 4 heads, so the width must be a multiple "
+                             "of 4 (e.g. 64)")
 
         data = load_text(a.text, a.context, torch.device(device))  # validates the text now
         name, sha = "text", data.sha256
@@ -63,6 +69,11 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     from ..sweep import FileStore, RunSpec, run_sweep
 
     device = resolve_device(a.device)
+    check_output_dir(a.out)
+    if a.extra < 1:
+        raise UsageError(f"--extra {a.extra}: grow needs at least 1 block to insert")
+    if a.epochs < 1:
+        raise UsageError("--epochs must be >= 1 for grow (insertions happen at epoch starts)")
     sched = tuple(a.insert_at) if a.insert_at else default_schedule(a.extra, a.epochs)
     bad = any(not 1 <= e <= a.epochs for e in sched) or list(sched) != sorted(sched)
     if a.extra < 1 or len(sched) != a.extra or bad:

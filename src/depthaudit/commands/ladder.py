@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 
 from ..errors import UsageError
-from .args import add_train_args, check_probe_args, config_from_args, out_arg, probe_args
+from ..io import check_output_dir
+from .args import add_train_args, check_probe_args, config_from_args, dedup_note, out_arg, probe_args
 
 
 def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
@@ -20,6 +21,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     if a.gpu is not None:
         a.device = f"cuda:{a.gpu}"
     base = config_from_args(a)
+    check_output_dir(a.output_dir, "--output_dir")
     nb, bs = check_probe_args(a)
     ks = tuple(dict.fromkeys(a.k_values if a.k_values is not None else range(base.num_blocks + 1)))
     bad = [k for k in ks if k < 0 or k > base.num_blocks]
@@ -31,6 +33,8 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
 
     for m in a.methods:  # a misspelt method or option: one line, before any training
         parse_method_spec(m, base)
+    dedup_note(a.methods, "--methods")
+    dedup_note(a.seeds, "--seeds")
     lc = LadderConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), k_values=ks,
                       seeds=tuple(dict.fromkeys(a.seeds)), probe_batches=nb, probe_batch_size=bs)
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
@@ -49,8 +53,6 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
 
 def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     """Rebuild every table and figure in DIR from its saved JSON, without training."""
-    import json
-
     from ..io import write_json, write_text
     from ..report import audit_markdown, audit_terminal
     from ..report.figures import audit_figures
@@ -61,11 +63,13 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"{d} is not a folder; pass the --out/--output_dir of an audit or ladder")
     found = 0
     for path in sorted(d.glob("ladder_*.json")):
+        check_ladder_doc(path, read_json_doc(path))
         _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)
         print(f"{path.name}\n{table}\n")
         found += 1
     if (d / "report.json").exists():
-        report = json.loads((d / "report.json").read_text())
+        report = read_json_doc(d / "report.json")
+        check_report_doc(d / "report.json", report)
         figures = audit_figures(report, d)
         report["figures"] = figures
         write_json(d / "report.json", report)
@@ -75,7 +79,7 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     from ..report.saturation import grow_figure, grow_md, saturation_figure, saturation_md
 
     for path in sorted(d.glob("saturation_*.json")):
-        doc = json.loads(path.read_text())
+        doc = read_json_doc(path, runs=True)
         low = min((r["config"].get("low_signal", 5e-3) for r in doc["runs"].values()), default=5e-3)
         saturation_figure(doc, path.with_suffix(".png"), low)
         table = saturation_md(doc)
@@ -84,7 +88,7 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
         print(f"{path.name}\n{table}\n")
         found += 1
     for path in sorted(d.glob("grow_*.json")):
-        doc = json.loads(path.read_text())
+        doc = read_json_doc(path, runs=True)
         grow_figure(doc, path.with_suffix(".png"))
         table = grow_md(doc)
         write_text(path.with_suffix(".md"), f"# Growth vs scratch ({path.stem})\n\n{table}\n\n"
@@ -121,3 +125,50 @@ def register(sub) -> None:
     rp.add_argument("dir", metavar="DIR", help="an audit --out or ladder --output_dir folder")
     rp.add_argument("--audit-dir", default=None, help="cross-check ladder k=0/k=L against this audit folder")
     rp.set_defaults(func=cmd_report)
+
+
+def read_json_doc(path: Path, runs: bool = False) -> dict:
+    """A results file as a dict; a damaged or foreign file is one line naming it (``runs``: needs a runs table)."""
+    import json
+
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc}); it is damaged — rerun the command that wrote it") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: holds a {type(doc).__name__}, not a depthaudit results object; move it away")
+    if runs and not (isinstance(doc.get("runs"), dict) and all(isinstance(r, dict) for r in doc["runs"].values())):
+        raise UsageError(f"{path}: has no valid 'runs' table; it is not a file depthaudit wrote, or is damaged")
+    return doc
+
+
+def check_ladder_doc(path: Path, doc: dict) -> None:
+    """The fields the ladder report reads, each of the right type."""
+    ident, runs = doc.get("identity"), doc.get("runs")
+    ok = isinstance(ident, dict) and all(k in ident for k in ("dataset", "arch", "d_hidden", "num_blocks", "epochs"))
+    ok = ok and isinstance(runs, dict)
+    for key, rec in (runs or {}).items() if ok else ():
+        parts = key.split("/")
+        final = rec.get("final") if isinstance(rec, dict) else None
+        acc = final.get("test_acc") if isinstance(final, dict) else "bad"
+        if len(parts) != 3 or not parts[1][1:].isdigit() or not isinstance(rec.get("status"), str) \
+                or not (acc is None or isinstance(acc, int | float)):
+            raise UsageError(f"{path}: run {key!r} is malformed (needs status and final.test_acc); "
+                             "move the file away or rerun the ladder")
+    if not ok:
+        raise UsageError(f"{path}: not a ladder file (needs identity and runs); pass a folder the ladder wrote")
+
+
+def check_report_doc(path: Path, doc: dict) -> None:
+    """An audit report.json checked against the JSON Schema that ships with the package."""
+    from importlib.resources import files
+
+    import jsonschema
+
+    schema = __import__("json").loads(files("depthaudit.report").joinpath("audit.schema.json").read_text())
+    try:
+        jsonschema.validate({**doc, "figures": doc.get("figures", {})}, schema)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(map(str, exc.absolute_path)) or "top level"
+        raise UsageError(f"{path}: not an audit report of this version ({where}: {exc.message[:120]}); rerun "
+                         "`depthaudit audit` into that folder (finished runs are reused)") from None

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UsageError
+from ..io import check_output_dir
 from .args import add_train_args, config_from_args, out_arg
 
 
@@ -19,8 +20,13 @@ def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
     cfg = config_from_args(a)
     out = Path(a.out or f"runs/{cfg.dataset}_{cfg.arch}_d{cfg.d_hidden}_L{cfg.num_blocks}_{cfg.method}_"
                          f"{cfg.train_blocks.replace(':', '')}_s{cfg.seed}")
+    check_output_dir(out)
     if (out / "result.json").exists() and not a.force:
         raise UsageError(f"{out}/result.json already exists; pass --force to overwrite or choose another --out")
+    if cfg.warm_start:  # a damaged checkpoint is refused before any work
+        from ..train import read_checkpoint
+
+        read_checkpoint(cfg.warm_start)
     data = load_data(cfg.dataset, cfg.data_dir, cfg.download, torch.device(cfg.device))  # validates data
     print(f"depthaudit train: {cfg.method} on {cfg.arch} d={cfg.d_hidden} L={cfg.num_blocks} "
           f"train_blocks={cfg.train_blocks}, {cfg.dataset} ({data.x_train.shape[0]} train), "

@@ -55,8 +55,15 @@ def load_text(path: str | None, context: int, device) -> TextData:
         raw = p.read_bytes()
         source = str(p.resolve())
         if p.suffix == ".npy":
-            tokens = np.load(p).astype(np.int64).ravel()
-            if tokens.min() < 0:
+            try:
+                arr = np.load(p, allow_pickle=False)
+            except (ValueError, OSError, EOFError) as exc:
+                raise UsageError(f"--text {path}: not a numeric .npy token array ({exc}); save tokens with "
+                                 "np.save(path, np.asarray(ids, dtype=np.int64))") from None
+            if not np.issubdtype(arr.dtype, np.integer):
+                raise UsageError(f"--text {path}: token ids must be integers, the array holds {arr.dtype}")
+            tokens = arr.astype(np.int64).ravel()
+            if tokens.size and tokens.min() < 0:
                 raise UsageError(f"--text {path}: token ids must be >= 0")
         else:
             try:
@@ -65,6 +72,8 @@ def load_text(path: str | None, context: int, device) -> TextData:
                 raise UsageError(f"--text {path}: not UTF-8 ({exc}); give UTF-8 text or a .npy token file") from None
             lut = {c: i for i, c in enumerate(sorted(set(text)))}
             tokens = np.fromiter((lut[c] for c in text), dtype=np.int64, count=len(text))
+    if tokens.size < 2:
+        raise UsageError(f"--text {path}: holds {tokens.size} tokens; give a text long enough for --context")
     vocab = int(tokens.max()) + 1
     split = int(0.9 * len(tokens))
 

@@ -93,6 +93,13 @@ def _functional_summary(probes: list[dict], L: int) -> dict | None:
 
 def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: Thresholds) -> dict:
     """Aggregate one method's seeds into the standard pair, the three checks and per-layer detail."""
+    statuses = [r["status"] for r in trained]
+    pairs = [(t, f) for t, f in zip(trained, frozen, strict=True) if "diverged" not in (t["status"], f["status"])]
+    diverged = {"trained": sum(r["status"] == "diverged" for r in trained),
+                "frozen": sum(r["status"] == "diverged" for r in frozen),
+                "excluded_seeds": len(trained) - len(pairs), "n_seeds": len(trained)}
+    if pairs:  # a diverged run is a finding, reported as such, not averaged into a number
+        trained, frozen = [t for t, _ in pairs], [f for _, f in pairs]
     probes = [_final_probe(r) for r in trained]
     L = trained[0]["config"]["num_blocks"]
     acc_t = [r["final"]["test_acc"] for r in trained]
@@ -124,8 +131,9 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
         hist["g_L"].append(mean_std([a["reference"]["g_L"] for a in at])["mean"])
     return {
         "method": method,
-        "n_seeds": len(trained),
-        "status": [r["status"] for r in trained],
+        "n_seeds": len(statuses),
+        "status": statuses,
+        "diverged": diverged,
         "epochs_completed": [r["final"].get("epochs_completed") for r in trained],
         "standard_pair": {"test_acc": mean_std(acc_t),
                           "aggregate_cosine_mean_per_layer": mean_std([c.get("mean_per_layer") for c in cos])},

@@ -86,14 +86,17 @@ def aggregate(doc: dict) -> dict:
     for key, rec in doc["runs"].items():
         m, k, _ = key.split("/")
         k = int(k[1:])
-        cells.setdefault(m, {}).setdefault(k, []).append(rec["final"]["test_acc"])
+        # a diverged run is reported as such (counted per cell), never averaged into the accuracy
+        cells.setdefault(m, {}).setdefault(k, []).append(None if rec["status"] == "diverged"
+                                                         else rec["final"]["test_acc"])
         p = _final_probe(rec)
         e = extra.setdefault(m, {}).setdefault(k, {"rho": [], "g_L": [], "cos_mean": [], "diverged": []})
         e["rho"].append(p.get("stream", {}).get("rho"))
         e["g_L"].append(p.get("reference", {}).get("g_L"))
         e["cos_mean"].append(p.get("credit_cosine", {}).get("mean_per_layer"))
         e["diverged"].append(rec["status"] == "diverged")
-    table = {m: {k: mean_std(v) for k, v in sorted(ks.items())} for m, ks in cells.items()}
+    table = {m: {k: {**mean_std(v), "diverged": sum(x is None for x in v)} for k, v in sorted(ks.items())}
+             for m, ks in cells.items()}
     helpers = {}
     for m, ks in table.items():
         means = [(k, c["mean"]) for k, c in ks.items() if c["mean"] is not None]

@@ -21,9 +21,16 @@ def _rows(report: dict) -> list[list[str]]:
     for m in report["methods"]:
         sp, ck = m["standard_pair"], m["checks"]
         rob = (m.get("robust_cosine") or {}).get("concat")
+        dv = m.get("diverged") or {}
+        if dv.get("excluded_seeds") and dv["excluded_seeds"] == dv.get("n_seeds"):  # nothing left to measure
+            rows.append([m["method"], *["diverged"] * 6, f"DIVERGED ({dv['excluded_seeds']} of {dv['n_seeds']} seeds)"])
+            continue
+        verdict = "FLAG " + ",".join(m["flags"]) if m["flags"] else "PASS"
+        if dv.get("excluded_seeds"):
+            verdict += f"; {dv['excluded_seeds']} of {dv['n_seeds']} seeds DIVERGED, excluded"
         rows.append([m["method"], fmt_ms(sp["test_acc"]), fmt_ms(sp["aggregate_cosine_mean_per_layer"]),
                      fmt_ms(rob), _check(ck["D1"], ".3g"), _check(ck["D2"], ".2e"),
-                     _check(ck["D3"], "+.1f"), "FLAG " + ",".join(m["flags"]) if m["flags"] else "PASS"])
+                     _check(ck["D3"], "+.1f"), verdict])
     return rows
 
 

@@ -25,7 +25,8 @@ def ladder_table_md(agg: dict) -> str:
         cells = []
         for m in methods:
             c = agg["table"][m].get(k)
-            cells.append(f"{fmt_ms(c)} (n={c['n']})" if c else "—")
+            div = f", {c['diverged']} DIVERGED" if c and c.get("diverged") else ""
+            cells.append(f"{fmt_ms(c)} (n={c['n']}{div})" if c else "—")
         out.append(f"| {k} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 

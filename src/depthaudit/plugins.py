@@ -1,0 +1,26 @@
+"""Importing a user's plug-in module (methods, models, datasets it registers), in the CLI and in every worker."""
+
+import importlib
+import os
+
+from .errors import UsageError
+
+
+def import_plugin(name: str) -> None:
+    """Import a user's plug-in module; its own errors become one line naming the module, error and location."""
+    import traceback
+
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name or name.startswith(f"{exc.name}."):
+            raise UsageError(f"--plugin {name}: no such module ({exc}); check its name and PYTHONPATH") from None
+        raise UsageError(f"--plugin {name}: it imports a missing module ({exc}); install it") from None
+    except SyntaxError as exc:
+        raise UsageError(f"--plugin {name}: syntax error at {exc.filename}:{exc.lineno}: {exc.msg}") from None
+    except Exception as exc:  # the user's module raised: say where, in one line
+        pkg = os.path.dirname(os.path.abspath(__file__))  # point at the user's line, not ours or importlib's
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if "importlib" not in f.filename and not os.path.abspath(f.filename).startswith(pkg)]
+        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        raise UsageError(f"--plugin {name}: importing it raised {type(exc).__name__}: {exc}{where}") from None

@@ -1,0 +1,107 @@
+"""Bad input, as a newcomer types it: exit 2, one line naming the problem, no traceback, nothing written."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from depthaudit.cli import main
+
+
+def _files(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
+def _setup(tmp):
+    """Files the cases point at (created before the 'nothing written' snapshot)."""
+    (tmp / "afile").write_text("x")
+    (tmp / "empty.txt").write_text("")
+    np.save(tmp / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    (tmp / "garbage.pt").write_bytes(b"not a checkpoint")
+    (tmp / "plugin_raises.py").write_text("raise RuntimeError('boom')\n")
+    (tmp / "plugin_syntax.py").write_text("def f(:\n")
+    (tmp / "plugin_rereg.py").write_text("from depthaudit.methods import METHODS, BP\nMETHODS.register('bp')(BP)\n")
+    for name, doc in {"trunc": '{"schema": "depthaudit.ladder.v1", "runs": {', "list": "[1, 2]",
+                      "badruns": json.dumps({"identity": {"dataset": "c", "arch": "r", "d_hidden": 1, "num_blocks": 1,
+                                                          "epochs": 1}, "runs": {"bp/k0/s1": {"final": 3}}})}.items():
+        (tmp / f"rep_{name}").mkdir()
+        (tmp / f"rep_{name}" / "ladder_x.json").write_text(doc)
+    (tmp / "rep_report").mkdir()
+    (tmp / "rep_report" / "report.json").write_text(json.dumps({"schema": "depthaudit.audit.v2", "methods": 3}))
+    (tmp / "rep_garbage").mkdir()
+    (tmp / "rep_garbage" / "report.json").write_text("{{{")
+    (tmp / "auditrunsfile").mkdir()
+    (tmp / "auditrunsfile" / "runs").write_text("x")
+
+
+CASES = [
+    (["train", "--lr", "nan"], "finite"),
+    (["train", "--weight-decay", "nan"], "finite"),
+    (["saturation", "--lr", "nan"], "finite"),
+    (["saturation", "--batch-size", "0"], ">= 1"),
+    (["saturation", "--family", "gpt", "--context", "0"], ">= 1"),
+    (["saturation", "--family", "gpt", "--d-hidden", "7"], "multiple of 4"),
+    (["--plugin", "plugin_raises", "train"], "RuntimeError: boom at"),
+    (["--plugin", "plugin_syntax", "train"], "syntax error at"),
+    (["--plugin", "plugin_rereg", "train"], "already registered at"),
+    (["--plugin", "no_such_plugin_xyz", "train"], "no such module"),
+    (["train", "--out", "afile"], "not a folder"),
+    (["audit", "--out", "auditrunsfile"], "not a folder"),
+    (["ladder", "--output_dir", "afile/sub"], "is a file"),
+    (["saturation", "--family", "gpt", "--text", "empty.txt"], "holds 0 tokens"),
+    (["saturation", "--family", "gpt", "--text", "objects.npy"], "not a numeric .npy"),
+    (["report", "rep_trunc"], "not valid JSON"),
+    (["report", "rep_list"], "holds a list"),
+    (["report", "rep_badruns"], "malformed"),
+    (["report", "rep_report"], "not an audit report"),
+    (["report", "rep_garbage"], "not valid JSON"),
+    (["train", "--warm-start", "garbage.pt", "--epochs", "1"], "not a readable checkpoint"),
+    (["audit", "--eps", "nan"], "finite"),
+    (["ladder", "--probe-batches", "0"], ">= 1"),
+    (["identity", "--probe-batch-size", "1"], ">= 2"),
+    (["audit", "--num-blocks", "0"], "at least 1"),
+    (["audit", "--methods", "fa:head=sideways"], "--fa-head"),
+    (["probes", "--alphas", "1.5"], "<= 1"),
+    (["train", "--seed", "-3"], ">= 0"),
+    (["intervene", "--lambdas", "-1"], ">= 0"),
+    (["grow", "--extra", "0"], "--extra"),
+]
+
+
+@pytest.mark.parametrize("argv, words", CASES, ids=[" ".join(c[0])[:60] for c in CASES])
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, monkeypatch, capsys, argv, words):
+    _setup(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = _files(tmp_path)
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse's own refusals exit with 2 after one line
+        rc = e.code
+    err = capsys.readouterr().err.strip()
+    print(f"{argv} → rc {rc}: {err}")
+    assert rc == 2
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert words in err
+    assert _files(tmp_path) == before
+
+
+def test_duplicate_seeds_count_once_with_a_note(tmp_path, capsys):
+    assert main(["audit", "--methods", "bp", "--seeds", "1", "1", "--epochs", "1", "--d-hidden", "8",
+                 "--num-blocks", "1", "--probe-batches", "1", "--probe-batch-size", "16",
+                 "--out", str(tmp_path / "a")]) == 0
+    assert "--seeds repeats 1; each value counts once" in capsys.readouterr().err
+    rep = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert rep["config"]["seeds"] == [1] and rep["methods"][0]["n_seeds"] == 1
+
+
+def test_diverged_runs_are_marked_not_averaged(tmp_path, capsys):
+    assert main(["audit", "--methods", "bp", "--lr", "1e4", "--epochs", "2", "--d-hidden", "8", "--num-blocks", "1",
+                 "--probe-batches", "1", "--probe-batch-size", "16", "--out", str(tmp_path / "a")]) == 0
+    card = capsys.readouterr().out
+    rep = json.loads((tmp_path / "a" / "report.json").read_text())
+    m = rep["methods"][0]
+    print(card)
+    assert m["status"] == ["diverged"] and m["diverged"]["excluded_seeds"] == 1
+    assert "DIVERGED (1 of 1 seeds)" in card and "DIVERGED" in (tmp_path / "a" / "report.md").read_text()
