@@ -88,3 +88,16 @@ def test_store_reuses_a_run_written_by_an_older_version(tmp_path):
     (tmp_path / slug / "result.json").write_text(json.dumps({"config": old, "tracking": None, "final": {}}))
     assert store.get(spec) is None
     assert TrainConfig.from_dict(old).credit_mix == 0.5
+
+
+def test_store_reuse_ignores_where_the_data_lives_but_checks_its_hash(tmp_path):
+    cfg = TrainConfig(method="bp", epochs=2, data_dir="/abs/cifar.zip")
+    rec = {"config": TrainConfig(method="bp", epochs=2, data_dir="../rel/cifar.zip").to_dict(), "tracking": None,
+           "final": {}, "provenance": {"data": {"sha256": "aaa"}}}
+    slug = run_slug(TrainConfig(method="bp", epochs=2, data_dir="../rel/cifar.zip"))
+    (tmp_path / slug).mkdir()
+    (tmp_path / slug / "result.json").write_text(json.dumps(rec))
+    assert FolderStore(tmp_path).get(RunSpec("bp", cfg, None)) is not None
+    assert FolderStore(tmp_path, "aaa").get(RunSpec("bp", cfg, None)) is not None
+    assert FolderStore(tmp_path, "bbb").get(RunSpec("bp", cfg, None)) is None  # other data: trained again
+    assert TrainConfig(method="bp", epochs=3).same_as(rec["config"]) is False

@@ -1,7 +1,7 @@
 """The frozen run configuration: built once by the CLI, passed down, serialised into every result."""
 
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from .errors import UsageError
@@ -116,11 +116,16 @@ class TrainConfig:
         return self.epochs if self.stop_after is None else self.stop_after
 
     def same_as(self, stored: dict) -> bool:
-        """Whether a config stored by any version (missing fields = their defaults) equals this one."""
+        """Whether a config stored by any version (missing fields = what it ran with) equals this one.
+
+        Where the data was read from (``data_dir``, ``download``) does not count: the same data moved or
+        given by a relative path is the same run; stores that reuse runs check the data's hash instead.
+        """
         try:
-            return TrainConfig.from_dict(stored) == self
+            other = TrainConfig.from_dict(stored)
         except (TypeError, UsageError):
             return False
+        return replace(other, data_dir=self.data_dir, download=self.download) == self
 
     def trainable(self) -> tuple[int, ...]:
         """1-based indices of the blocks that train (see :func:`trainable_blocks`)."""

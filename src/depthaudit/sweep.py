@@ -38,8 +38,9 @@ class RunSpec:
 class FolderStore:
     """One folder per run, ``root/<slug>/result.json`` (the audit's layout); reuse needs an identical config."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, data_sha256: str | None = None):
         self.root = Path(root)
+        self.data_sha256 = data_sha256  # when given, a stored run is reused only if it saw the same data
 
     def path(self, spec: RunSpec) -> Path:
         """Where ``spec``'s result lives."""
@@ -63,6 +64,9 @@ class FolderStore:
             if not isinstance(rec, dict) or not isinstance(rec.get("final"), dict) \
                     or not isinstance(rec.get("history", []), list):
                 continue  # damaged or foreign: the run is trained again
+            seen = ((rec.get("provenance") or {}).get("data") or {}).get("sha256")
+            if self.data_sha256 is not None and seen != self.data_sha256:
+                continue
             if spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking:
                 return rec if p == path else {**rec, "stored_as": p.parent.name}
         return None

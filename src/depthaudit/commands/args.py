@@ -90,8 +90,9 @@ def flag(group, name: str, **kw):
     """Add ``--name-with-dashes`` and its ``--name_with_underscores`` spelling (the seed harness's)."""
     dashed = "--" + name.replace("_", "-")
     spellings = [dashed] if "_" not in name else [dashed, "--" + name]
-    if "default" in kw and "help" in kw and kw["default"] not in (None, False):
-        kw["help"] += " (default: %(default)s)"
+    d = kw.get("default")
+    if "default" in kw and "help" in kw and d is not None and d is not False:
+        kw["help"] += f" (default: {' '.join(map(str, d))})" if isinstance(d, list) else " (default: %(default)s)"
     if kw.get("type") in (int, float) and "metavar" not in kw:
         kw["metavar"] = "N" if kw["type"] is int else "X"
     group.add_argument(*spellings, dest=name, **kw)

@@ -96,8 +96,10 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     from ..data import load_data
     from ..experiments.probes import credit_mix_sweep, warm_start_probe
     from ..io import write_json, write_text
+    from ..methods import METHODS
     from ..report.probes import credit_mix_figure, credit_mix_md, warm_start_md
 
+    METHODS.get(a.method)  # an unknown method is one line now, not after the data loads
     base = config_from_args(a)
     check_output_dir(a.out, subdirs=("warm_start",))
     if any(not 0 <= x <= 1 for x in a.alphas):

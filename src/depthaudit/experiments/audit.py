@@ -195,7 +195,7 @@ def audit_specs(acfg: AuditConfig) -> list[RunSpec]:
 def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=None, jobs: int = 1) -> dict:
     """Train (or reuse) every trained/frozen pair through the sweep runner, measure, return the report dict."""
     specs = audit_specs(acfg)
-    recs = run_sweep(specs, FolderStore(Path(out) / "runs"), data=data, jobs=jobs, log=log, argv=argv,
+    recs = run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
                      run_log=lambda m: log("    " + m))
     th = acfg.thresholds
     methods = [summarise_method(m, [recs[f"{m}/trained/s{s}"] for s in acfg.seeds],

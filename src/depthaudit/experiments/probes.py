@@ -69,7 +69,7 @@ def warm_start_probe(base: TrainConfig, method: str, pre_epochs: int, seeds, out
                  probe: tuple[int, int] = (10, 128), eps: float = 1e-8, log=None, argv=None) -> dict:
     """BP for ``pre_epochs`` → checkpoint; then method-from-BP-state, method-from-scratch, BP-continued."""
     root = Path(out) / "warm_start"
-    store = FolderStore(root / "runs")
+    store = FolderStore(root / "runs", getattr(data, "sha256", None))
     track = tracking_plan(*probe, 1, Thresholds(eps=eps))
     pre = [RunSpec(f"bp_pre/s{s}", replace(base, method="bp", seed=s, epochs=pre_epochs, stop_after=None), track,
                    checkpoint=str(root / f"bp_pre_s{s}.pt")) for s in seeds]

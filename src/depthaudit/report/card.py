@@ -6,7 +6,7 @@ def fmt_ms(ms: dict | None, fmt: str = ".3f") -> str:
     if not ms or ms.get("mean") is None:
         return "—"
     s = format(ms["mean"], fmt)
-    return s if ms.get("std") is None else f"{s} ± {format(ms['std'], fmt)}"
+    return s if ms.get("std") is None else f"{s} ± {format(ms['std'], fmt.replace('+', ''))}"  # a std has no sign
 
 
 def _check(c: dict, fmt: str) -> str:
