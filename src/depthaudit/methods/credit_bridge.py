@@ -27,32 +27,18 @@ from torch import nn
 from ..models.base import ResidualModel
 from ..recipe import Trace, local_update, output_error, readout_pass, trace_forward
 from .base import METHODS, CreditMethod
+from .state_bridge import ConditionedMLP
 
-T_DIM = 16
 
-
-class ValueNet(nn.Module):
+class ValueNet(ConditionedMLP):
     """``V(h, l, e) = Σ_tokens w₂ᵀ GELU(W₁ [LN(h), t_l, e] + b₁) + b₂``, one scalar per example."""
 
     def __init__(self, d: int, num_positions: int, num_classes: int, gen: torch.Generator):
-        super().__init__()
-        self.t = nn.Embedding(num_positions, T_DIM)
-        self.fc1 = nn.Linear(d + T_DIM + num_classes, d)
-        self.fc2 = nn.Linear(d, 1)
-        with torch.no_grad():
-            self.t.weight.normal_(0.0, 1.0, generator=gen)
-            for lin in (self.fc1, self.fc2):
-                b = lin.in_features ** -0.5
-                lin.weight.uniform_(-b, b, generator=gen)
-                lin.bias.zero_()
+        super().__init__(d, num_positions, num_classes, 1, gen, zero_out=False)
 
     def forward(self, h: torch.Tensor, pos: int, e: torch.Tensor) -> torch.Tensor:
         """Values (B,) of states ``h`` (B, …, d) at stream position ``pos`` with output error ``e`` (B, C)."""
-        lead = h.shape[:-1]
-        t = self.t.weight[pos].expand(*lead, T_DIM)
-        ee = e.view(e.shape[0], *[1] * (h.dim() - 2), e.shape[1]).expand(*lead, e.shape[1])
-        z = torch.cat([F.layer_norm(h, h.shape[-1:]), t.to(h.dtype), ee.to(h.dtype)], dim=-1)
-        v = self.fc2(F.gelu(self.fc1(z))).squeeze(-1)  # (B, …)
+        v = self.mlp(h, pos, e).squeeze(-1)  # (B, …)
         return v.flatten(1).sum(1) if v.dim() > 1 else v
 
 

@@ -23,29 +23,47 @@ from .base import METHODS, CreditMethod
 T_DIM = 16
 
 
-class Predictor(nn.Module):
-    """``G(h, l, e) = h + MLP([LN(h), t_l, e])`` acting on the feature (last) dimension."""
+class ConditionedMLP(nn.Module):
+    """``MLP([LN(h), t_l, e])`` on the feature (last) dimension: the learned network of both Bridges.
 
-    def __init__(self, d: int, num_positions: int, num_classes: int, gen: torch.Generator):
+    One hidden layer of width d with GELU; ``t_l`` a learned embedding (width 16) of the stream position;
+    ``e`` the output error broadcast over tokens. The output layer is zero-initialised when ``zero_out``.
+    """
+
+    def __init__(self, d: int, num_positions: int, num_classes: int, out: int, gen: torch.Generator,
+                 zero_out: bool):
         super().__init__()
         self.t = nn.Embedding(num_positions, T_DIM)
         self.fc1 = nn.Linear(d + T_DIM + num_classes, d)
-        self.fc2 = nn.Linear(d, d)
+        self.fc2 = nn.Linear(d, out)
         with torch.no_grad():
             self.t.weight.normal_(0.0, 1.0, generator=gen)
-            b = self.fc1.in_features ** -0.5
-            self.fc1.weight.uniform_(-b, b, generator=gen)
-            self.fc1.bias.zero_()
-            self.fc2.weight.zero_()
-            self.fc2.bias.zero_()
+            for lin in (self.fc1, self.fc2):
+                if lin is self.fc2 and zero_out:
+                    lin.weight.zero_()
+                else:
+                    b = lin.in_features ** -0.5
+                    lin.weight.uniform_(-b, b, generator=gen)
+                lin.bias.zero_()
 
-    def forward(self, h: torch.Tensor, pos: int, e: torch.Tensor) -> torch.Tensor:
-        """Predicted ``h_L`` from ``h`` (B, …, d) at stream position ``pos`` with error ``e`` (B, C)."""
+    def mlp(self, h: torch.Tensor, pos: int, e: torch.Tensor) -> torch.Tensor:
+        """``fc2(GELU(fc1([LN(h), t_pos, e])))`` for ``h`` (B, …, d) and ``e`` (B, C) → (B, …, out)."""
         lead = h.shape[:-1]
         t = self.t.weight[pos].expand(*lead, T_DIM)
         ee = e.view(e.shape[0], *[1] * (h.dim() - 2), e.shape[1]).expand(*lead, e.shape[1])
         z = torch.cat([F.layer_norm(h, h.shape[-1:]), t.to(h.dtype), ee.to(h.dtype)], dim=-1)
-        return h + self.fc2(F.gelu(self.fc1(z)))
+        return self.fc2(F.gelu(self.fc1(z)))
+
+
+class Predictor(ConditionedMLP):
+    """``G(h, l, e) = h + MLP([LN(h), t_l, e])``, starting as the identity."""
+
+    def __init__(self, d: int, num_positions: int, num_classes: int, gen: torch.Generator):
+        super().__init__(d, num_positions, num_classes, d, gen, zero_out=True)
+
+    def forward(self, h: torch.Tensor, pos: int, e: torch.Tensor) -> torch.Tensor:
+        """Predicted ``h_L`` from ``h`` (B, …, d) at stream position ``pos`` with error ``e`` (B, C)."""
+        return h + self.mlp(h, pos, e)
 
 
 @METHODS.register("sb")
