@@ -41,9 +41,13 @@ class CreditMethod:
         """
         tr = trace_forward(model, x, input_grad=self.needs_input_grad, cache=self.needs_cache)
         loss = readout_pass(tr, y)
-        cs = self.credits(model, tr, output_error(tr.logits, y))
-        local_update(model, tr, cs, scale_penalty)
+        e = output_error(tr.logits, y)
+        self.learn(model, tr, e)
+        local_update(model, tr, self.credits(model, tr, e), scale_penalty)
         return loss
+
+    def learn(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> None:
+        """Train the method's own auxiliary network on this batch before its credits are taken (default: none)."""
 
     def probe(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor):
         """``(states, credits)`` on a batch without touching any ``.grad`` (for diagnostics)."""

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models.base import ResidualModel
-from ..recipe import Trace, local_update, output_error, readout_pass, trace_forward
+from ..recipe import Trace
 from .base import METHODS, CreditMethod
 from .state_bridge import ConditionedMLP
 
@@ -133,19 +133,14 @@ class CreditBridge(CreditMethod):
                 pt.lerp_(pv, self.polyak)
         return torch.stack([v.detach() for v in parts.values()])
 
-    def step(self, model, x, y, scale_penalty=0.0):
-        """The recipe step, with one value-network update on this batch's states first."""
-        tr = trace_forward(model, x, input_grad=True)
-        loss = readout_pass(tr, y)
-        e = output_error(tr.logits, y)
+    def learn(self, model, tr, e):
+        """One value-network update on this batch's states, before the credits are taken."""
         if self.value is None:
             self._build(tr.states, e.shape[1])
-        ell = F.cross_entropy(tr.logits.detach(), y, reduction="none")  # (B,) per-example terminal value
+        ell = F.cross_entropy(tr.logits.detach(), tr.y, reduction="none")  # (B,) per-example terminal value
         parts = self.train_value(tr.states, e, ell, tr.gL)
         self._sums = parts if self._sums is None else self._sums + parts  # on the device: no per-step sync
         self._steps += 1
-        local_update(model, tr, self.credits(model, tr, e), scale_penalty)
-        return loss
 
     def epoch_stats(self) -> dict:
         """Mean of each value-network loss over the epoch's steps (reset after reading)."""

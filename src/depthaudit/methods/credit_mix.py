@@ -34,6 +34,10 @@ class CreditMix(CreditMethod):
         a = self.alpha
         return [(1 - a) * ci / rms(ci) + a * gi.detach() / rms(gi) for ci, gi in zip(c, g, strict=True)]
 
+    def learn(self, model, tr, e):
+        """Delegates (a learned method's auxiliary network keeps learning under the mix)."""
+        self.base.learn(model, tr, e)
+
     def after_step(self, model, lr=0.0, weight_decay=0.0):
         """Delegates (learning feedback keeps learning)."""
         self.base.after_step(model, lr, weight_decay)

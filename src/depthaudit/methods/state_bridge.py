@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models.base import ResidualModel
-from ..recipe import Trace, local_update, output_error, readout_pass, trace_forward
+from ..recipe import Trace
 from .base import METHODS, CreditMethod
 
 T_DIM = 16
@@ -117,17 +117,12 @@ class StateBridge(CreditMethod):
                 out.append(g)
         return out + [tr.gL.detach()]
 
-    def step(self, model, x, y, scale_penalty=0.0):
-        """The recipe step, with one predictor update on this batch's states first."""
-        tr = trace_forward(model, x, input_grad=True)
-        loss = readout_pass(tr, y)
-        e = output_error(tr.logits, y)
+    def learn(self, model, tr, e):
+        """One predictor update on this batch's states, before the credits are taken."""
         if self.predictor is None:
             self._build(tr.states, e.shape[1])
         self._loss_sum += self.train_predictor(tr.states, e)  # stays on the device: no per-step sync
         self._steps += 1
-        local_update(model, tr, self.credits(model, tr, e), scale_penalty)
-        return loss
 
     def epoch_stats(self) -> dict:
         """Mean predictor loss over the epoch's steps (reset after reading)."""
