@@ -22,7 +22,9 @@ def cosine_heatmaps(report: dict, path: Path) -> None:
     for ax, m in zip(axes[0], ms, strict=True):
         h = m["history"]
         grid = np.array([[_nan(v) for v in row] for row in h["per_layer_cosine"]], dtype=float).T  # (L+1, T)
-        im = ax.imshow(grid, aspect="auto", origin="lower", cmap="RdBu_r", vmin=-1, vmax=1,
+        cmap = plt.get_cmap("RdBu_r").copy()
+        cmap.set_bad("0.25")  # a missing/non-finite cosine (e.g. a diverged run) is dark grey, never white = 0
+        im = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", origin="lower", cmap=cmap, vmin=-1, vmax=1,
                        extent=(-0.5, len(h["epochs"]) - 0.5, -0.5, grid.shape[0] - 0.5) if grid.size else None)
         ax.set_title(m["method"])
         ax.set_xlabel("epoch")
@@ -31,7 +33,7 @@ def cosine_heatmaps(report: dict, path: Path) -> None:
         ax.set_xticks(list(ticks)[::step], [str(e) for e in h["epochs"]][::step])
     axes[0][0].set_ylabel("stream position l")
     fig.colorbar(im, ax=axes[0].tolist(), label="Γ_l (standard cosine)")
-    fig.suptitle("Per-layer credit cosine Γ_l over training (standard convention, seed mean)")
+    fig.suptitle("Per-layer credit cosine Γ_l over training (standard convention, seed mean; grey = no value)")
     save_figure(fig, path)
     plt.close(fig)
 
@@ -76,9 +78,18 @@ def depth_utility(report: dict, path: Path) -> None:
         vals = [_nan(m[key]["mean"]) for m in ms]
         err = [m[key]["std"] or 0 for m in ms] if any(m[key]["std"] for m in ms) else None
         ax.bar(x + off, vals, 0.36, yerr=err, capsize=3, label=lab)
+    th = report["thresholds"]["gap_min_pp"]
+    for i, m in enumerate(ms):  # the D3 verdict over each pair: gap in pp, PASS/FLAG against the threshold
+        c = m["checks"]["D3"]
+        top = np.nanmax([_nan(m["trained_test_acc"]["mean"]), _nan(m["frozen_test_acc"]["mean"]), 0.0])
+        txt = "diverged" if c["value"] is None else f"{c['value']:+.1f} pp\n{c['status']}"
+        ax.annotate(txt, (i, top), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=7,
+                    color="C3" if c["status"] == "FLAG" else "0.2")
     ax.set_xticks(x, [m["method"] for m in ms])
     ax.set_ylabel("test accuracy")
-    ax.set_title("D3: depth utility")
+    ax.margins(y=0.2)
+    err_note = "; error bars: std over seeds" if any(m["trained_test_acc"]["std"] for m in ms) else ""
+    ax.set_title(f"D3: depth utility (FLAG when trained − frozen < {th:g} pp){err_note}", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
