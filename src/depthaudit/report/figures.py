@@ -22,8 +22,8 @@ def cosine_heatmaps(report: dict, path: Path) -> None:
     for ax, m in zip(axes[0], ms, strict=True):
         h = m["history"]
         grid = np.array([[_nan(v) for v in row] for row in h["per_layer_cosine"]], dtype=float).T  # (L+1, T)
-        cmap = plt.get_cmap("RdBu_r").copy()
-        cmap.set_bad("0.25")  # a missing/non-finite cosine (e.g. a diverged run) is dark grey, never white = 0
+        # a missing/non-finite cosine (e.g. a diverged run) is dark grey, never white = 0
+        cmap = plt.get_cmap("RdBu_r").with_extremes(bad="0.25")
         im = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", origin="lower", cmap=cmap, vmin=-1, vmax=1,
                        extent=(-0.5, len(h["epochs"]) - 0.5, -0.5, grid.shape[0] - 0.5) if grid.size else None)
         ax.set_title(m["method"])
