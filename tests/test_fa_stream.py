@@ -87,3 +87,18 @@ def test_fa_family_through_the_cli(tmp_path):
     assert base["fa_stream_identity"] is True and base["fa_head"] == "exact"
     m = build_method("fa-stream", build_model("resmlp", (7,), 5, 8, 2, None, 0), 0)
     assert isinstance(m, FAStream) and not m.identity
+
+
+def test_fa_family_side_by_side_in_the_ladder(tmp_path):
+    import json
+
+    out = tmp_path / "lad"
+    assert main(["ladder", "--dataset", "mnist1d", "--d-hidden", "24", "--num-blocks", "2", "--methods",
+                 "fa:head=exact", "fa-stream:identity", "--k-values", "0", "2", "--seeds", "1", "--epochs", "1",
+                 "--probe-batches", "1", "--probe-batch-size", "64", "--out", str(out)]) == 0
+    doc = json.loads((out / "ladder_d24_L2_mnist1d.json").read_text())
+    cfgs = {key: rec["config"] for key, rec in doc["runs"].items()}
+    assert cfgs["fa:head=exact/k2/s1"]["fa_head"] == "exact" and cfgs["fa:head=exact/k2/s1"]["method"] == "fa"
+    assert cfgs["fa-stream:identity/k0/s1"]["fa_stream_identity"] is True
+    table = (out / "ladder_d24_L2_mnist1d.md").read_text()
+    assert "| k (last blocks trained) | fa:head=exact | fa-stream:identity |" in table  # the variant names each column
