@@ -32,6 +32,7 @@ class Trace:
     logits: torch.Tensor  # (B, C), graph to readout params (and hL)
     gL: torch.Tensor | None = None  # ∂(Σ_b ℓ_b)/∂h_L when hL requires grad (after the readout pass)
     y: torch.Tensor | None = None  # the batch's labels (set by the readout pass; methods that need ℓ read them)
+    runs: int = 0  # R > 0: R independent runs stacked along a leading dim, every tensor (R, B, …) (see batched.py)
 
 
 def trace_forward(model: ResidualModel, x: torch.Tensor, *, input_grad: bool = False,
@@ -52,7 +53,7 @@ def trace_forward(model: ResidualModel, x: torch.Tensor, *, input_grad: bool = F
         h = h + f.detach()
         states.append(h)
     hL = h.detach().requires_grad_(input_grad)
-    return Trace(h0, states, inputs, outs, caches, hL, model.readout(hL))
+    return Trace(h0, states, inputs, outs, caches, hL, model.readout(hL), runs=getattr(model, "runs", 0))
 
 
 def readout_pass(tr: Trace, y: torch.Tensor, *, accumulate: bool = True) -> torch.Tensor:
@@ -61,7 +62,11 @@ def readout_pass(tr: Trace, y: torch.Tensor, *, accumulate: bool = True) -> torc
     Also fills ``tr.gL`` when ``tr.hL`` requires grad.
     """
     tr.y = y
-    loss = F.cross_entropy(tr.logits, y)
+    if tr.runs:  # the sum of R per-run mean losses: each run's parameters get exactly its own gradient
+        per_run = F.cross_entropy(tr.logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)
+        loss = per_run.sum()
+    else:
+        loss = F.cross_entropy(tr.logits, y)
     if accumulate:
         loss.backward()
         g = tr.hL.grad
@@ -70,20 +75,28 @@ def readout_pass(tr: Trace, y: torch.Tensor, *, accumulate: bool = True) -> torc
     else:
         g = None
     if g is not None:
-        tr.gL = g * y.shape[0]  # mean-loss gradient → per-example convention
-    return loss.detach()
+        tr.gL = g * y.shape[-1]  # mean-loss gradient → per-example convention (B = y's last dim)
+    return per_run.detach() if tr.runs else loss.detach()
 
 
 def output_error(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Per-example ``e = ∂ℓ_b/∂logits_b = softmax − onehot``, (B, C)."""
     # softmax in at least fp32 (half-precision logits would round e)
     e = torch.softmax(logits.detach().to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-    e[torch.arange(y.shape[0], device=y.device), y] -= 1.0
+    if y.dim() == 1:
+        e[torch.arange(y.shape[0], device=y.device), y] -= 1.0
+    else:  # stacked runs: (R, B) labels
+        e.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(e[..., :1], -1.0))
     return e.to(logits.dtype)
 
 
-def rms(c: torch.Tensor) -> torch.Tensor:
-    """One scalar over the whole batch credit tensor, floored so a zero credit gives a zero update."""
+def rms(c: torch.Tensor, runs: int = 0) -> torch.Tensor:
+    """One scalar over the whole batch credit tensor, floored so a zero credit gives a zero update.
+
+    With ``runs`` (stacked runs, ``c`` is (R, B, …)) one scalar per run, shaped (R, 1, …) to broadcast.
+    """
+    if runs:
+        return c.pow(2).flatten(1).mean(1).sqrt().clamp_min(torch.finfo(c.dtype).tiny).view(-1, *[1] * (c.dim() - 1))
     return c.pow(2).mean().sqrt().clamp_min(torch.finfo(c.dtype).tiny)
 
 
@@ -122,15 +135,18 @@ def local_update(model: ResidualModel, tr: Trace, credits: list[torch.Tensor], s
     ``scale_penalty`` is a :class:`Penalty` (or a float λ in the reference form).
     """
     pen = as_penalty(scale_penalty)
-    batch = tr.states[0].shape[0]
+    runs = tr.runs
+    batch = tr.states[0].shape[1 if runs else 0]
     outs, cots, params = [], [], []
     for blk, f, xin, c in zip(model.blocks, tr.outs, tr.inputs, credits[1:], strict=True):
         ps = [p for p in blk.parameters() if p.requires_grad]
         if not ps:
             continue  # frozen block
-        chat = c / rms(c)
-        if pen.lam > 0:
-            loss = (f * chat).sum() / batch + pen.lam * scale_penalty_terms(f, xin, pen.form).mean()
+        chat = c / rms(c, runs)
+        if pen.lam > 0:  # stacked runs: the sum of the runs' losses, each a batch mean
+            pen_mean = scale_penalty_terms(f.flatten(0, 1), xin.flatten(0, 1), pen.form).sum() / batch if runs \
+                else scale_penalty_terms(f, xin, pen.form).mean()
+            loss = (f * chat).sum() / batch + pen.lam * pen_mean
             outs.append(loss)
             cots.append(torch.ones_like(loss))
         else:
@@ -140,7 +156,7 @@ def local_update(model: ResidualModel, tr: Trace, credits: list[torch.Tensor], s
     eps = [p for p in model.embed.parameters() if p.requires_grad]
     if eps:
         outs.append(tr.h0)
-        cots.append(credits[0] / rms(credits[0]) / batch)
+        cots.append(credits[0] / rms(credits[0], runs) / batch)
         params += eps
     if outs:
         torch.autograd.backward(outs, cots, inputs=params)

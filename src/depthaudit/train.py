@@ -136,10 +136,10 @@ def cosine_lr(lr0: float, step: int, total: int) -> float:
     return lr0 * 0.5 * (1 + math.cos(math.pi * step / total))
 
 
-def fit(n: int, batch_size: int, budget: int, lr0: float, seed: int, device, step, evaluate_fn,
+def fit(n: int, batch_size: int, budget: int, lr0: float, seed, device, step, evaluate_fn,
         last_epoch: int | None = None, on_epoch_start=None, on_epoch_end=None, log=None,
-        budget_note: str = "") -> tuple[list[dict], str]:
-    """The one training loop: every run in depthaudit (recipe, depth families, growth) trains here.
+        budget_note: str = ""):
+    """The one training loop: every run in depthaudit (recipe, depth families, growth, stacked runs) trains here.
 
     Per epoch: ``on_epoch_start(epoch)`` (e.g. a growth insertion), a ``randperm`` shuffle on the device
     drawn from the run's shuffle seed, ``step(idx, lr)`` per batch with the cosine schedule from ``lr0``
@@ -148,46 +148,67 @@ def fit(n: int, batch_size: int, budget: int, lr0: float, seed: int, device, ste
     which may add keys to the epoch's record and return a stop status (e.g. ``"stopped_flagged"``).
     Training stops after ``last_epoch`` (default: the budget). A non-finite loss ends the run with status
     ``diverged``, recorded, never raised. Returns ``(history, status)``.
+
+    **Stacked runs** (``seed`` a list of R seeds, see :mod:`depthaudit.batched`): each run draws its own
+    shuffle, ``idx`` is (R, B), ``step`` returns (R,) losses, ``evaluate_fn`` returns two length-R lists and
+    ``on_epoch_end`` is a list of R callables; a run that diverges or stops is recorded and leaves the loop
+    while the others go on. Returns ``([history_r], [status_r])``.
     """
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    single = not isinstance(seed, (list, tuple))
+    seeds = [seed] if single else list(seed)
+    ends = [on_epoch_end] if single else list(on_epoch_end or [None] * len(seeds))
     last_epoch = budget if last_epoch is None else last_epoch
     steps_per_epoch = math.ceil(n / batch_size)
     total = max(1, budget * steps_per_epoch)
-    gen = torch.Generator(device=device).manual_seed(derive_seed(seed, "shuffle"))
-    history, status, step_i, t0 = [], "ok", 0, time.perf_counter()
+    gens = [torch.Generator(device=device).manual_seed(derive_seed(s, "shuffle")) for s in seeds]
+    histories, statuses = [[] for _ in seeds], ["ok"] * len(seeds)
+    active, step_i, t0 = list(range(len(seeds))), 0, time.perf_counter()
     tty = sys.stderr.isatty()
     for epoch in range(1, last_epoch + 1):
+        if not active:
+            break
         if on_epoch_start is not None:
             on_epoch_start(epoch)
-        perm = torch.randperm(n, device=device, generator=gen)
-        loss_sum = torch.zeros((), device=device)
+        perm = torch.stack([torch.randperm(n, device=device, generator=g) for g in gens])  # (R, n)
+        loss_sum = torch.zeros(len(seeds), device=device, dtype=torch.float64)  # (R,); fp64: no rounding drift
         lr = lr0
         for i in range(steps_per_epoch):
-            idx = perm[i * batch_size:(i + 1) * batch_size]
+            idx = perm[:, i * batch_size:(i + 1) * batch_size]  # (R, B)
             lr = cosine_lr(lr0, step_i, total)
-            loss = step(idx, lr)
-            loss_sum += loss.detach() * idx.shape[0]  # stays on the device: no per-step sync
+            loss = step(idx[0] if single else idx, lr)
+            loss_sum += loss.detach() * idx.shape[1]  # stays on the device: no per-step sync
             step_i += 1
             if tty and i % 50 == 0:
                 print(f"\r  epoch {epoch} step {i}/{steps_per_epoch}", end="", file=sys.stderr, flush=True)
-        train_loss = (loss_sum / n).item()  # sync point: once per epoch
-        test_loss, test_acc = evaluate_fn()
-        rec = {"epoch": epoch, "train_loss": _finite(train_loss), "test_loss": _finite(test_loss),
-               "test_acc": test_acc, "lr_end": lr, "seconds": round(time.perf_counter() - t0, 3)}
-        diverged = not (math.isfinite(train_loss) and math.isfinite(test_loss))
+        train_losses = (loss_sum / n).tolist()  # sync point: once per epoch
+        test_losses, test_accs = evaluate_fn()
+        if single:
+            test_losses, test_accs = [test_losses], [test_accs]
         of = f"{epoch}/{budget}" + (f" (stop after {last_epoch})" if last_epoch != budget else "")
-        log(f"{chr(13) if tty else ''}{budget_note}epoch {of}  train_loss {train_loss:.4f}  "
-            f"test_loss {test_loss:.4f}  test_acc {test_acc:.4f}  [{rec['seconds']:.1f}s]")
-        stop = on_epoch_end(epoch, rec, diverged) if on_epoch_end is not None else None
-        history.append(rec)
-        if diverged:
-            status = "diverged"
-            log(f"diverged at epoch {epoch}: non-finite loss; stopping and recording the run")
-            break
-        if stop:
-            status = stop
-            break
-    return history, status
+        secs = round(time.perf_counter() - t0, 3)
+        if single:
+            log(f"{chr(13) if tty else ''}{budget_note}epoch {of}  train_loss {train_losses[0]:.4f}  "
+                f"test_loss {test_losses[0]:.4f}  test_acc {test_accs[0]:.4f}  [{secs:.1f}s]")
+        else:
+            accs = [test_accs[r] for r in active]
+            log(f"{chr(13) if tty else ''}{budget_note}epoch {of}  {len(active)} stacked runs  "
+                f"test_acc {min(accs):.4f}–{max(accs):.4f}  [{secs:.1f}s]")
+        for r in list(active):
+            rec = {"epoch": epoch, "train_loss": _finite(train_losses[r]), "test_loss": _finite(test_losses[r]),
+                   "test_acc": test_accs[r], "lr_end": lr, "seconds": secs}
+            diverged = not (math.isfinite(train_losses[r]) and math.isfinite(test_losses[r]))
+            stop = ends[r](epoch, rec, diverged) if ends[r] is not None else None
+            histories[r].append(rec)
+            who = "" if single else f"run {r}: "
+            if diverged:
+                statuses[r] = "diverged"
+                active.remove(r)
+                log(f"{who}diverged at epoch {epoch}: non-finite loss; stopping and recording the run")
+            elif stop:
+                statuses[r] = stop
+                active.remove(r)
+    return (histories[0], statuses[0]) if single else (histories, statuses)
 
 
 def plain_step(model: torch.nn.Module, opt: torch.optim.Optimizer, data, loss_fn=F.cross_entropy):

@@ -24,6 +24,9 @@ class CreditMethod:
     needs_cache: ClassVar[bool] = False  # keep per-block forward caches (feedback VJPs)
     exact_credits: ClassVar[bool] = False  # credits are exactly BP's (diagnostics reuse the reference)
     random_feedback: ClassVar[bool] = False  # fixed random feedback drawn from the seed (fresh-B null applies)
+    # runs of this method can train stacked in one process (batched.py): credits broadcast over a leading
+    # run dim and the method's whole state is its state_dict's tensors
+    stackable: ClassVar[bool] = False
     # spec options: ``name:key=value`` in ``--methods`` sets the run-config field ``options[key]`` for that row
     options: ClassVar[dict[str, str]] = {}
 
@@ -66,6 +69,26 @@ class CreditMethod:
 
     def after_step(self, model: ResidualModel, lr: float = 0.0, weight_decay: float = 0.0) -> None:
         """Called after the optimizers step with that step's lr and weight decay (learning feedback)."""
+
+    @classmethod
+    def stack(cls, methods: list["CreditMethod"], model: ResidualModel, trains: dict[str, torch.Tensor]):
+        """One method for R stacked runs: ``methods[0]``'s options, every state tensor stacked (R, …).
+
+        ``model`` is the stacked model; ``trains[group]`` is the (R,) mask of runs whose group trains.
+        """
+        import copy
+
+        stacked = copy.deepcopy(methods[0])
+        states = [m.state_dict() for m in methods]
+        stacked.load_state_dict({k: torch.stack([s[k] for s in states]) for k in states[0]})
+        device = next(model.parameters()).device
+        return stacked.to(device) if hasattr(stacked, "to") else stacked
+
+    def unstack(self, methods: list["CreditMethod"], runs: list[int] | None = None) -> None:
+        """Write run r's slice of this stacked method's state back into ``methods[r]`` (all runs or ``runs``)."""
+        state = self.state_dict()
+        for r in range(len(methods)) if runs is None else runs:
+            methods[r].load_state_dict({k: v[r] for k, v in state.items()})
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Feedback tensors to save with a checkpoint."""

@@ -33,6 +33,7 @@ class BP(CreditMethod):
     name = "bp"
     needs_input_grad = True
     exact_credits = True
+    stackable = True
     fast = True
 
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
@@ -48,7 +49,7 @@ class BP(CreditMethod):
         costs two activation-sized products per block instead of a pass over every gradient. The
         penalty needs the surrogate itself, so it takes the generic path.
         """
-        if as_penalty(scale_penalty).lam > 0 or not self.fast:
+        if as_penalty(scale_penalty).lam > 0 or not self.fast or getattr(model, "runs", 0):
             return super().step(model, x, y, scale_penalty)
         batch = x.shape[0]
         h = model.embed(x)

@@ -20,6 +20,7 @@ class DFA(CreditMethod):
 
     name = "dfa"
     random_feedback = True
+    stackable = True
 
     def __init__(self, model: ResidualModel, seed: int):
         super().__init__(model, seed)
@@ -36,7 +37,7 @@ class DFA(CreditMethod):
         """``c_l = (e @ B_lᵀ)`` reshaped to ``h_l``."""
         if not self.feedback:
             self._draw(tr.states, e.shape[1])
-        return [(e @ self.feedback[f"B{i}"].T).view_as(h) for i, h in enumerate(tr.states)]
+        return [(e @ self.feedback[f"B{i}"].mT).view_as(h) for i, h in enumerate(tr.states)]
 
     def state_dict(self):
         """The fixed projections."""

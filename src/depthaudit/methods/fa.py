@@ -20,6 +20,7 @@ class FA(CreditMethod):
 
     name = "fa"
     random_feedback = True
+    stackable = True
     options = {"head": "fa_head"}
     needs_cache = True
 

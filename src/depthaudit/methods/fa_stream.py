@@ -24,6 +24,7 @@ class FAStream(CreditMethod):
     name = "fa-stream"
     needs_input_grad = True  # c_L is the exact readout gradient (Trace.gL)
     random_feedback = True
+    stackable = True
     options = {"identity": "fa_stream_identity", "scale": "fa_stream_scale"}
 
     def __init__(self, model: ResidualModel, seed: int, identity: bool = False, scale: float = 1.0):
@@ -62,7 +63,7 @@ class FAStream(CreditMethod):
         out = [c]
         for i in range(self.num_blocks, 0, -1):
             b = self.feedback[f"B{i}"]
-            cb = (c.movedim(self.dim, -1) @ b.T).movedim(-1, self.dim)  # acts on the feature dimension
+            cb = (c.movedim(self.dim, -1) @ b.mT).movedim(-1, self.dim)  # acts on the feature dimension
             c = c + cb if self.identity else cb
             out.append(c)
         return out[::-1]

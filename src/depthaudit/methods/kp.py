@@ -29,6 +29,17 @@ class KolenPollack(FA):
             self._weights[f"readout.{k}"] = w
         # stored: D = B − W (so that B tracks W's every update exactly)
         self.feedback = {k: b - self._weights[k].detach() for k, b in self.feedback.items()}
+        self._masks: dict[str, torch.Tensor] | None = None  # stacked runs: (R,) runs whose weight trains
+
+    @classmethod
+    def stack(cls, methods, model, trains):
+        """Stacked ``D``; the decay applies per run only where that run's weight trains."""
+        stacked = super().stack(methods, model, trains)
+        stacked._weights = {f"block{i}.{k}": w for i, blk in enumerate(model.blocks, start=1)
+                            for k, w in blk.feedback_weights().items()}
+        stacked._weights.update({f"readout.{k}": w for k, w in model.readout.feedback_weights().items()})
+        stacked._masks = {k: trains[k.split(".")[0]] for k in stacked.feedback}
+        return stacked
 
     def matrix(self, key: str, weight: torch.Tensor) -> torch.Tensor:
         """``B = W + D``."""
@@ -38,7 +49,10 @@ class KolenPollack(FA):
     def after_step(self, model, lr=0.0, weight_decay=0.0):
         """``D ← (1 − lr·wd)·D`` for every trained weight."""
         for k, d in self.feedback.items():
-            if self._weights[k].requires_grad:
+            if self._masks is not None:  # stacked runs (R, …): decay where the run's weight trains
+                keep = torch.tensor(1.0 - lr * weight_decay, dtype=d.dtype, device=d.device)
+                d.mul_(torch.where(self._masks[k], keep, 1.0).view(-1, *[1] * (d.dim() - 1)))
+            elif self._weights[k].requires_grad:
                 d.mul_(1.0 - lr * weight_decay)
 
     def to(self, device) -> "KolenPollack":

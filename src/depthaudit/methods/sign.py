@@ -23,7 +23,7 @@ class USF(FA):
 
     def matrix(self, key: str, weight: torch.Tensor) -> torch.Tensor:
         """``sign(W)`` times the init std of W."""
-        return torch.sign(weight.detach()) * (3 * weight.shape[1]) ** -0.5
+        return torch.sign(weight.detach()) * (3 * weight.shape[-1]) ** -0.5
 
 
 @METHODS.register("frsf")
@@ -42,6 +42,7 @@ class BRSF(FA):
     """Batchwise random-magnitude sign-concordant feedback: fresh ``|R_t|`` at every step."""
 
     name = "brsf"
+    stackable = False  # one magnitude stream per run, drawn in run order: stacked runs would draw differently
 
     def __init__(self, model: ResidualModel, seed: int):
         super().__init__(model, seed)

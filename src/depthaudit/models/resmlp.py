@@ -152,6 +152,7 @@ DEFAULT_RATIO = {"ref": 1, "v0.1": 4}  # the block's expansion when --mlp-ratio 
 
 class _ResMLPBase(ResidualModel):
     readout_cls: type = LNReadout
+    stackable = True  # no buffers: R runs can train stacked (batched.py)
 
     def __init__(self, input_shape, num_classes: int, d_hidden: int = 256, num_blocks: int = 4,
                  mlp_ratio: int | None = None, seed: int = 0, variant: str = "ref"):

@@ -1,0 +1,299 @@
+"""Stacked runs: R runs that share an architecture train together as one, in one process.
+
+Runs of one model family and shape — different seeds, different trainable blocks (ladder rungs, the
+audit's trained/frozen pair), different random feedback — are independent, so they can share every
+kernel launch. Each parameter is stacked along a leading run dimension, ``(R, *shape)``, and each
+module is called under ``torch.func.vmap`` (batched matmuls, no Python loop over runs). The recipe
+(``recipe.py``) sees ``Trace.runs = R``: the loss is the sum of the runs' mean losses, so each run's
+parameters get exactly their own gradient, and ``rms`` is taken per run. Each run keeps its own data
+order (:func:`depthaudit.train.fit`), augmentation stream, feedback (its method's state, stacked), frozen
+mask and tracker.
+
+AdamW is elementwise, so one optimizer over stacked parameters is R independent ones — except that
+decoupled weight decay moves a weight whose gradient is zero, so a block frozen in run r would drift.
+:class:`MaskedAdamW` therefore applies each update only where the run trains that group; a frozen
+block stays bit-identical to its init (tested), as when it trains alone.
+
+What can stack: a model class with ``stackable = True`` (no buffers) under a method with
+``stackable = True``, same config except seed and ``train_blocks`` (:func:`group_key`). Law tests
+(tests/test_batched.py): every run of a stacked group equals the same run trained alone, fp64, ≤ 1e-10.
+"""
+
+import math
+import time
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+from .config import TrainConfig, derive_seed
+from .data import DataBundle
+from .data.augment import augment_batch
+from .errors import UsageError
+from .methods import METHODS, CreditMethod
+from .models import MODELS, ResidualModel
+from .recipe import Penalty
+from .train import RunOutput, build, fit
+
+
+class _Call(nn.Module):
+    """Calls ``inner.<fn>`` so :func:`functional_call` can run any method of a module, not only forward."""
+
+    def __init__(self, inner: nn.Module, fn: str):
+        super().__init__()
+        self.inner, self.fn = inner, fn
+
+    def forward(self, *args):
+        return getattr(self.inner, self.fn)(*args)
+
+
+class StackedModule(nn.Module):
+    """R copies of one module as one: each parameter stacked to (R, *shape), every call vmapped over runs."""
+
+    def __init__(self, modules: list[nn.Module]):
+        super().__init__()
+        template = modules[0]
+        if any(True for _ in template.buffers()):
+            raise UsageError(f"{type(template).__name__} has buffers; it cannot train stacked (use --batch-runs 1)")
+        self.names = [n for n, _ in template.named_parameters()]
+        per = [dict(m.named_parameters()) for m in modules]
+        self.params = nn.ParameterList(
+            nn.Parameter(torch.stack([p[n].detach() for p in per]), requires_grad=any(p[n].requires_grad for p in per))
+            for n in self.names)
+        self.__dict__["template"] = template  # not a submodule: its own parameters are never trained here
+        self._ids = {id(p): i for i, p in enumerate(template.parameters())}
+
+    def call(self, fn: str, *args, shared: tuple[bool, ...] = ()):
+        """``template.<fn>(*args)`` per run; args are (R, …) unless ``shared[i]`` (the same for every run)."""
+        params = {f"inner.{n}": p for n, p in zip(self.names, self.params, strict=True)}
+        mod = _Call(self.template, fn)
+        dims = tuple(None if (i < len(shared) and shared[i]) else 0 for i in range(len(args)))
+        return vmap(lambda ps, *a: functional_call(mod, ps, a), in_dims=(0, *dims))(params, *args)
+
+    def forward(self, x: torch.Tensor, shared: bool = False) -> torch.Tensor:
+        """The module on (R, B, …) inputs, or on one (B, …) input shared by all runs."""
+        return self.call("forward", x, shared=(shared,))
+
+    def forward_cached(self, x: torch.Tensor):
+        """The block's forward and its VJP cache, per run."""
+        return self.call("forward_cached", x)
+
+    def fa_vjp(self, cache, g: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The feedback VJP per run, each run with its own feedback slice of ``fb``."""
+        return self.call("fa_vjp", cache, g, fb)
+
+    def feedback_weights(self) -> dict[str, torch.Tensor]:
+        """The stacked (R, out, in) versions of the template's feedback weights."""
+        return {k: self.params[self._ids[id(w)]] for k, w in self.template.feedback_weights().items()}
+
+    @torch.no_grad()
+    def write_back(self, modules: list[nn.Module], runs: list[int] | None = None) -> None:
+        """Copy run r's slice into ``modules[r]`` (every run, or those in ``runs``)."""
+        for r in range(len(modules)) if runs is None else runs:
+            for n, p in zip(self.names, self.params, strict=True):
+                dict(modules[r].named_parameters())[n].copy_(p[r])
+
+
+class StackedModel(ResidualModel):
+    """R models of one architecture: ``embed → blocks → readout``, each a :class:`StackedModule`."""
+
+    def __init__(self, models: list[ResidualModel]):
+        super().__init__()
+        self.runs = len(models)
+        self.embed = StackedModule([m.embed for m in models])
+        self.blocks = nn.ModuleList(StackedModule([m.blocks[i] for m in models]) for i in range(len(models[0].blocks)))
+        self.readout = StackedModule([m.readout for m in models])
+        if hasattr(models[0], "feature_dim"):
+            self.feature_dim = models[0].feature_dim
+
+    def forward(self, x: torch.Tensor, shared: bool = False) -> torch.Tensor:
+        """Logits (R, B, C) from (R, B, …) inputs, or from one (B, …) input every run sees."""
+        h = self.embed(x, shared=shared)
+        for blk in self.blocks:
+            h = h + blk(h)
+        return self.readout(h)
+
+    def write_back(self, models: list[ResidualModel], runs: list[int] | None = None) -> None:
+        """Copy each run's parameters into its own model."""
+        for m in [self.embed, *self.blocks, self.readout]:
+            name = "embed" if m is self.embed else "readout" if m is self.readout else None
+            own = [mm.embed if name == "embed" else mm.readout if name == "readout"
+                   else mm.blocks[list(self.blocks).index(m)] for mm in models]
+            m.write_back(own, runs)
+
+
+class MaskedAdamW:
+    """AdamW over stacked parameters, each update applied only to the runs that train its group.
+
+    The arithmetic is torch's single-tensor AdamW step, elementwise, so run r's slice follows exactly
+    the update it would get from its own ``torch.optim.AdamW`` (tested in fp64).
+    """
+
+    def __init__(self, groups: list[tuple[list[nn.Parameter], torch.Tensor]], lr: float, weight_decay: float,
+                 betas=(0.9, 0.999), eps: float = 1e-8):
+        self.groups = [(ps, mask) for ps, mask in groups if ps]
+        self.lr, self.wd, self.betas, self.eps, self.t = lr, weight_decay, betas, eps, 0
+        self.state = {id(p): (torch.zeros_like(p), torch.zeros_like(p)) for ps, _ in self.groups for p in ps}
+
+    def zero_grad(self) -> None:
+        """Drop every gradient."""
+        for ps, _ in self.groups:
+            for p in ps:
+                p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One AdamW step per run where the run trains the group; elsewhere nothing moves."""
+        self.t += 1
+        b1, b2 = self.betas
+        bc1, bc2 = 1 - b1**self.t, 1 - b2**self.t
+        for ps, mask in self.groups:
+            for p in ps:
+                if p.grad is None:
+                    continue
+                m = mask.view(-1, *[1] * (p.dim() - 1))  # (R, 1, …)
+                exp_avg, exp_avg_sq = self.state[id(p)]
+                new = p * (1 - self.lr * self.wd)
+                exp_avg.lerp_(p.grad, 1 - b1)
+                exp_avg_sq.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                denom = (exp_avg_sq.sqrt() / math.sqrt(bc2)).add_(self.eps)
+                new.addcdiv_(exp_avg, denom, value=-self.lr / bc1)
+                p.copy_(torch.where(m, new, p))
+
+
+def group_key(cfg: TrainConfig) -> str | None:
+    """What runs must share to train stacked (their config but seed and ``train_blocks``); None if they can't."""
+    method, model = METHODS.get(cfg.method), MODELS.get(cfg.arch)
+    if not (getattr(method, "stackable", False) and getattr(model, "stackable", False)):
+        return None
+    if cfg.warm_start or cfg.credit_mix is not None:
+        return None
+    d = replace(cfg, seed=0, train_blocks="all").to_dict()
+    return repr(sorted(d.items()))
+
+
+class StackedStepper:
+    """One optimisation step of R stacked runs under the recipe (the stacked :class:`train.Stepper`)."""
+
+    def __init__(self, cfgs: list[TrainConfig], data: DataBundle, models: list[ResidualModel],
+                 methods: list[CreditMethod]):
+        cfg = cfgs[0]
+        self.cfg, self.data, self.runs = cfg, data, len(cfgs)
+        if cfg.augment != "none" and (data.pad_value is None or data.x_train.dim() != 4):
+            raise UsageError(f"--augment {cfg.augment}: {data.name} is not an image dataset; use --augment none")
+        self.model = StackedModel(models)
+        device = data.x_train.device
+        # (R,) per group: run r trains it when every parameter of that group requires grad in run r
+        self.trains = {g: torch.tensor([bool(m.groups()[g]) and all(p.requires_grad for p in m.groups()[g])
+                                        for m in models], device=device) for g in models[0].groups()}
+        stacked_groups = self.model.groups()
+        self.opt = MaskedAdamW([([p for p in stacked_groups[g] if p.requires_grad], self.trains[g])
+                                for g in stacked_groups], cfg.lr, cfg.weight_decay)
+        self.method = type(methods[0]).stack(methods, self.model, self.trains)
+        self.penalty = Penalty(cfg.scale_penalty, cfg.penalty_form)
+        self.aug_gens = [torch.Generator(device=device).manual_seed(derive_seed(c.seed, "augment")) for c in cfgs]
+
+    def __call__(self, idx: torch.Tensor, lr: float) -> torch.Tensor:
+        """Train run r on rows ``idx[r]`` (idx (R, B)); returns the (R,) batch mean losses on the device."""
+        self.opt.lr = lr
+        self.opt.zero_grad()
+        x = self.data.x_train[idx]  # (R, B, …)
+        if self.cfg.augment != "none":  # each run's own crop/flip stream, as when it trains alone
+            x = torch.stack([augment_batch(x[r], self.cfg.augment, self.data.pad_value, g)
+                             for r, g in enumerate(self.aug_gens)])
+        loss = self.method.step(self.model, x, self.data.y_train[idx], self.penalty)
+        self.opt.step()
+        self.method.after_step(self.model, lr, self.cfg.weight_decay)
+        return loss
+
+
+@torch.no_grad()
+def evaluate_stacked(model: StackedModel, x: torch.Tensor, y: torch.Tensor, batch: int = 1000):
+    """Per-run (mean loss, accuracy) lists over ``x``, which every run sees; one host sync."""
+    runs = model.runs
+    loss = torch.zeros(runs, device=x.device)
+    correct = torch.zeros(runs, device=x.device, dtype=torch.long)
+    for i in range(0, x.shape[0], batch):
+        logits, yb = model(x[i:i + batch], shared=True), y[i:i + batch]  # (R, b, C)
+        loss += F.cross_entropy(logits.float().flatten(0, 1), yb.repeat(runs), reduction="none").view(runs, -1).sum(1)
+        correct += (logits.argmax(-1) == yb).sum(1)
+    n = y.numel()
+    return (loss / n).tolist(), (correct.double() / n).tolist()  # sync point: once per evaluation
+
+
+def train_stacked(cfgs: list[TrainConfig], data: DataBundle, log=None, trackers=None,
+                  monitors=None) -> list[RunOutput]:
+    """Train R runs stacked; returns what :func:`depthaudit.train.train` would return for each, in order.
+
+    Every run is built exactly as when it trains alone (same init, same feedback), stacked, trained by
+    :func:`depthaudit.train.fit`, and written back into its own model and method, which the trackers read
+    (at init, and after each epoch the schedule measures) and the results keep.
+    """
+    log = log or (lambda m: None)
+    runs = len(cfgs)
+    keys = {group_key(c) for c in cfgs}
+    if None in keys or len(keys) != 1 or len({c.epochs_run for c in cfgs}) != 1:
+        raise UsageError("these runs cannot train stacked (different shapes, budgets or a method that does not "
+                         "stack); use --batch-runs 1")
+    trackers, monitors = trackers or [None] * runs, monitors or [None] * runs
+    if any(m is not None and m.stop_on_flag for m in monitors):
+        raise UsageError("--stop-on-flag ends runs at different epochs; train them one by one (--batch-runs 1)")
+    built = [build(c, data) for c in cfgs]
+    models, methods = [b[0] for b in built], [b[1] for b in built]
+    x0, y0 = data.x_train[:2], data.y_train[:2]
+    for m, meth in zip(models, methods, strict=True):
+        meth.probe(m, x0, y0)  # draws any lazily drawn feedback (DFA, fa-stream) before it is stacked
+    t0 = time.perf_counter()
+    last_epoch = cfgs[0].epochs_run
+    probe_init = [t(0, m, meth, last_epoch == 0) if t else None
+                  for t, m, meth in zip(trackers, models, methods, strict=True)]
+    stepper = StackedStepper(cfgs, data, models, methods)
+    done: set[int] = set()
+
+    def end_of(r: int):
+        def on_epoch_end(epoch: int, rec: dict, diverged: bool) -> str | None:
+            tracker, monitor = trackers[r], monitors[r]
+            stop_now = monitor is not None and monitor.stop_on_flag
+            final = diverged or epoch == last_epoch or stop_now
+            measured = None
+            if tracker:  # run r's state, written back into its own model and method, for its tracker
+                stepper.model.write_back(models, [r])
+                stepper.method.unstack(methods, [r])
+                measured = tracker(epoch, models[r], methods[r], final=final)
+            status = None
+            if measured is not None:
+                rec["probe"] = measured
+                fired = monitor.update(epoch, measured) if monitor is not None else []
+                for name in fired:
+                    log(f"  run {r} monitor: {name} fired at epoch {epoch} ({monitor.describe(name)})")
+                if fired and monitor.should_stop and not diverged:
+                    status = "stopped_flagged"
+            if diverged or status:  # keep its state as it stopped; the others go on
+                stepper.model.write_back(models, [r])
+                stepper.method.unstack(methods, [r])
+                done.add(r)
+            return status
+        return on_epoch_end
+
+    histories, statuses = fit(data.x_train.shape[0], cfgs[0].batch_size, cfgs[0].epochs, cfgs[0].lr,
+                              [c.seed for c in cfgs], torch.device(cfgs[0].device), stepper,
+                              lambda: evaluate_stacked(stepper.model, data.x_test, data.y_test),
+                              last_epoch=last_epoch, on_epoch_end=[end_of(r) for r in range(runs)], log=log,
+                              budget_note=f"[{runs} stacked] ")
+    rest = [r for r in range(runs) if r not in done]
+    stepper.model.write_back(models, rest)
+    stepper.method.unstack(methods, rest)
+    seconds = (time.perf_counter() - t0) / runs  # the group's time, shared
+    outs = []
+    for r, c in enumerate(cfgs):
+        history, status = histories[r], statuses[r]
+        last = history[-1] if history else {}
+        final = {"test_acc": last.get("test_acc"), "test_loss": last.get("test_loss"),
+                 "train_loss": last.get("train_loss"), "epochs_completed": len(history), "budget_epochs": c.epochs,
+                 "diverged_at_epoch": last.get("epoch") if status == "diverged" else None,
+                 "stopped_at_epoch": last.get("epoch", 0) if status == "stopped_flagged" else None}
+        outs.append(RunOutput(status, history, final, seconds, models[r], methods[r], probe_init[r],
+                              monitors[r].to_dict() if monitors[r] is not None else None))
+    return outs
