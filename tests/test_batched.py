@@ -8,6 +8,7 @@ import torch
 from depthaudit.batched import MaskedAdamW, StackedStepper, group_key, train_stacked
 from depthaudit.config import TrainConfig
 from depthaudit.data.base import DataBundle
+from depthaudit.errors import UsageError
 from depthaudit.methods import build_method
 from depthaudit.models import build_model
 from depthaudit.train import Stepper, fit, train
@@ -38,7 +39,8 @@ def _build64(cfg: TrainConfig, data: DataBundle):
 def _cfgs(method, **kw):
     base = TrainConfig(dataset="toy", arch="resmlp", d_hidden=16, num_blocks=3, method=method, epochs=2,
                        batch_size=32, lr=3e-3, augment="none", device="cpu", **kw)
-    return [replace(base, seed=s, train_blocks=tb) for s, tb in [(1, "all"), (2, "none"), (3, "last:1"), (1, "first:2")]]
+    runs = [(1, "all"), (2, "none"), (3, "last:1"), (1, "first:2")]
+    return [replace(base, seed=s, train_blocks=tb) for s, tb in runs]
 
 
 def _alone(cfg, data):
@@ -125,7 +127,7 @@ def test_a_diverging_run_does_not_touch_its_neighbours():
     data = _data(torch.float32)
     cfgs = _cfgs("bp")[:2]
     cfgs = [replace(cfgs[0], lr=1e9, weight_decay=0.0), cfgs[1]]
-    with pytest.raises(Exception):
+    with pytest.raises(UsageError, match="cannot train stacked"):
         train_stacked(cfgs, data)  # different lr: not one group
     cfgs = [replace(c, lr=5e3) for c in _cfgs("bp")[:2]]
     outs = train_stacked(cfgs, data)
@@ -140,3 +142,31 @@ def test_group_key_shares_seed_and_blocks_only():
     assert group_key(replace(a, lr=1e-2)) != group_key(a)
     assert group_key(replace(a, method="brsf")) is None  # draws per step in run order: does not stack
     assert group_key(replace(a, method="ep")) is None
+
+
+def test_ladder_and_audit_stacked_give_the_records_of_one_by_one(tmp_path):
+    import json
+
+    from depthaudit.cli import main
+
+    def ladder(out, n):
+        assert main(["ladder", "--dataset", "mnist1d", "--d-hidden", "16", "--num-blocks", "2", "--methods", "fa",
+                     "dfa", "--k-values", "0", "2", "--seeds", "1", "2", "--epochs", "1", "--probe-batches", "1",
+                     "--probe-batch-size", "64", "--out", str(out), "--batch-runs", str(n)]) == 0
+        return json.loads((out / "ladder_d16_L2_mnist1d.json").read_text())["runs"]
+
+    one, stacked = ladder(tmp_path / "one", 1), ladder(tmp_path / "stacked", 4)
+    assert one.keys() == stacked.keys()
+    for k in one:
+        a, b = one[k], stacked[k]
+        assert b["timing"]["stacked_runs"] == 4 and "stacked_runs" not in a["timing"]
+        assert set(a) == set(b) and a["config"] == b["config"] and a["status"] == b["status"]
+        assert abs(a["final"]["test_loss"] - b["final"]["test_loss"]) < 1e-5
+        pa, pb = a["history"][-1]["probe"], b["history"][-1]["probe"]
+        assert set(pa) == set(pb)
+    out = tmp_path / "audit"
+    assert main(["audit", "--methods", "bp", "fa-stream", "--epochs", "1", "--d-hidden", "16", "--num-blocks", "2",
+                 "--seeds", "1", "2", "--probe-batches", "1", "--probe-batch-size", "64", "--out", str(out),
+                 "--batch-runs", "4"]) == 0
+    recs = [json.loads(p.read_text()) for p in (out / "runs").glob("*/result.json")]
+    assert len(recs) == 8 and {r["timing"]["stacked_runs"] for r in recs} == {4}

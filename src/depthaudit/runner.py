@@ -87,20 +87,51 @@ def run_recipe(spec, data: DataBundle | None = None, log=None, argv=None) -> dic
     Loads the data when not given (a worker process), saves a checkpoint when the spec asks for one.
     """
     from .data import load_data
-    from .diagnostics import audit_monitor, audit_tracker
     from .train import train
 
     cfg = spec.cfg
     if data is None:
         data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
-    tracker = monitor = None
-    if spec.tracking:
-        t = spec.tracking
-        batches = probe_batches(data, cfg.seed, t["probe_batches"], t["probe_batch_size"])
-        tracker = audit_tracker(batches, t["every"], t["eps"], t.get("d1_stat", "median"), t.get("functional"))
-        monitor = audit_monitor(t)
+    tracker, monitor = _measurement(spec, data)
     run = train(cfg, data, log=log or (lambda m: None), tracker=tracker, monitor=monitor)
-    rec = result_record(cfg, data, run, argv, spec.tracking)
+    return _finish(spec, data, run, argv)
+
+
+def run_recipe_stacked(specs: list, data: DataBundle | None = None, log=None, argv=None) -> list[dict]:
+    """Several recipe specs that share an architecture (:func:`depthaudit.batched.group_key`), trained stacked.
+
+    Each record is what :func:`run_recipe` writes for that spec alone, plus ``timing.stacked_runs``.
+    """
+    from .batched import train_stacked
+    from .data import load_data
+
+    cfg = specs[0].cfg
+    if data is None:
+        data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
+    measured = [_measurement(s, data) for s in specs]
+    runs = train_stacked([s.cfg for s in specs], data, log=log or (lambda m: None),
+                         trackers=[m[0] for m in measured], monitors=[m[1] for m in measured])
+    recs = [_finish(s, data, run, argv) for s, run in zip(specs, runs, strict=True)]
+    for rec in recs:
+        rec["timing"]["stacked_runs"] = len(specs)
+    return recs
+
+
+def _measurement(spec, data: DataBundle):
+    """The spec's tracker and monitor (None, None without a tracking plan)."""
+    from .diagnostics import audit_monitor, audit_tracker
+
+    if not spec.tracking:
+        return None, None
+    t, cfg = spec.tracking, spec.cfg
+    batches = probe_batches(data, cfg.seed, t["probe_batches"], t["probe_batch_size"])
+    return (audit_tracker(batches, t["every"], t["eps"], t.get("d1_stat", "median"), t.get("functional")),
+            audit_monitor(t))
+
+
+def _finish(spec, data: DataBundle, run: RunOutput, argv) -> dict:
+    """The run's record; its checkpoint saved where the spec asks."""
+    rec = result_record(spec.cfg, data, run, argv, spec.tracking)
     if spec.checkpoint:
         save_torch(Path(spec.checkpoint), {"config": rec["config"], "model": run.model.state_dict(),
                                            "method": run.method.state_dict(), "status": run.status})

@@ -149,6 +149,53 @@ def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
     return (spec.runner or run_recipe)(spec, data, log, argv)
 
 
+def execute_group(specs: list[RunSpec], data=None, log=None, argv=None) -> list[dict]:
+    """Run a group of specs: one alone as :func:`execute`, several stacked in one process (batched.py)."""
+    from .runner import run_recipe_stacked
+
+    if len(specs) == 1:
+        return [execute(specs[0], data, log, argv)]
+    return run_recipe_stacked(specs, data, log, argv)
+
+
+def stack_groups(specs: list[RunSpec], cap: int) -> list[list[RunSpec]]:
+    """Specs in groups of at most ``cap`` that can train stacked; every other spec alone, order kept.
+
+    Specs stack when they run the recipe (no own runner) with configs that differ only in seed and
+    trainable blocks (each keeps its own tracking plan) under a stackable method and model (:func:`batched.group_key`);
+    runs that may stop early on a flag (``--stop-on-flag``) train alone.
+    """
+    from .batched import group_key
+
+    if cap <= 1:
+        return [[s] for s in specs]
+    groups: list[list[RunSpec]] = []
+    open_: dict[str, list[RunSpec]] = {}
+    for s in specs:
+        mon = (s.tracking or {}).get("monitor") or {}
+        key = group_key(s.cfg) if s.runner is None and isinstance(s.cfg, TrainConfig) \
+            and not mon.get("stop_on_flag") else None
+        if key is None:
+            groups.append([s])
+            continue
+        g = open_.get(key)
+        if g is None or len(g) >= cap:
+            g = open_[key] = []
+            groups.append(g)
+        g.append(s)
+    return groups
+
+
+def batch_cap(batch_runs: int | None, device: str) -> int:
+    """``--batch-runs``: a number as given; ``None`` (auto) = 16 on a CUDA device, 1 on the CPU.
+
+    On the CPU stacking measured no gain (benchmarks/bench_batched.py: 0.98×), so runs go one by one.
+    """
+    if batch_runs is not None:
+        return batch_runs
+    return 16 if str(device).startswith("cuda") else 1
+
+
 def _worker_init(threads: int, parent: int) -> None:
     """A worker: its thread share, dies with its parent (pid ``parent``), imports the parent's plug-ins."""
     torch.set_num_threads(threads)
@@ -187,11 +234,13 @@ def _summary(rec: dict) -> str:
 
 
 def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None, argv=None,
-              run_log=None) -> dict[str, dict]:
+              run_log=None, batch_runs: int = 1) -> dict[str, dict]:
     """Run every spec not already in ``store``; return ``{key: record}`` for all specs.
 
     ``jobs > 1`` trains in that many spawned processes (each loads the data from the cache and uses
-    ``cpu_count // jobs`` threads); only this process writes the store.
+    ``cpu_count // jobs`` threads); only this process writes the store. ``batch_runs > 1`` trains up to
+    that many runs that can share an architecture stacked in one process (:func:`stack_groups`); a
+    group's runs are stored together when it ends, so an interrupted sweep loses at most the groups in flight.
     """
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     results, pending = {}, []
@@ -204,25 +253,28 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
     if results:
         log(f"{len(results)} of {len(specs)} runs already finished in {store}; skipping them")
     prog = Progress(len(specs), len(results), log)
-    if jobs <= 1 or len(pending) <= 1:
-        for s in pending:
-            c = s.cfg
+    groups = stack_groups(pending, batch_runs)
+    if jobs <= 1 or len(groups) <= 1:
+        for g in groups:
+            c = g[0].cfg
             what = c.describe() + ", " if hasattr(c, "describe") else ""
             stop = f" (first {c.stop_after})" if getattr(c, "stop_after", None) else ""
-            log(f"run {s.key}: {what}seed {c.seed}, {c.epochs} epochs{stop}")
-            rec = execute(s, data, log=run_log, argv=argv)
-            store.put(s, rec)
-            results[s.key] = rec
-            prog.update(f"{s.key}: {_summary(rec)}")
+            if len(g) == 1:
+                log(f"run {g[0].key}: {what}seed {c.seed}, {c.epochs} epochs{stop}")
+            else:
+                log(f"{len(g)} runs stacked ({', '.join(s.key for s in g)}): {c.method}, {c.epochs} epochs{stop}")
+            for s, rec in zip(g, execute_group(g, data, log=run_log, argv=argv), strict=True):
+                store.put(s, rec)
+                results[s.key] = rec
+                prog.update(f"{s.key}: {_summary(rec)}")
         return results
     threads = max(1, (os.cpu_count() or 1) // jobs)
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_worker_init,
                              initargs=(threads, os.getpid())) as pool:
-        futs = {pool.submit(execute, s, None, None, argv): s for s in pending}
+        futs = {pool.submit(execute_group, g, None, None, argv): g for g in groups}
         for fut in as_completed(futs):
-            s = futs[fut]
-            rec = fut.result()
-            store.put(s, rec)
-            results[s.key] = rec
-            prog.update(f"{s.key}: {_summary(rec)}")
+            for s, rec in zip(futs[fut], fut.result(), strict=True):
+                store.put(s, rec)
+                results[s.key] = rec
+                prog.update(f"{s.key}: {_summary(rec)}")
     return results

@@ -37,7 +37,7 @@ POS_INT, NONNEG_INT, POS_FLOAT, NONNEG_FLOAT = number(int, 1), number(int, 0), n
 RANGES = {
     "lr": POS_FLOAT, "weight_decay": NONNEG_FLOAT, "scale_penalty": NONNEG_FLOAT, "batch_size": POS_INT,
     "epochs": NONNEG_INT, "stop_after": POS_INT, "d_hidden": POS_INT, "num_blocks": NONNEG_INT, "mlp_ratio": POS_INT,
-    "seed": number(int, 0, 2**63 - 1), "seeds": number(int, 0, 2**63 - 1), "jobs": POS_INT,
+    "seed": number(int, 0, 2**63 - 1), "seeds": number(int, 0, 2**63 - 1), "jobs": POS_INT, "batch_runs": POS_INT,
     "track_every": NONNEG_INT, "probe_batches": POS_INT, "probe_batch_size": number(int, 2),
     "fresh_b_draws": NONNEG_INT, "rho_max": POS_FLOAT, "eps": POS_FLOAT, "ref_factor": POS_FLOAT,
     "gap_min": number(float), "ep_beta": POS_FLOAT, "ep_steps": POS_INT, "ep_step_size": POS_FLOAT,
@@ -177,6 +177,14 @@ def audit_args(ap: argparse.ArgumentParser, out_default: str) -> None:
     g.add_argument("--gap-min", type=float, default=2.0, metavar="X", help="D3 flag when gap < X pp (default: 2)")
     out_arg(ap, out_default)
     ap.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
+    batch_runs_arg(ap)
+
+
+def batch_runs_arg(g) -> None:
+    """``--batch-runs N``: runs that share an architecture train stacked, N at most (depthaudit.batched)."""
+    g.add_argument("--batch-runs", type=int, default=None, metavar="N",
+                   help="train up to N runs of one shape stacked in one process; 1 = one by one "
+                   "(default: 16 on CUDA, 1 on CPU)")
 
 
 def out_arg(p, default, help_text: str = "output folder", shown: str = "--out", dest: str = "out") -> None:

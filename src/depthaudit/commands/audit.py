@@ -44,6 +44,7 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     from ..io import write_json, write_text
     from ..report import audit_markdown, audit_terminal
     from ..report.figures import audit_figures
+    from ..sweep import batch_cap
 
     acfg = _audit_config(a)
     base = acfg.base
@@ -53,7 +54,7 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
           f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}",
           file=sys.stderr)
     report = run_audit(acfg, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
-                       argv=["depthaudit", *argv], jobs=a.jobs)
+                       argv=["depthaudit", *argv], jobs=a.jobs, batch_runs=batch_cap(a.batch_runs, base.device))
     figures = audit_figures(report, out)
     report["figures"] = figures
     write_json(out / "report.json", report)
@@ -69,6 +70,7 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     from ..experiments.intervene import run_intervention
     from ..io import write_json, write_text
     from ..report.probes import intervention_figure, intervention_md
+    from ..sweep import batch_cap
 
     acfg = _audit_config(a)
     lambdas = [0.0, a.penalty] if a.penalty is not None else a.lambdas
@@ -78,7 +80,8 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     data = load_data(acfg.base.dataset, acfg.base.data_dir, acfg.base.download, torch.device(acfg.base.device))
     out = Path(a.out)
     res = run_intervention(acfg, lambdas, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
-                           argv=["depthaudit", *argv], jobs=a.jobs)
+                           argv=["depthaudit", *argv], jobs=a.jobs,
+                           batch_runs=batch_cap(a.batch_runs, acfg.base.device))
     table = intervention_md(res)
     intervention_figure(res, out / "intervention.png")
     write_json(out / "intervention.json", res)

@@ -8,7 +8,7 @@ import torch
 
 from ..errors import UsageError
 from ..io import check_output_dir
-from .args import add_train_args, check_probe_args, config_from_args, dedup_note, out_arg, probe_args
+from .args import add_train_args, batch_runs_arg, check_probe_args, config_from_args, dedup_note, out_arg, probe_args
 
 
 def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
@@ -16,7 +16,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     from ..data import load_data
     from ..experiments.ladder import LadderConfig, ladder_specs, open_store
     from ..report.ladder import ladder_report
-    from ..sweep import run_sweep
+    from ..sweep import batch_cap, run_sweep
 
     if a.gpu is not None:
         a.device = f"cuda:{a.gpu}"
@@ -44,6 +44,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
           f"{base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device}, "
           f"jobs {a.jobs} → {store}", file=sys.stderr)
     run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv],
+              batch_runs=batch_cap(a.batch_runs, base.device),
               run_log=(lambda m: print("    " + m, file=sys.stderr, flush=True)) if a.verbose else None)
     _, table = ladder_report(store.path, Path(a.audit_dir) if a.audit_dir else None)
     print(table)
@@ -112,6 +113,7 @@ def register(sub) -> None:
                    help="rungs k (default: 0..num_blocks)")
     g.add_argument("--gpu", type=int, default=None, metavar="N", help="use cuda:N (same as --device cuda:N)")
     g.add_argument("--jobs", type=int, default=1, help="trainings in parallel processes (default: %(default)s)")
+    batch_runs_arg(g)
     probe_args(g)
     out_arg(g, "results/depth_ladder", "folder for the ladder JSON, table and figure", shown="--output_dir",
             dest="output_dir")

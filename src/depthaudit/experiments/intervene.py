@@ -19,10 +19,11 @@ def _row(m: dict) -> dict:
         "cos_mean": m["standard_pair"]["aggregate_cosine_mean_per_layer"]}
 
 
-def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, argv=None, jobs: int = 1) -> dict:
+def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, argv=None, jobs: int = 1,
+                     batch_runs: int = 1) -> dict:
     """One audit per λ (all sharing one run store); rows per method and λ."""
     audits = {float(lam): run_audit(replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))), data, out,
-                                    log=log, argv=argv, jobs=jobs) for lam in lambdas}
+                                    log=log, argv=argv, jobs=jobs, batch_runs=batch_runs) for lam in lambdas}
     rows = []
     for i, m in enumerate(acfg.methods):
         rows.append({"method": m, "by_lambda": [{"lambda": lam, **_row(a["methods"][i])} for lam, a in audits.items()]})
