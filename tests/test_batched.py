@@ -52,13 +52,15 @@ def _alone(cfg, data):
 
 
 @pytest.mark.parametrize("spec", ["bp", "fa", "fa:head=exact", "dfa", "usf", "kp", "fa-stream",
-                                  "fa-stream:identity", "bp+penalty"])
+                                  "fa-stream:identity", "bp+penalty", "fa+lambdas", "fa+rel"])
 def test_every_stacked_run_equals_the_run_alone_fp64(spec):
     from depthaudit.methods import parse_method_spec
 
     name, _, extra = spec.partition("+")
-    kw = {"scale_penalty": 0.05} if extra == "penalty" else {}
+    kw = {"penalty": {"scale_penalty": 0.05}, "rel": {"scale_penalty": 0.05, "penalty_form": "rel"}}.get(extra, {})
     cfgs = [parse_method_spec(name, replace(c, **kw))[1] for c in _cfgs("bp")]
+    if extra == "lambdas":  # the intervention's grid: a different λ per run, one group
+        cfgs = [replace(c, scale_penalty=lam) for c, lam in zip(cfgs, (0.0, 0.05, 0.1, 0.0), strict=True)]
     data = _data()
     built = [_build64(c, data) for c in cfgs]
     init = [{k: v.clone() for k, v in m.state_dict().items()} for m, _ in built]

@@ -1,8 +1,9 @@
 """Stacked runs: R runs that share an architecture train together as one, in one process.
 
 Runs of one model family and shape — different seeds, different trainable blocks (ladder rungs, the
-audit's trained/frozen pair), different random feedback — are independent, so they can share every
-kernel launch. Each parameter is stacked along a leading run dimension, ``(R, *shape)``, and each
+audit's trained/frozen pair), different random feedback, different scale-penalty λ — are independent,
+so they can share every kernel launch. Each parameter is stacked along a leading run dimension,
+``(R, *shape)``, and each
 module is called under ``torch.func.vmap`` (batched matmuls, no Python loop over runs). The recipe
 (``recipe.py``) sees ``Trace.runs = R``: the loss is the sum of the runs' mean losses, so each run's
 parameters get exactly their own gradient, and ``rms`` is taken per run. Each run keeps its own data
@@ -15,7 +16,7 @@ decoupled weight decay moves a weight whose gradient is zero, so a block frozen 
 block stays bit-identical to its init (tested), as when it trains alone.
 
 What can stack: a model class with ``stackable = True`` (no buffers) under a method with
-``stackable = True``, same config except seed and ``train_blocks`` (:func:`group_key`). Law tests
+``stackable = True``, same config except seed, ``train_blocks`` and λ (:func:`group_key`). Law tests
 (tests/test_batched.py): every run of a stacked group equals the same run trained alone, fp64, ≤ 1e-10.
 """
 
@@ -164,13 +165,13 @@ class MaskedAdamW:
 
 
 def group_key(cfg: TrainConfig) -> str | None:
-    """What runs must share to train stacked (their config but seed and ``train_blocks``); None if they can't."""
+    """What runs must share to train stacked (their config but seed, ``train_blocks`` and λ); None if they can't."""
     method, model = METHODS.get(cfg.method), MODELS.get(cfg.arch)
     if not (getattr(method, "stackable", False) and getattr(model, "stackable", False)):
         return None
     if cfg.warm_start or cfg.credit_mix is not None:
         return None
-    d = replace(cfg, seed=0, train_blocks="all").to_dict()
+    d = replace(cfg, seed=0, train_blocks="all", scale_penalty=0.0).to_dict()
     return repr(sorted(d.items()))
 
 
@@ -192,7 +193,8 @@ class StackedStepper:
         self.opt = MaskedAdamW([([p for p in stacked_groups[g] if p.requires_grad], self.trains[g])
                                 for g in stacked_groups], cfg.lr, cfg.weight_decay)
         self.method = type(methods[0]).stack(methods, self.model, self.trains)
-        self.penalty = Penalty(cfg.scale_penalty, cfg.penalty_form)
+        lams = [c.scale_penalty for c in cfgs]  # λ may differ per run (the intervention's grid)
+        self.penalty = Penalty(max(lams), cfg.penalty_form, torch.tensor(lams, dtype=data.x_train.dtype, device=device))
         self.aug_gens = [torch.Generator(device=device).manual_seed(derive_seed(c.seed, "augment")) for c in cfgs]
 
     def __call__(self, idx: torch.Tensor, lr: float) -> torch.Tensor:

@@ -113,6 +113,7 @@ class Penalty:
 
     lam: float = 0.0
     form: str = "abs"
+    per_run: torch.Tensor | None = None  # stacked runs: (R,) λ of each run (then ``lam`` is their largest)
 
 
 def as_penalty(p) -> Penalty:
@@ -144,9 +145,13 @@ def local_update(model: ResidualModel, tr: Trace, credits: list[torch.Tensor], s
             continue  # frozen block
         chat = c / rms(c, runs)
         if pen.lam > 0:  # stacked runs: the sum of the runs' losses, each a batch mean
-            pen_mean = scale_penalty_terms(f.flatten(0, 1), xin.flatten(0, 1), pen.form).sum() / batch if runs \
-                else scale_penalty_terms(f, xin, pen.form).mean()
-            loss = (f * chat).sum() / batch + pen.lam * pen_mean
+            if runs:  # Σ_r λ_r · (run r's batch mean): each run gets exactly its own penalty gradient
+                terms = scale_penalty_terms(f.flatten(0, 1), xin.flatten(0, 1), pen.form).view(runs, -1)  # (R, B)
+                lam = pen.per_run if pen.per_run is not None else pen.lam
+                pen_term = (lam * terms.mean(1)).sum()
+            else:
+                pen_term = pen.lam * scale_penalty_terms(f, xin, pen.form).mean()
+            loss = (f * chat).sum() / batch + pen_term
             outs.append(loss)
             cots.append(torch.ones_like(loss))
         else:

@@ -8,7 +8,8 @@ cosines (Mode 2) move with it — reported as measured, whatever the data say.
 from dataclasses import replace
 from pathlib import Path
 
-from .audit import AuditConfig, run_audit
+from ..sweep import FolderStore, run_sweep
+from .audit import AuditConfig, audit_specs, run_audit
 
 LAMBDAS = (0.0, 1e-4, 1e-2, 1e-1)
 
@@ -21,7 +22,14 @@ def _row(m: dict) -> dict:
 
 def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, argv=None, jobs: int = 1,
                      batch_runs: int = 1) -> dict:
-    """One audit per λ (all sharing one run store); rows per method and λ."""
+    """One audit per λ (all sharing one run store); rows per method and λ.
+
+    Every λ's runs go through one sweep first, so with ``batch_runs > 1`` runs of different λ train stacked;
+    each audit then finds its runs stored.
+    """
+    grid = [replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))) for lam in lambdas]
+    run_sweep([s for g in grid for s in audit_specs(g)], FolderStore(Path(out) / "runs", data.sha256),
+              data=data, jobs=jobs, log=log, argv=argv, run_log=lambda m: log("    " + m), batch_runs=batch_runs)
     audits = {float(lam): run_audit(replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))), data, out,
                                     log=log, argv=argv, jobs=jobs, batch_runs=batch_runs) for lam in lambdas}
     rows = []
