@@ -52,7 +52,8 @@ def _alone(cfg, data):
 
 
 @pytest.mark.parametrize("spec", ["bp", "fa", "fa:head=exact", "dfa", "usf", "kp", "fa-stream",
-                                  "fa-stream:identity", "bp+penalty", "fa+lambdas", "fa+rel"])
+                                  "fa-stream:identity", "ep:steps=3", "ep:steps=3,credit=error", "bp+penalty",
+                                  "fa+lambdas", "fa+rel"])
 def test_every_stacked_run_equals_the_run_alone_fp64(spec):
     from depthaudit.methods import parse_method_spec
 

@@ -75,7 +75,7 @@ def readout_pass(tr: Trace, y: torch.Tensor, *, accumulate: bool = True) -> torc
     else:
         g = None
     if g is not None:
-        tr.gL = g * y.shape[-1]  # mean-loss gradient → per-example convention (B = y's last dim)
+        tr.gL = g * y.shape[1 if tr.runs else 0]  # mean-loss gradient → per-example convention (× B)
     return per_run.detach() if tr.runs else loss.detach()
 
 

@@ -33,6 +33,7 @@ class EP(CreditMethod):
     """Feed-forward EP: ``T`` gradient steps on the states of ``E + β·ℓ``; ``c_l = −Δh_l/β``."""
 
     name = "ep"
+    stackable = True  # the energy is a sum over examples (and stacked runs): each run relaxes on its own
     options = {"beta": "ep_beta", "steps": "ep_steps", "step_size": "ep_step_size", "credit": "ep_credit"}
 
     def __init__(self, model: ResidualModel, seed: int, beta: float = 0.5, steps: int = 20, step_size: float = 0.5,
@@ -54,7 +55,8 @@ class EP(CreditMethod):
         for blk, h in zip(model.blocks, hs, strict=True):
             e = e + 0.5 * (h - prev - blk(prev)).pow(2).sum()
             prev = h
-        return e, e + self.beta * F.cross_entropy(model.readout(hs[-1]), y, reduction="sum")
+        logits = model.readout(hs[-1])  # (B, C), or (R, B, C) for stacked runs: the sum spans every run
+        return e, e + self.beta * F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="sum")
 
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
         """Free states from the trace; the nudged phase by autograd on the states only (no ``.grad`` touched)."""
