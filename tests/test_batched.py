@@ -144,7 +144,7 @@ def test_group_key_shares_seed_and_blocks_only():
     assert group_key(a) == group_key(b) == group_key(c) == group_key(d) is not None
     assert group_key(replace(a, lr=1e-2)) != group_key(a)
     assert group_key(replace(a, method="brsf")) is None  # draws per step in run order: does not stack
-    assert group_key(replace(a, method="ep")) is None
+    assert group_key(replace(a, method="sb")) is None  # its own auxiliary network and optimizer
 
 
 def test_ladder_and_audit_stacked_give_the_records_of_one_by_one(tmp_path):

@@ -7,16 +7,13 @@ the runs in flight; runs already in the store are skipped and reported as such.
 
 import glob
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
-
-import torch
+from urllib.parse import quote, unquote
 
 from .config import TrainConfig
 from .errors import UsageError
@@ -80,15 +77,19 @@ class FolderStore:
 
 
 class FileStore:
-    """All runs of one configuration in one JSON file, rewritten atomically after every finished run.
+    """All runs of one configuration in one JSON file, assembled from one record file per run.
 
-    ``identity`` describes what every run in the file shares (e.g. the base config and the data hash);
-    a file holding a different identity is refused, never mixed.
+    Each finished run is written atomically under its own name in ``<file>.runs/`` by whichever process ran
+    it (a local worker, a Ray task, a SLURM array task), then the JSON is re-assembled from every record
+    there under a file lock and replaced atomically: two sweeps writing one store at once lose nothing, and
+    a worker killed mid-run loses only that run. ``identity`` describes what every run in the file shares
+    (e.g. the base config and the data hash); a file holding a different identity is refused, never mixed.
     """
 
     def __init__(self, path: Path, schema: str, identity: dict, meta: dict | None = None,
                  defaults: dict | None = None):
         self.path, self.schema, self.identity = Path(path), schema, identity
+        self.runs_dir = self.path.with_suffix(".runs")
         defaults = defaults or {}
         self.doc = {"schema": schema, "identity": identity, **(meta or {}), "runs": {}}
         if self.path.exists():
@@ -104,21 +105,73 @@ class FileStore:
                 raise UsageError(f"{self.path} holds runs of a different configuration (differs in: "
                                  f"{', '.join(diff) or 'schema'}); use another output folder or move the file")
             self.doc["runs"] = old.get("runs", {})
+        self.doc["runs"].update(read_run_files(self.runs_dir))
+
+    def _run_path(self, key: str) -> Path:
+        return self.runs_dir / (quote(key, safe="") + ".json")
 
     def get(self, spec: RunSpec) -> dict | None:
-        """The stored record for ``spec.key`` if its config and tracking match."""
-        rec = self.doc["runs"].get(spec.key)
+        """The stored record for ``spec.key`` if its config and tracking match (a record file counts too)."""
+        rec = self.doc["runs"].get(spec.key) or read_run_files(self.runs_dir, [spec.key]).get(spec.key)
         if rec and spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking:
             return rec
         return None
 
     def put(self, spec: RunSpec, rec: dict) -> None:
-        """Add a finished run and rewrite the file atomically."""
-        self.doc["runs"][spec.key] = rec
-        write_json(self.path, self.doc)
+        """Write the run's own record file, then re-assemble the JSON from every record (under a lock)."""
+        write_json(self._run_path(spec.key), rec)
+        self.assemble()
+
+    def assemble(self) -> None:
+        """Rewrite the JSON from what is on disk: its runs plus every record file (which win)."""
+        with file_lock(self.path.with_suffix(".lock")):
+            runs = {}
+            if self.path.exists():
+                try:
+                    runs = json.loads(self.path.read_text()).get("runs", {})
+                except json.JSONDecodeError:
+                    runs = {}
+            runs.update(self.doc["runs"])
+            runs.update(read_run_files(self.runs_dir))
+            self.doc["runs"] = runs
+            write_json(self.path, self.doc)
 
     def __str__(self) -> str:
         return str(self.path)
+
+
+def read_run_files(folder: Path, keys: list[str] | None = None) -> dict[str, dict]:
+    """``{key: record}`` of the record files in ``folder`` (all, or those of ``keys``); unreadable ones skipped."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    paths = sorted(folder.glob("*.json")) if keys is None else [folder / (quote(k, safe="") + ".json") for k in keys]
+    out = {}
+    for p in paths:
+        try:
+            rec = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("final"), dict):
+            out[unquote(p.stem)] = rec
+    return out
+
+
+@contextmanager
+def file_lock(path: Path):
+    """An exclusive advisory lock on ``path`` (``flock``; where unavailable, none)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: atomic replaces still keep every file valid
+            yield
+            return
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 class Progress:
@@ -149,7 +202,7 @@ def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
     return (spec.runner or run_recipe)(spec, data, log, argv)
 
 
-def execute_group(specs: list[RunSpec], data=None, log=None, argv=None) -> list[dict]:
+def execute_group(specs: list[RunSpec], data=None, log=None, argv=None, opts=None) -> list[dict]:
     """Run a group of specs: one alone as :func:`execute`, several stacked in one process (batched.py)."""
     from .runner import run_recipe_stacked
 
@@ -196,36 +249,31 @@ def batch_cap(batch_runs: int | None, device: str) -> int:
     return 16 if str(device).startswith("cuda") else 1
 
 
-def _worker_init(threads: int, parent: int) -> None:
-    """A worker: its thread share, dies with its parent (pid ``parent``), imports the parent's plug-ins."""
-    torch.set_num_threads(threads)
-    _die_with_parent(parent)
-    from .plugins import import_plugin
+@dataclass(frozen=True)
+class SweepOptions:
+    """How a sweep runs: where (executor), how many at once, which cells, and where runs are watched."""
 
-    for name in filter(None, os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",")):
-        import_plugin(name)
+    jobs: int = 1  # local: parallel worker processes
+    batch_runs: int = 1  # runs trained stacked per group (batched.py)
+    executor: str = "local"  # local | ray | slurm (executors.py)
+    cell: str | None = None  # run exactly this cell (its key or its index in --list-cells)
+    list_cells: bool = False  # print the grid and stop
+    stored_only: bool = False  # train nothing; refuse if a cell is missing (``depthaudit report`` of cells)
+    log: tuple[str, ...] = ()  # "tensorboard", "wandb": per-run live logs (runlog.py)
+    log_dir: str | None = None  # where TensorBoard/W&B files go (default: <out>/logs)
+    ray_address: str | None = None
+    cpus_per_run: float = 1.0
+    gpus_per_run: float = 0.0
+    slurm_partition: str | None = None
+    slurm_time: int = 240  # minutes per array task
+    slurm_gpus: int = 0
+    slurm_parallelism: int = 64  # array tasks running at once
+    slurm_cluster: str | None = None  # submitit's cluster ("local" runs array tasks as local processes: tests)
+    slurm_folder: str | None = None  # submitit's logs (default: <out>/slurm)
 
 
-def _die_with_parent(parent: int) -> None:
-    """Never outlive the sweep: the kernel kills us when the parent dies (Linux), else a watchdog thread does."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-
-    def watch():
-        while True:
-            time.sleep(2.0)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    import threading
-
-    threading.Thread(target=watch, daemon=True).start()
+class SweepDone(Exception):
+    """The sweep did what was asked and the command should end here (``--list-cells``, ``--cell``): exit 0."""
 
 
 def _summary(rec: dict) -> str:
@@ -233,16 +281,46 @@ def _summary(rec: dict) -> str:
     return f"{rec['status']}, test_acc {acc:.4f}" if acc is not None else rec["status"]
 
 
+def cell_lines(specs: list[RunSpec], store) -> list[str]:
+    """One line per cell: index, stable id (the run's key), done/pending, what it trains."""
+    out = []
+    for i, s in enumerate(specs):
+        c = s.cfg
+        what = c.describe() if hasattr(c, "describe") else ""
+        out.append(f"{i}\t{s.key}\t{'done' if store.get(s) is not None else 'pending'}\t{what}")
+    return out
+
+
+def pick_cell(specs: list[RunSpec], cell: str) -> RunSpec:
+    """The spec a ``--cell`` names: its key, or its index (e.g. ``$SLURM_ARRAY_TASK_ID``)."""
+    for s in specs:
+        if s.key == cell:
+            return s
+    if cell.lstrip("-").isdigit() and 0 <= int(cell) < len(specs):
+        return specs[int(cell)]
+    raise UsageError(f"--cell {cell}: no such cell (ids and indices 0..{len(specs) - 1}: see --list-cells)")
+
+
 def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None, argv=None,
-              run_log=None, batch_runs: int = 1) -> dict[str, dict]:
+              run_log=None, batch_runs: int = 1, opts: SweepOptions | None = None) -> dict[str, dict]:
     """Run every spec not already in ``store``; return ``{key: record}`` for all specs.
 
-    ``jobs > 1`` trains in that many spawned processes (each loads the data from the cache and uses
-    ``cpu_count // jobs`` threads); only this process writes the store. ``batch_runs > 1`` trains up to
-    that many runs that can share an architecture stacked in one process (:func:`stack_groups`); a
-    group's runs are stored together when it ends, so an interrupted sweep loses at most the groups in flight.
+    ``opts`` (else ``jobs``/``batch_runs``) says how: ``jobs > 1`` trains in that many spawned local
+    processes (each loads the data from the cache and uses ``cpu_count // jobs`` threads);
+    ``batch_runs > 1`` trains up to that many runs that share an architecture stacked in one process
+    (:func:`stack_groups`); ``executor`` ``ray``/``slurm`` sends the groups to a Ray cluster or a SLURM job
+    array. Whoever trains a run writes its record into the store (atomic, under its own name), so an
+    interrupted sweep loses at most the groups in flight. ``list_cells`` prints the grid and ``cell`` runs
+    one cell, each ending in :class:`SweepDone`.
     """
+    from .executors import run_groups
+
+    opts = opts or SweepOptions(jobs=jobs, batch_runs=batch_runs)
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    if opts.list_cells:
+        raise SweepDone("\n".join(cell_lines(specs, store)))
+    if opts.cell is not None:
+        specs = [pick_cell(specs, opts.cell)]
     results, pending = {}, []
     for s in specs:
         rec = store.get(s)
@@ -250,31 +328,22 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
             results[s.key] = rec
         else:
             pending.append(s)
-    if results:
+    if opts.cell is not None and not pending:
+        raise SweepDone(f"cell {specs[0].key}: already finished ({_summary(results[specs[0].key])}); skipped")
+    if opts.stored_only and pending:
+        names = ", ".join(s.key for s in pending[:5]) + (", …" if len(pending) > 5 else "")
+        raise UsageError(f"{len(pending)} of {len(specs)} cells are not finished ({names}); run them first "
+                         "(--cell ID), then report")
+    if results and opts.cell is None:
         log(f"{len(results)} of {len(specs)} runs already finished in {store}; skipping them")
     prog = Progress(len(specs), len(results), log)
-    groups = stack_groups(pending, batch_runs)
-    if jobs <= 1 or len(groups) <= 1:
-        for g in groups:
-            c = g[0].cfg
-            what = c.describe() + ", " if hasattr(c, "describe") else ""
-            stop = f" (first {c.stop_after})" if getattr(c, "stop_after", None) else ""
-            if len(g) == 1:
-                log(f"run {g[0].key}: {what}seed {c.seed}, {c.epochs} epochs{stop}")
-            else:
-                log(f"{len(g)} runs stacked ({', '.join(s.key for s in g)}): {c.method}, {c.epochs} epochs{stop}")
-            for s, rec in zip(g, execute_group(g, data, log=run_log, argv=argv), strict=True):
-                store.put(s, rec)
-                results[s.key] = rec
-                prog.update(f"{s.key}: {_summary(rec)}")
-        return results
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_worker_init,
-                             initargs=(threads, os.getpid())) as pool:
-        futs = {pool.submit(execute_group, g, None, None, argv): g for g in groups}
-        for fut in as_completed(futs):
-            for s, rec in zip(futs[fut], fut.result(), strict=True):
-                store.put(s, rec)
-                results[s.key] = rec
-                prog.update(f"{s.key}: {_summary(rec)}")
+    groups = stack_groups(pending, opts.batch_runs)
+    for group, recs in run_groups(groups, store, opts, data=data, log=log, run_log=run_log, argv=argv):
+        for s, rec in zip(group, recs, strict=True):
+            results[s.key] = rec
+            prog.update(f"{s.key}: {_summary(rec)}")
+    if opts.cell is not None:
+        rec = results[specs[0].key]
+        raise SweepDone(f"cell {specs[0].key}: {_summary(rec)}; stored in {store}. When every cell has finished, "
+                        "`depthaudit report OUT` (or the same command without --cell) writes the tables and figures")
     return results
