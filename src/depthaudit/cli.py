@@ -7,7 +7,7 @@ import sys
 
 from . import __version__
 from .commands.args import Parser
-from .errors import UsageError
+from .errors import SweepDone, UsageError
 from .plugins import import_plugin
 
 COMMAND_MODULES = ("run", "audit", "ladder", "depth")  # depthaudit.commands.<name>.register(sub)
@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as exc:  # the parser's refusal (one line, 2) or --help/--version (0): a return code
             return exc.code if isinstance(exc.code, int) else 2
         return args.func(args, argv)
+    except SweepDone as done:  # --list-cells / --cell: the sweep did what was asked
+        print(done)
+        return 0
     except UsageError as exc:
         print(f"depthaudit: error: {exc}", file=sys.stderr)
         return 2

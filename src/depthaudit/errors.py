@@ -3,3 +3,7 @@
 
 class UsageError(Exception):
     """Bad input from the user: the message names the problem and the fix."""
+
+
+class SweepDone(Exception):
+    """The sweep did what was asked and the command ends here (``--list-cells``, ``--cell``): exit 0."""

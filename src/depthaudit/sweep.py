@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from .config import TrainConfig
-from .errors import UsageError
+from .errors import SweepDone, UsageError
 from .io import write_json
 from .runner import run_slug
 
@@ -105,6 +105,8 @@ class FileStore:
                 raise UsageError(f"{self.path} holds runs of a different configuration (differs in: "
                                  f"{', '.join(diff) or 'schema'}); use another output folder or move the file")
             self.doc["runs"] = old.get("runs", {})
+            for k, v in old.items():  # what another version or command added at the top level stays
+                self.doc.setdefault(k, v)
         self.doc["runs"].update(read_run_files(self.runs_dir))
 
     def _run_path(self, key: str) -> Path:
@@ -270,10 +272,6 @@ class SweepOptions:
     slurm_parallelism: int = 64  # array tasks running at once
     slurm_cluster: str | None = None  # submitit's cluster ("local" runs array tasks as local processes: tests)
     slurm_folder: str | None = None  # submitit's logs (default: <out>/slurm)
-
-
-class SweepDone(Exception):
-    """The sweep did what was asked and the command should end here (``--list-cells``, ``--cell``): exit 0."""
 
 
 def _summary(rec: dict) -> str:

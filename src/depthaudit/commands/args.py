@@ -2,6 +2,7 @@
 
 import argparse
 import math
+from pathlib import Path
 
 import torch
 
@@ -38,6 +39,8 @@ RANGES = {
     "lr": POS_FLOAT, "weight_decay": NONNEG_FLOAT, "scale_penalty": NONNEG_FLOAT, "batch_size": POS_INT,
     "epochs": NONNEG_INT, "stop_after": POS_INT, "d_hidden": POS_INT, "num_blocks": NONNEG_INT, "mlp_ratio": POS_INT,
     "seed": number(int, 0, 2**63 - 1), "seeds": number(int, 0, 2**63 - 1), "jobs": POS_INT, "batch_runs": POS_INT,
+    "cpus_per_run": POS_FLOAT, "gpus_per_run": NONNEG_FLOAT, "slurm_time": POS_INT, "slurm_gpus": NONNEG_INT,
+    "slurm_parallelism": POS_INT,
     "track_every": NONNEG_INT, "probe_batches": POS_INT, "probe_batch_size": number(int, 2),
     "fresh_b_draws": NONNEG_INT, "rho_max": POS_FLOAT, "eps": POS_FLOAT, "ref_factor": POS_FLOAT,
     "gap_min": number(float), "ep_beta": POS_FLOAT, "ep_steps": POS_INT, "ep_step_size": POS_FLOAT,
@@ -176,15 +179,71 @@ def audit_args(ap: argparse.ArgumentParser, out_default: str) -> None:
                    help="D2 flag when ‖g_L‖ < X·ε (default: 10)")
     g.add_argument("--gap-min", type=float, default=2.0, metavar="X", help="D3 flag when gap < X pp (default: 2)")
     out_arg(ap, out_default)
-    ap.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
-    batch_runs_arg(ap)
+    sweep_args(ap)
 
 
-def batch_runs_arg(g) -> None:
-    """``--batch-runs N``: runs that share an architecture train stacked, N at most (depthaudit.batched)."""
-    g.add_argument("--batch-runs", type=int, default=None, metavar="N",
-                   help="train up to N runs of one shape stacked in one process; 1 = one by one "
-                   "(default: 16 on CUDA, 1 on CPU)")
+def sweep_args(p, stacking: bool = True) -> None:
+    """Where and how a sweep's runs train (SweepOptions): local processes, stacked runs, Ray, SLURM, cells, logs."""
+    g = p.add_argument_group("sweep execution (README: on a cluster)")
+    g.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel local training processes (default: 1)")
+    if stacking:
+        g.add_argument("--batch-runs", type=int, default=None, metavar="N",
+                       help="train up to N runs of one shape stacked in one process; 1 = one by one "
+                       "(default: 16 on CUDA, 1 on CPU)")
+    g.add_argument("--executor", choices=["local", "ray", "slurm"], default="local",
+                   help="local processes, Ray tasks or a SLURM array via submitit (default: local)")
+    g.add_argument("--list-cells", action="store_true", help="print the grid, one run per line (id, status), and stop")
+    g.add_argument("--cell", default=None, metavar="ID", help="run only this cell (its id or index, e.g. "
+                   "$SLURM_ARRAY_TASK_ID); a finished cell is skipped")
+    g.add_argument("--log", nargs="+", choices=["tensorboard", "wandb"], default=[], metavar="TO",
+                   help="also log every run live to tensorboard and/or wandb")
+    g.add_argument("--log-dir", default=None, metavar="DIR", help="TensorBoard/W&B files (default: OUT/logs)")
+    g.add_argument("--ray-address", default=None, metavar="ADDR", help="join this Ray cluster (default: "
+                   "$RAY_ADDRESS, else start a local one)")
+    g.add_argument("--cpus-per-run", type=float, default=1.0, metavar="X", help="Ray/SLURM CPUs per task (default: 1)")
+    g.add_argument("--gpus-per-run", type=float, default=0.0, metavar="X", help="Ray GPUs per task, may be "
+                   "fractional (default: 0)")
+    g.add_argument("--slurm-partition", default=None, metavar="P", help="SLURM partition")
+    g.add_argument("--slurm-time", type=int, default=240, metavar="MIN", help="SLURM minutes per task (default: 240)")
+    g.add_argument("--slurm-gpus", type=int, default=0, metavar="N", help="SLURM GPUs per task (default: 0)")
+    g.add_argument("--slurm-parallelism", type=int, default=64, metavar="N",
+                   help="SLURM array tasks at once (default: 64)")
+    g.add_argument("--slurm-cluster", default=None, help=argparse.SUPPRESS)  # submitit's "local" (tests)
+    g.add_argument("--stored-only", action="store_true", help=argparse.SUPPRESS)  # report of finished cells
+
+
+def sweep_options(a: argparse.Namespace, out, device: str):
+    """The frozen SweepOptions from the sweep flags; records ``argv`` for ``depthaudit report`` of cells."""
+    from ..sweep import SweepOptions, batch_cap
+
+    if a.cell is not None and a.list_cells:
+        raise UsageError("--cell and --list-cells exclude each other; list first, then run one cell")
+    if a.jobs > 1 and a.executor != "local":
+        raise UsageError(f"--jobs is for the local executor; with --executor {a.executor} every cell is its own task")
+    batch = batch_cap(getattr(a, "batch_runs", 1), device)
+    return SweepOptions(jobs=a.jobs, batch_runs=batch, executor=a.executor, cell=a.cell, list_cells=a.list_cells,
+                        stored_only=a.stored_only, log=tuple(dict.fromkeys(a.log)),
+                        log_dir=a.log_dir or str(Path(out) / "logs"), ray_address=a.ray_address,
+                        cpus_per_run=a.cpus_per_run, gpus_per_run=a.gpus_per_run,
+                        slurm_partition=a.slurm_partition, slurm_time=a.slurm_time, slurm_gpus=a.slurm_gpus,
+                        slurm_parallelism=a.slurm_parallelism, slurm_cluster=a.slurm_cluster)
+
+
+def remember_sweep(out, argv: list[str]) -> None:
+    """Keep a cell's command in ``OUT/sweep.json``, so ``depthaudit report OUT`` can assemble the finished cells."""
+    from ..io import write_json
+
+    keep, skip = [], False
+    for tok in argv:
+        if skip:
+            skip = False
+            continue
+        if tok in ("--cell", "--list-cells", "--stored-only"):
+            skip = tok == "--cell"
+            continue
+        if not tok.startswith("--cell="):
+            keep.append(tok)
+    write_json(Path(out) / "sweep.json", {"schema": "depthaudit.sweep.v1", "argv": keep})
 
 
 def out_arg(p, default, help_text: str = "output folder", shown: str = "--out", dest: str = "out") -> None:
@@ -225,8 +284,8 @@ def plain_args(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--weight-decay", type=float, default=0.01, metavar="X", help="AdamW weight decay (default: 0.01)")
     p.add_argument("--seed", type=int, default=42, metavar="N", help="seed (default: 42)")
     p.add_argument("--device", default="auto", metavar="DEV", help="cpu | cuda[:N] | auto (default: auto)")
-    p.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
     out_arg(p, out)
+    sweep_args(p, stacking=False)
 
 
 def resolve_device(spec: str) -> str:

@@ -8,7 +8,18 @@ import torch
 
 from ..errors import UsageError
 from ..io import check_output_dir
-from .args import add_train_args, audit_args, check_probe_args, config_from_args, dedup_note, out_arg, probe_args
+from .args import (
+    add_train_args,
+    audit_args,
+    check_probe_args,
+    config_from_args,
+    dedup_note,
+    out_arg,
+    probe_args,
+    remember_sweep,
+    sweep_args,
+    sweep_options,
+)
 
 
 def _audit_config(a: argparse.Namespace):
@@ -44,7 +55,6 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     from ..io import write_json, write_text
     from ..report import audit_markdown, audit_terminal
     from ..report.figures import audit_figures
-    from ..sweep import batch_cap
 
     acfg = _audit_config(a)
     base = acfg.base
@@ -53,8 +63,11 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     print(f"depthaudit audit: {', '.join(acfg.methods)} × seeds {list(acfg.seeds)} on {base.dataset} "
           f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}",
           file=sys.stderr)
+    opts = sweep_options(a, out, base.device)
+    if opts.cell is not None:
+        remember_sweep(out, argv)
     report = run_audit(acfg, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
-                       argv=["depthaudit", *argv], jobs=a.jobs, batch_runs=batch_cap(a.batch_runs, base.device))
+                       argv=["depthaudit", *argv], opts=opts)
     figures = audit_figures(report, out)
     report["figures"] = figures
     write_json(out / "report.json", report)
@@ -70,7 +83,6 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     from ..experiments.intervene import run_intervention
     from ..io import write_json, write_text
     from ..report.probes import intervention_figure, intervention_md
-    from ..sweep import batch_cap
 
     acfg = _audit_config(a)
     lambdas = [0.0, a.penalty] if a.penalty is not None else a.lambdas
@@ -79,9 +91,11 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"--lambdas must be >= 0, got {lambdas}")
     data = load_data(acfg.base.dataset, acfg.base.data_dir, acfg.base.download, torch.device(acfg.base.device))
     out = Path(a.out)
+    opts = sweep_options(a, out, acfg.base.device)
+    if opts.cell is not None:
+        remember_sweep(out, argv)
     res = run_intervention(acfg, lambdas, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
-                           argv=["depthaudit", *argv], jobs=a.jobs,
-                           batch_runs=batch_cap(a.batch_runs, acfg.base.device))
+                           argv=["depthaudit", *argv], opts=opts)
     table = intervention_md(res)
     intervention_figure(res, out / "intervention.png")
     write_json(out / "intervention.json", res)
@@ -112,8 +126,11 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     seeds = tuple(dict.fromkeys(a.seeds))
     probe = check_probe_args(a)
-    cb = credit_mix_sweep(base, a.method, a.alphas, seeds, out, data, data.sha256, probe, jobs=a.jobs, log=log,
-                       argv=["depthaudit", *argv])
+    opts = sweep_options(a, out, base.device)
+    if opts.cell is not None:
+        remember_sweep(out, argv)
+    cb = credit_mix_sweep(base, a.method, a.alphas, seeds, out, data, data.sha256, probe, log=log,
+                          argv=["depthaudit", *argv], opts=opts)
     credit_mix_figure(cb, out / f"credit_mix_{a.method}.png")
     parts = [f"# Probes (ours): {a.method}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
              f"{base.epochs} epochs, seeds {list(seeds)}", "", "## Credit mix (ours)", "", credit_mix_md(cb), "",
@@ -200,8 +217,8 @@ def register(sub) -> None:
                     help="α grid (default: 0 0.25 0.5 0.75 1)")
     br.add_argument("--pre-epochs", type=int, default=0, metavar="N", help="BP warm start: BP epochs first (0 = skip)")
     probe_args(br)
-    br.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel training processes (default: 1)")
     out_arg(br, "results/probes")
+    sweep_args(br, stacking=False)
     br.set_defaults(func=cmd_probes)
 
     idt = sub.add_parser("identity", help="frozen-init identity check over seeds",

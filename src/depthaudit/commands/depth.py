@@ -8,7 +8,7 @@ import torch
 
 from ..errors import UsageError
 from ..io import check_output_dir
-from .args import plain_args, resolve_device
+from .args import plain_args, remember_sweep, resolve_device, sweep_options
 
 
 def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
@@ -49,7 +49,10 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
         ident.update(context=a.context, d_hidden=a.d_hidden, base_blocks=a.base_blocks)
     store = FileStore(out / f"saturation_{a.family}_{name}.json", "depthaudit.saturation.v1", ident)
     data = data if a.family == "resnet" else None
-    run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv])
+    opts = sweep_options(a, out, device)
+    if opts.cell is not None:
+        remember_sweep(out, argv)
+    run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], opts=opts)
     table = saturation_md(store.doc)
     saturation_figure(store.doc, store.path.with_suffix(".png"), a.low_signal)
     what = "ResNet-CIFAR on " + a.dataset if a.family == "resnet" else f"GPT decoder (d={a.d_hidden}) on text"
@@ -88,7 +91,10 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
                       {"dataset": a.dataset, "data_sha256": data.sha256, "extra": a.extra, "epochs": a.epochs,
                        "insert_at": list(sched), "seed": a.seed})
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv], run_log=log)
+    opts = sweep_options(a, out, device)
+    if opts.cell is not None:
+        remember_sweep(out, argv)
+    run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], run_log=log, opts=opts)
     table = grow_md(store.doc)
     grow_figure(store.doc, store.path.with_suffix(".png"))
     write_text(store.path.with_suffix(".md"), f"# Growth vs scratch: ResNet-8 + {a.extra} on {a.dataset}, "

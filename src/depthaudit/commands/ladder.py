@@ -8,7 +8,17 @@ import torch
 
 from ..errors import UsageError
 from ..io import check_output_dir
-from .args import add_train_args, batch_runs_arg, check_probe_args, config_from_args, dedup_note, out_arg, probe_args
+from .args import (
+    add_train_args,
+    check_probe_args,
+    config_from_args,
+    dedup_note,
+    out_arg,
+    probe_args,
+    remember_sweep,
+    sweep_args,
+    sweep_options,
+)
 
 
 def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
@@ -16,7 +26,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     from ..data import load_data
     from ..experiments.ladder import LadderConfig, ladder_specs, open_store
     from ..report.ladder import ladder_report
-    from ..sweep import batch_cap, run_sweep
+    from ..sweep import run_sweep
 
     if a.gpu is not None:
         a.device = f"cuda:{a.gpu}"
@@ -27,8 +37,6 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     bad = [k for k in ks if k < 0 or k > base.num_blocks]
     if bad:
         raise UsageError(f"--k_values {bad}: each k must be in 0..{base.num_blocks} (--num_blocks)")
-    if a.jobs < 1:
-        raise UsageError("--jobs must be >= 1")
     from ..methods import parse_method_spec
 
     for m in a.methods:  # a misspelt method or option: one line, before any training
@@ -43,8 +51,10 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     print(f"depthaudit ladder: {len(specs)} runs ({len(lc.methods)} methods × {len(ks)} k × {len(lc.seeds)} seeds), "
           f"{base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device}, "
           f"jobs {a.jobs} → {store}", file=sys.stderr)
-    run_sweep(specs, store, data=data if a.jobs == 1 else None, jobs=a.jobs, argv=["depthaudit", *argv],
-              batch_runs=batch_cap(a.batch_runs, base.device),
+    opts = sweep_options(a, a.output_dir, base.device)
+    if opts.cell is not None:
+        remember_sweep(a.output_dir, argv)
+    run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], opts=opts,
               run_log=(lambda m: print("    " + m, file=sys.stderr, flush=True)) if a.verbose else None)
     _, table = ladder_report(store.path, Path(a.audit_dir) if a.audit_dir else None)
     print(table)
@@ -63,8 +73,25 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     if not d.is_dir():
         raise UsageError(f"{d} is not a folder; pass the --out/--output_dir of an audit or ladder")
     found = 0
+    if (d / "sweep.json").exists():  # cells ran separately (--cell): assemble them with the sweep's own command
+        from ..cli import main
+
+        sweep = read_json_doc(d / "sweep.json")
+        cmd = sweep.get("argv") if isinstance(sweep, dict) else None
+        if not isinstance(cmd, list) or not all(isinstance(t, str) for t in cmd):
+            raise UsageError(f"{d / 'sweep.json'} is damaged; rerun the sweep's command without --cell instead")
+        print(f"assembling the finished cells: depthaudit {' '.join(cmd)}", file=sys.stderr)
+        rc = main([*cmd, "--stored-only"])
+        if rc:
+            return rc
+        found += 1
     for path in sorted(d.glob("ladder_*.json")):
         check_ladder_doc(path, read_json_doc(path))
+        if path.with_suffix(".runs").is_dir():  # records a worker stored but did not assemble (killed between)
+            from ..sweep import FileStore
+
+            doc = read_json_doc(path)
+            FileStore(path, doc["schema"], doc.get("identity") or {}).assemble()
         _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)
         print(f"{path.name}\n{table}\n")
         found += 1
@@ -112,13 +139,12 @@ def register(sub) -> None:
     g.add_argument("--k_values", "--k-values", dest="k_values", nargs="+", type=int, default=None, metavar="K",
                    help="rungs k (default: 0..num_blocks)")
     g.add_argument("--gpu", type=int, default=None, metavar="N", help="use cuda:N (same as --device cuda:N)")
-    g.add_argument("--jobs", type=int, default=1, help="trainings in parallel processes (default: %(default)s)")
-    batch_runs_arg(g)
     probe_args(g)
     out_arg(g, "results/depth_ladder", "folder for the ladder JSON, table and figure", shown="--output_dir",
             dest="output_dir")
     g.add_argument("--audit-dir", default=None, help="an audit --out folder to cross-check k=0 and k=L against")
     g.add_argument("--verbose", action="store_true", help="print every epoch of every run")
+    sweep_args(la)
     la.set_defaults(func=cmd_ladder)
 
     rp = sub.add_parser("report", help="rebuild tables and figures from saved JSON (no training)",

@@ -193,14 +193,14 @@ def audit_specs(acfg: AuditConfig) -> list[RunSpec]:
 
 
 def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=None, jobs: int = 1,
-              batch_runs: int = 1) -> dict:
+              batch_runs: int = 1, opts=None) -> dict:
     """Train (or reuse) every trained/frozen pair through the sweep runner, measure, return the report dict.
 
     ``batch_runs > 1``: a method's pairs (and seeds) train stacked, that many runs at most (batched.py).
     """
     specs = audit_specs(acfg)
     recs = run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
-                     run_log=lambda m: log("    " + m), batch_runs=batch_runs)
+                     run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
     th = acfg.thresholds
     methods = [summarise_method(m, [recs[f"{m}/trained/s{s}"] for s in acfg.seeds],
                                 [recs[f"{m}/frozen/s{s}"] for s in acfg.seeds], th) for m in acfg.methods]

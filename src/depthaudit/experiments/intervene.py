@@ -21,17 +21,19 @@ def _row(m: dict) -> dict:
 
 
 def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, argv=None, jobs: int = 1,
-                     batch_runs: int = 1) -> dict:
+                     batch_runs: int = 1, opts=None) -> dict:
     """One audit per λ (all sharing one run store); rows per method and λ.
 
     Every λ's runs go through one sweep first, so with ``batch_runs > 1`` runs of different λ train stacked;
     each audit then finds its runs stored.
     """
     grid = [replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))) for lam in lambdas]
-    run_sweep([s for g in grid for s in audit_specs(g)], FolderStore(Path(out) / "runs", data.sha256),
-              data=data, jobs=jobs, log=log, argv=argv, run_log=lambda m: log("    " + m), batch_runs=batch_runs)
+    specs = [replace(s, key=f"lam{g.base.scale_penalty:g}/{s.key}") for g in grid for s in audit_specs(g)]
+    run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
+              run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
     audits = {float(lam): run_audit(replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))), data, out,
-                                    log=log, argv=argv, jobs=jobs, batch_runs=batch_runs) for lam in lambdas}
+                                    log=log, argv=argv, jobs=jobs, batch_runs=batch_runs, opts=opts)
+              for lam in lambdas}
     rows = []
     for i, m in enumerate(acfg.methods):
         rows.append({"method": m, "by_lambda": [{"lambda": lam, **_row(a["methods"][i])} for lam, a in audits.items()]})

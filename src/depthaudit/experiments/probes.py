@@ -26,7 +26,8 @@ def _final_cos(rec: dict) -> dict:
 
 
 def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, data, data_sha256: str,
-                  probe: tuple[int, int] = (10, 128), eps: float = 1e-8, jobs: int = 1, log=None, argv=None) -> dict:
+                  probe: tuple[int, int] = (10, 128), eps: float = 1e-8, jobs: int = 1, log=None, argv=None,
+                  opts=None) -> dict:
     """Run (or resume) the α sweep and return its summary table (``probe`` = (batches, batch size))."""
     tracking = tracking_plan(*probe, 0, Thresholds(eps=eps))
     specs = [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, credit_mix=float(a)), tracking)
@@ -37,7 +38,7 @@ def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, d
     store = FileStore(Path(out) / name, "depthaudit.credit_mix.v1",
                       {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe)},
                       defaults={**TrainConfig().to_dict(), **LEGACY})
-    recs = run_sweep(specs, store, data=data if jobs == 1 else None, jobs=jobs, log=log, argv=argv)
+    recs = run_sweep(specs, store, data=data, jobs=jobs, log=log, argv=argv, opts=opts)
     rows = []
     for a in alphas:
         rs = [recs[f"a{a:g}/s{s}"] for s in seeds]
