@@ -226,7 +226,7 @@ def evaluate_stacked(model: StackedModel, x: torch.Tensor, y: torch.Tensor, batc
 
 
 def train_stacked(cfgs: list[TrainConfig], data: DataBundle, log=None, trackers=None,
-                  monitors=None) -> list[RunOutput]:
+                  monitors=None, watches=None) -> list[RunOutput]:
     """Train R runs stacked; returns what :func:`depthaudit.train.train` would return for each, in order.
 
     Every run is built exactly as when it trains alone (same init, same feedback), stacked, trained by
@@ -239,7 +239,7 @@ def train_stacked(cfgs: list[TrainConfig], data: DataBundle, log=None, trackers=
     if None in keys or len(keys) != 1 or len({c.epochs_run for c in cfgs}) != 1:
         raise UsageError("these runs cannot train stacked (different shapes, budgets or a method that does not "
                          "stack); use --batch-runs 1")
-    trackers, monitors = trackers or [None] * runs, monitors or [None] * runs
+    trackers, monitors, watches = trackers or [None] * runs, monitors or [None] * runs, watches or [None] * runs
     if any(m is not None and m.stop_on_flag for m in monitors):
         raise UsageError("--stop-on-flag ends runs at different epochs; train them one by one (--batch-runs 1)")
     built = [build(c, data) for c in cfgs]
@@ -276,6 +276,8 @@ def train_stacked(cfgs: list[TrainConfig], data: DataBundle, log=None, trackers=
                 stepper.model.write_back(models, [r])
                 stepper.method.unstack(methods, [r])
                 done.add(r)
+            if watches[r] is not None:
+                watches[r].epoch(rec)
             return status
         return on_epoch_end
 

@@ -81,7 +81,7 @@ def tracking_plan(n_batches: int, batch_size: int, every: int, thresholds, d1_st
     return plan
 
 
-def run_recipe(spec, data: DataBundle | None = None, log=None, argv=None) -> dict:
+def run_recipe(spec, data: DataBundle | None = None, log=None, argv=None, watch=None) -> dict:
     """The default runner of a sweep spec: train ``spec.cfg`` under the recipe, measured as ``spec.tracking`` says.
 
     Loads the data when not given (a worker process), saves a checkpoint when the spec asks for one.
@@ -93,11 +93,14 @@ def run_recipe(spec, data: DataBundle | None = None, log=None, argv=None) -> dic
     if data is None:
         data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
     tracker, monitor = _measurement(spec, data)
-    run = train(cfg, data, log=log or (lambda m: None), tracker=tracker, monitor=monitor)
+    run = train(cfg, data, log=log or (lambda m: None), tracker=tracker, monitor=monitor, watch=watch)
+    if watch is not None:
+        watch.close(run.status, run.final)
     return _finish(spec, data, run, argv)
 
 
-def run_recipe_stacked(specs: list, data: DataBundle | None = None, log=None, argv=None) -> list[dict]:
+def run_recipe_stacked(specs: list, data: DataBundle | None = None, log=None, argv=None,
+                       watches=None) -> list[dict]:
     """Several recipe specs that share an architecture (:func:`depthaudit.batched.group_key`), trained stacked.
 
     Each record is what :func:`run_recipe` writes for that spec alone, plus ``timing.stacked_runs``.
@@ -110,7 +113,10 @@ def run_recipe_stacked(specs: list, data: DataBundle | None = None, log=None, ar
         data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
     measured = [_measurement(s, data) for s in specs]
     runs = train_stacked([s.cfg for s in specs], data, log=log or (lambda m: None),
-                         trackers=[m[0] for m in measured], monitors=[m[1] for m in measured])
+                         trackers=[m[0] for m in measured], monitors=[m[1] for m in measured], watches=watches)
+    for w, run in zip(watches or [], runs, strict=False):
+        if w is not None:
+            w.close(run.status, run.final)
     recs = [_finish(s, data, run, argv) for s, run in zip(specs, runs, strict=True)]
     for rec in recs:
         rec["timing"]["stacked_runs"] = len(specs)

@@ -205,12 +205,28 @@ def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
 
 
 def execute_group(specs: list[RunSpec], data=None, log=None, argv=None, opts=None) -> list[dict]:
-    """Run a group of specs: one alone as :func:`execute`, several stacked in one process (batched.py)."""
-    from .runner import run_recipe_stacked
+    """Run a group of specs: one alone as :func:`execute`, several stacked in one process (batched.py).
 
-    if len(specs) == 1:
-        return [execute(specs[0], data, log, argv)]
-    return run_recipe_stacked(specs, data, log, argv)
+    With ``opts.log`` each run is mirrored live to TensorBoard/W&B (a spec with its own runner: after it ends).
+    """
+    from .runlog import make_watch
+    from .runner import run_recipe, run_recipe_stacked
+
+    kinds = opts.log if opts is not None else ()
+    group = Path(opts.log_dir).parent.name if kinds and opts.log_dir else "depthaudit"
+    watches = [make_watch(kinds, opts.log_dir if kinds else None, s.key,
+                          s.cfg.to_dict() if hasattr(s.cfg, "to_dict") else {}, group) for s in specs]
+    if len(specs) > 1:
+        return run_recipe_stacked(specs, data, log, argv, watches=watches)
+    spec, watch = specs[0], watches[0]
+    if spec.runner is None:
+        return [run_recipe(spec, data, log, argv, watch=watch)]
+    rec = spec.runner(spec, data, log, argv)
+    if watch is not None:  # the depth families' runners: their history, after the run
+        for h in rec.get("history") or []:
+            watch.epoch(h)
+        watch.close(rec.get("status", "ok"), rec.get("final") or {})
+    return [rec]
 
 
 def stack_groups(specs: list[RunSpec], cap: int) -> list[list[RunSpec]]:

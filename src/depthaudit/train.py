@@ -226,7 +226,7 @@ def plain_step(model: torch.nn.Module, opt: torch.optim.Optimizer, data, loss_fn
     return step
 
 
-def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=None) -> RunOutput:
+def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=None, watch=None) -> RunOutput:
     """Train under the recipe; a non-finite loss ends the run with status ``diverged``.
 
     The cosine schedule spans the budget ``cfg.epochs``; with ``cfg.stop_after = N`` only its first N
@@ -235,7 +235,8 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
     (see :class:`depthaudit.diagnostics.Tracker`) is called at init (epoch 0) and after every epoch;
     what it returns is stored in that epoch's ``history`` record under ``probe``. ``monitor`` (see
     :class:`depthaudit.diagnostics.Monitor`) reads each measurement and records the first epoch each
-    check fires; when it asks to stop, the run ends there with status ``stopped_flagged``.
+    check fires; when it asks to stop, the run ends there with status ``stopped_flagged``. ``watch``
+    (see :mod:`depthaudit.runlog`) mirrors every epoch's record to TensorBoard/W&B.
     """
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     model, method = build(cfg, data)
@@ -251,6 +252,12 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
         stats = method.epoch_stats()  # e.g. State Bridge's predictor loss
         if stats:
             rec["method"] = stats
+        status = measure(epoch, rec, diverged)
+        if watch is not None:
+            watch.epoch(rec)
+        return status
+
+    def measure(epoch: int, rec: dict, diverged: bool) -> str | None:
         if not tracker:
             return None
         stop_now = monitor is not None and monitor.stop_on_flag
