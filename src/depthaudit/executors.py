@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -112,12 +113,39 @@ def run_groups(groups: list[list[RunSpec]], store, opts: SweepOptions, data=None
                 log(f"{len(g)} runs stacked ({', '.join(s.key for s in g)}): {c.method}, {c.epochs} epochs{stop}")
             yield g, run_and_store(g, store, data, run_log, argv, "local", opts)
     else:
-        threads = max(1, (os.cpu_count() or 1) // opts.jobs)
+        yield from _local_pool(groups, store, opts, argv, log)
+
+
+def _local_pool(groups, store, opts: SweepOptions, argv, log):
+    """``opts.jobs`` spawned worker processes; a dead worker's pool is replaced once.
+
+    A worker that dies (SIGKILL, out of memory) breaks the pool: what had not finished is retried once in a
+    fresh pool, so the sweep loses at most the work in flight.
+    """
+    threads = max(1, (os.cpu_count() or 1) // opts.jobs)
+    remaining, retried = list(groups), False
+    while remaining:
+        finished, broken = set(), False
         with ProcessPoolExecutor(opts.jobs, mp_context=get_context("spawn"), initializer=_worker_init,
                                  initargs=(threads, os.getpid())) as pool:
-            futs = {pool.submit(run_and_store, g, store, None, None, argv, "local", opts): g for g in groups}
+            futs = {pool.submit(run_and_store, g, store, None, None, argv, "local", opts): i
+                    for i, g in enumerate(remaining)}
             for fut in as_completed(futs):
-                yield futs[fut], fut.result()
+                try:
+                    recs = fut.result()
+                except BrokenProcessPool:
+                    broken = True
+                    continue
+                finished.add(futs[fut])
+                yield remaining[futs[fut]], recs
+        remaining = [g for i, g in enumerate(remaining) if i not in finished]
+        if broken:
+            if retried:
+                raise UsageError("a worker process died again (killed, or out of memory?); the finished runs are "
+                                 "stored: rerun the same command with fewer --jobs to train what is missing")
+            retried = True
+            log(f"a worker process died (killed, or out of memory?); the {len(remaining)} unfinished group(s) "
+                "start again in a fresh pool")
 
 
 def _ray(groups, store, opts: SweepOptions, argv, log):
