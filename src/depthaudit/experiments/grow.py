@@ -41,6 +41,11 @@ class GrowRun:
         d["insert_at"] = list(self.insert_at)
         return d
 
+    def describe(self) -> str:
+        """One line for listings: the arm and the architecture."""
+        how = f"grown at epochs {list(self.insert_at)}" if self.arm == "grown" else "from scratch"
+        return f"resnet-8 + {self.extra} {how}"
+
     def same_as(self, stored: dict) -> bool:
         """Equality with a stored config."""
         return stored == self.to_dict()

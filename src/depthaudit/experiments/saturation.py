@@ -46,6 +46,12 @@ class SaturationRun:
         """JSON-able."""
         return asdict(self)
 
+    def describe(self) -> str:
+        """One line for listings: the family and its depth."""
+        if self.family == "gpt":
+            return f"gpt d={self.d_hidden}, {self.base_blocks} + {self.extra} blocks"
+        return f"resnet-8 + {self.extra} blocks on {self.dataset}"
+
     def same_as(self, stored: dict) -> bool:
         """Equality with a stored config."""
         return stored == self.to_dict()
