@@ -63,28 +63,50 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
-    """Rebuild every table and figure in DIR from its saved JSON, without training."""
+    """Rebuild every table and figure in DIR and in its subfolders from their saved JSON, without training."""
+    d = Path(a.dir)
+    if not d.is_dir():
+        raise UsageError(f"{d} is not a folder; pass the --out/--output_dir of an audit or ladder")
+    skip = ("runs", "logs", "slurm")  # an audit's run folders, live logs, scheduler logs: nothing to render
+    dirs = [d, *sorted(p for p in d.rglob("*") if p.is_dir() and not p.name.startswith(".")
+                       and not p.name.endswith(".runs") and not any(x in skip for x in p.relative_to(d).parts))]
+    found = 0
+    for sub in dirs:
+        if (sub / "sweep.json").exists():  # cells ran separately (--cell): assemble them with the sweep's command
+            rc = _assemble_cells(sub)
+            if rc:
+                return rc
+        n = _report_dir(sub, a)
+        if n and sub != d:
+            print(f"(from {sub})\n")
+        found += n
+    if not found:
+        raise UsageError(f"{d} holds no ladder_*, saturation_*, grow_* or report.json (nor do its subfolders); "
+                         "pass a folder depthaudit wrote")
+    return 0
+
+
+def _assemble_cells(d: Path) -> int:
+    """Re-run the command kept in ``d/sweep.json`` with ``--stored-only``: its report, nothing trained."""
+    from ..cli import main
+
+    sweep = read_json_doc(d / "sweep.json")
+    cmd = sweep.get("argv") if isinstance(sweep, dict) else None
+    if not isinstance(cmd, list) or not all(isinstance(t, str) for t in cmd):
+        raise UsageError(f"{d / 'sweep.json'} is damaged; rerun the sweep's command without --cell instead")
+    cmd = [*cmd, "--out", str(d)]  # the folder as it is now, wherever the sweep first wrote it
+    print(f"assembling the finished cells: depthaudit {' '.join(cmd)}", file=sys.stderr)
+    return main([*cmd, "--stored-only"])
+
+
+def _report_dir(d: Path, a: argparse.Namespace) -> int:
+    """Render what one folder holds; returns how many results it found."""
     from ..io import write_json, write_text
     from ..report import audit_markdown, audit_terminal
     from ..report.figures import audit_figures
     from ..report.ladder import ladder_report
 
-    d = Path(a.dir)
-    if not d.is_dir():
-        raise UsageError(f"{d} is not a folder; pass the --out/--output_dir of an audit or ladder")
     found = 0
-    if (d / "sweep.json").exists():  # cells ran separately (--cell): assemble them with the sweep's own command
-        from ..cli import main
-
-        sweep = read_json_doc(d / "sweep.json")
-        cmd = sweep.get("argv") if isinstance(sweep, dict) else None
-        if not isinstance(cmd, list) or not all(isinstance(t, str) for t in cmd):
-            raise UsageError(f"{d / 'sweep.json'} is damaged; rerun the sweep's command without --cell instead")
-        print(f"assembling the finished cells: depthaudit {' '.join(cmd)}", file=sys.stderr)
-        rc = main([*cmd, "--stored-only"])
-        if rc:
-            return rc
-        found += 1
     for path in sorted(d.glob("ladder_*.json")):
         check_ladder_doc(path, read_json_doc(path))
         if path.with_suffix(".runs").is_dir():  # records a worker stored but did not assemble (killed between)
@@ -123,9 +145,7 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
                    f"![grow]({path.with_suffix('.png').name})\n")
         print(f"{path.name}\n{table}\n")
         found += 1
-    if not found:
-        raise UsageError(f"{d} holds no ladder_*, saturation_*, grow_* or report.json; pass a folder depthaudit wrote")
-    return 0
+    return found
 
 
 def register(sub) -> None:

@@ -75,10 +75,16 @@ def ladder_figure(agg: dict, path: Path, title: str) -> None:
         k = sorted(ks)
         mean = [ks[j]["mean"] for j in k]
         std = [ks[j]["std"] or 0 for j in k]
-        line = ax.errorbar([j + 0.04 * (i - 1) for j in k], mean, yerr=std, marker="o", capsize=3, label=m)
+        xs = [j + 0.04 * (i - 1) for j in k]
+        line = ax.errorbar(xs, mean, yerr=std, marker="o", capsize=3, label=m)
         if 0 in ks and ks[0]["mean"] is not None:
             ax.axhline(ks[0]["mean"], ls="--", lw=1, color=line[0].get_color())
-    ax.set_xlabel("k = number of last blocks trained")
+        for x, j in zip(xs, k, strict=True):  # a diverged run is a finding: say so where it would have been
+            if ks[j].get("diverged"):
+                y = ks[j]["mean"] if ks[j]["mean"] is not None else ax.get_ylim()[0]
+                ax.annotate(f"{ks[j]['diverged']} diverged", (x, y), textcoords="offset points", xytext=(4, -10),
+                            fontsize=7, color=line[0].get_color())
+    ax.set_xlabel("k = number of last blocks trained (error bars: std over seeds; dashed: k = 0)")
     ax.set_ylabel("test accuracy")
     ax.set_xticks(range(agg["num_blocks"] + 1))
     ax.set_title(title)

@@ -42,18 +42,24 @@ def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
     ax.plot(x, [r["AGmax"] for r in rows], "o-", label="AGmax")
     ax.plot(x, [r["Vmax"] for r in rows], "s--", label="max V_l")
     vals = [v for r in rows for v in (r["AGmax"], r["Vmax"]) if v == v and v > 0] + [low_signal]
-    ax.axhspan(min(vals) / 10, low_signal, color="grey", alpha=0.2, label=f"low signal (< {low_signal:g})")
+    lo = min(vals) / 10
+    # the AGmax flag's band, drawn over the curves (translucent) and down to the axis
+    ax.axhspan(lo, low_signal, color="grey", alpha=0.25, zorder=3, lw=0, label=f"low signal: AGmax < {low_signal:g}")
     ax.set_yscale("log")
+    ax.set_ylim(bottom=lo)
     ax.set_xlabel("residual blocks")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("activation-gradient signal")
     ax2 = ax.twinx()
     ax2.plot(x, [r["test_acc"] for r in rows], "^:", color="k", label="test acc")
-    ax2.set_ylabel("test accuracy (per token for gpt)")
+    family = doc["identity"].get("family", "resnet")
+    ax2.set_ylabel("next-token test accuracy" if family == "gpt" else "test accuracy")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7)
-    ax.set_title(f"Depth saturation: {doc['identity'].get('family', 'resnet')}")
+    ident = doc["identity"]
+    what = f"GPT decoder d={ident.get('d_hidden')}" if family == "gpt" else "ResNet-8 + N"
+    ax.set_title(f"Depth saturation: {what} on {ident.get('data', '?')}, {ident.get('epochs', '?')} epochs", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
@@ -82,7 +88,9 @@ def grow_figure(doc: dict, path: Path) -> None:
     ax.set_xlabel("epoch (dotted: insertion before that epoch)")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("test accuracy")
-    ax.set_title("Function-preserving growth vs scratch")
+    ident = doc["identity"]
+    ax.set_title(f"Growth vs scratch: ResNet-8 + {ident.get('extra', '?')} on {ident.get('dataset', '?')}, "
+                 f"{ident.get('epochs', '?')} epochs", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
