@@ -6,23 +6,47 @@ import os
 import sys
 
 from . import __version__
+from .commands import COMMANDS
 from .commands.args import Parser
 from .errors import SweepDone, UsageError
 from .plugins import import_plugin
 
-COMMAND_MODULES = ("run", "audit", "ladder", "depth")  # depthaudit.commands.<name>.register(sub)
+COMMAND_MODULES = tuple(dict.fromkeys(m for m, _ in COMMANDS.values()))  # commands.<m>.register(sub)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser (plug-ins must be imported first so their names are choices)."""
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser (plug-ins must be imported first so their names are choices).
+
+    Only the module of the command named in ``argv`` is imported (it brings torch and the registries);
+    with no command (``depthaudit --help``) each command is listed from :data:`COMMANDS` alone, fast.
+    ``argv=None`` builds every command's full parser.
+    """
     p = Parser(prog="depthaudit", description="Audit whether a credit-assignment method trains depth.")
     p.add_argument("--version", action="version", version=f"depthaudit {__version__}")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="import MODULE first (it may register methods, models, datasets)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"depthaudit.commands.{name}").register(sub)
+    named = _command_in(argv) if argv is not None else None
+    if argv is not None and named is None:
+        for name, (_, help_text) in COMMANDS.items():
+            sub.add_parser(name, help=help_text)
+        return p
+    for module in COMMAND_MODULES if named is None else (COMMANDS[named][0],):
+        importlib.import_module(f"depthaudit.commands.{module}").register(sub)
     return p
+
+
+def _command_in(argv: list[str]) -> str | None:
+    """The command ``argv`` names (skipping ``--plugin M``), if it is one of :data:`COMMANDS`."""
+    skip = False
+    for tok in argv:
+        if skip:
+            skip = False
+        elif tok == "--plugin":
+            skip = True
+        elif not tok.startswith("-"):
+            return tok if tok in COMMANDS else None
+    return None
 
 
 def _import_plugins(argv: list[str]) -> None:
@@ -44,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _import_plugins(argv)
         try:
-            args = build_parser().parse_args(argv)
+            args = build_parser(argv).parse_args(argv)
         except SystemExit as exc:  # the parser's refusal (one line, 2) or --help/--version (0): a return code
             return exc.code if isinstance(exc.code, int) else 2
         return args.func(args, argv)

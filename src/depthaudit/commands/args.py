@@ -1,15 +1,19 @@
 """Flags shared by the commands, and the frozen config built from them (once, here, then passed down)."""
 
 import argparse
+import functools
 import math
 from pathlib import Path
-
-import torch
 
 from ..config import TrainConfig
 from ..errors import UsageError
 
-DEFAULTS = TrainConfig()
+
+@functools.cache
+def _defaults() -> TrainConfig:
+    """The config defaults (built on first use: building validates against the registries, which import torch)."""
+    return TrainConfig()
+
 
 
 def number(kind, lo=None, hi=None, lo_open: bool = False, what: str | None = None):
@@ -110,22 +114,22 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
     from ..models.resmlp import VARIANTS
 
     g = p.add_argument_group("data")
-    flag(g, "dataset", default=DEFAULTS.dataset, choices=DATASETS.names(), help="dataset")
+    flag(g, "dataset", default=_defaults().dataset, choices=DATASETS.names(), help="dataset")
     flag(g, "data_dir", default=None, metavar="DIR", help="folder or .zip holding the data (cifar*)")
     flag(g, "download", action="store_true", help="download a missing CIFAR archive (verified by md5)")
     flag(g, "augment", default="auto", choices=["auto", *AUGMENTS],
           help="training augmentation; auto = the dataset's (CIFAR: crop+flip, pad 4)")
     g = p.add_argument_group("model")
-    flag(g, "arch", default=DEFAULTS.arch, choices=MODELS.names(), help="residual model")
-    flag(g, "variant", default=DEFAULTS.variant, choices=VARIANTS,
+    flag(g, "arch", default=_defaults().arch, choices=MODELS.names(), help="residual model")
+    flag(g, "variant", default=_defaults().variant, choices=VARIANTS,
           help="ref = the published protocol's model; v0.1 = depthaudit 0.1's (ours)")
-    flag(g, "d_hidden", type=int, default=DEFAULTS.d_hidden, help="stream width d")
-    flag(g, "num_blocks", type=int, default=DEFAULTS.num_blocks, help="residual blocks L")
+    flag(g, "d_hidden", type=int, default=_defaults().d_hidden, help="stream width d")
+    flag(g, "num_blocks", type=int, default=_defaults().num_blocks, help="residual blocks L")
     flag(g, "mlp_ratio", type=int, default=None, help="MLP expansion (default: the variant's; ResMLP ref 1)")
     g = p.add_argument_group("credit and recipe")
     if per_run:
-        flag(g, "method", default=DEFAULTS.method, choices=METHODS.names(), help="credit method")
-        flag(g, "train_blocks", default=DEFAULTS.train_blocks, help="all | none | last:k | first:k")
+        flag(g, "method", default=_defaults().method, choices=METHODS.names(), help="credit method")
+        flag(g, "train_blocks", default=_defaults().train_blocks, help="all | none | last:k | first:k")
         flag(g, "credit_mix", type=float, default=None, help="credit mix (ours): (1-α)·method + α·BP credit")
         flag(g, "warm_start", default=None, metavar="PT", help="BP warm start (ours): start from these weights")
     else:
@@ -133,28 +137,28 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
               help=f"credit methods, from {{{','.join(METHODS.names())}}}; a variant as a row of its own: "
               "name:key=value (e.g. fa:head=exact, fa-stream:identity)")
         flag(g, "seeds", nargs="+", type=int, default=[42], metavar="S", help="seeds (mean ± std, ddof 1)")
-    flag(g, "fa_head", default=DEFAULTS.fa_head, choices=["feedback", "exact"],
+    flag(g, "fa_head", default=_defaults().fa_head, choices=["feedback", "exact"],
           help="fa & relatives: readout by feedback (Lillicrap) or exact")
     flag(g, "fa_stream_identity", action="store_true", help="fa-stream: keep the identity, c + c·Bᵀ")
-    flag(g, "fa_stream_scale", type=float, default=DEFAULTS.fa_stream_scale, help="fa-stream: B ~ N(0, s²/d)")
-    flag(g, "cb_sigma", type=float, default=DEFAULTS.cb_sigma, help="cb: noise σ of the consistency target")
-    flag(g, "cb_draws", type=int, default=DEFAULTS.cb_draws, help="cb: noise draws of the soft-min (ours)")
-    flag(g, "ep_beta", type=float, default=DEFAULTS.ep_beta, help="ep: nudging strength β")
-    flag(g, "ep_steps", type=int, default=DEFAULTS.ep_steps, help="ep: nudged-phase steps T")
-    flag(g, "ep_step_size", type=float, default=DEFAULTS.ep_step_size, help="ep: step size η (ours)")
-    flag(g, "ep_credit", default=DEFAULTS.ep_credit, choices=["state", "error"],
+    flag(g, "fa_stream_scale", type=float, default=_defaults().fa_stream_scale, help="fa-stream: B ~ N(0, s²/d)")
+    flag(g, "cb_sigma", type=float, default=_defaults().cb_sigma, help="cb: noise σ of the consistency target")
+    flag(g, "cb_draws", type=int, default=_defaults().cb_draws, help="cb: noise draws of the soft-min (ours)")
+    flag(g, "ep_beta", type=float, default=_defaults().ep_beta, help="ep: nudging strength β")
+    flag(g, "ep_steps", type=int, default=_defaults().ep_steps, help="ep: nudged-phase steps T")
+    flag(g, "ep_step_size", type=float, default=_defaults().ep_step_size, help="ep: step size η (ours)")
+    flag(g, "ep_credit", default=_defaults().ep_credit, choices=["state", "error"],
           help="ep: state = -Δh/β (protocol) | error = -r/β (ours)")
     flag(g, "epochs", type=int, default=None,
           help="budget: the cosine schedule spans it (default: the dataset's; CIFAR 100, others 20)")
     flag(g, "stop_after", type=int, default=None, help="train only the first N epochs of that schedule")
-    flag(g, "batch_size", type=int, default=DEFAULTS.batch_size, help="batch size")
-    flag(g, "lr", type=float, default=DEFAULTS.lr, help="AdamW learning rate (cosine to 0)")
-    flag(g, "weight_decay", type=float, default=DEFAULTS.weight_decay, help="AdamW weight decay")
-    flag(g, "scale_penalty", type=float, default=DEFAULTS.scale_penalty, help="scale penalty λ")
-    flag(g, "penalty_form", default=DEFAULTS.penalty_form, choices=["abs", "rel"],
+    flag(g, "batch_size", type=int, default=_defaults().batch_size, help="batch size")
+    flag(g, "lr", type=float, default=_defaults().lr, help="AdamW learning rate (cosine to 0)")
+    flag(g, "weight_decay", type=float, default=_defaults().weight_decay, help="AdamW weight decay")
+    flag(g, "scale_penalty", type=float, default=_defaults().scale_penalty, help="scale penalty λ")
+    flag(g, "penalty_form", default=_defaults().penalty_form, choices=["abs", "rel"],
           help="abs = λ‖f‖² (reference) | rel = λ‖f‖²/‖h‖² (ours)")
     if per_run:
-        flag(g, "seed", type=int, default=DEFAULTS.seed, help="seed (init, feedback, shuffle)")
+        flag(g, "seed", type=int, default=_defaults().seed, help="seed (init, feedback, shuffle)")
     flag(g, "device", default="auto", metavar="DEV", help="cpu | cuda | cuda:N | auto = cuda if available")
 
 
@@ -290,6 +294,8 @@ def plain_args(p: argparse.ArgumentParser, out: str) -> None:
 
 def resolve_device(spec: str) -> str:
     """``auto`` → ``cuda`` when available else ``cpu``; an unavailable CUDA device is a UsageError."""
+    import torch
+
     if spec == "auto":
         return "cuda:0" if torch.cuda.is_available() else "cpu"
     try:
@@ -312,7 +318,7 @@ def default_epochs(dataset: str) -> int:
     """The dataset's registered budget (CIFAR: 100, the protocol's), else the config default."""
     from ..data import DATASETS
 
-    return DATASETS.meta(dataset).get("epochs", DEFAULTS.epochs)
+    return DATASETS.meta(dataset).get("epochs", _defaults().epochs)
 
 
 def config_from_args(a: argparse.Namespace) -> TrainConfig:
@@ -320,14 +326,15 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
     return TrainConfig(
         dataset=a.dataset, data_dir=a.data_dir, download=a.download, augment=a.augment, arch=a.arch,
         variant=a.variant, d_hidden=a.d_hidden, num_blocks=a.num_blocks, mlp_ratio=a.mlp_ratio,
-        method=getattr(a, "method", DEFAULTS.method), train_blocks=getattr(a, "train_blocks", DEFAULTS.train_blocks),
+        method=getattr(a, "method", _defaults().method),
+        train_blocks=getattr(a, "train_blocks", _defaults().train_blocks),
         epochs=a.epochs if a.epochs is not None else default_epochs(a.dataset), stop_after=a.stop_after,
         batch_size=a.batch_size, ep_beta=a.ep_beta, ep_steps=a.ep_steps, ep_step_size=a.ep_step_size,
         ep_credit=a.ep_credit, cb_sigma=a.cb_sigma, cb_draws=a.cb_draws, fa_head=a.fa_head,
         fa_stream_identity=a.fa_stream_identity, fa_stream_scale=a.fa_stream_scale,
         credit_mix=getattr(a, "credit_mix", None), warm_start=getattr(a, "warm_start", None),
         lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty, penalty_form=a.penalty_form,
-        seed=getattr(a, "seed", (getattr(a, "seeds", None) or [DEFAULTS.seed])[0]), device=resolve_device(a.device))
+        seed=getattr(a, "seed", (getattr(a, "seeds", None) or [_defaults().seed])[0]), device=resolve_device(a.device))
 
 
 def dedup_note(values: list, flag_name: str) -> None:

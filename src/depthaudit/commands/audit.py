@@ -8,6 +8,7 @@ import torch
 
 from ..errors import UsageError
 from ..io import check_output_dir
+from . import COMMANDS
 from .args import (
     add_train_args,
     audit_args,
@@ -191,13 +192,13 @@ def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
 
 def register(sub) -> None:
     """Add this module's subcommands to the CLI's subparsers (each with its own flags and ``func``)."""
-    au = sub.add_parser("audit", help="the audit protocol: standard pair vs D1/D2/D3 and per-layer cosine",
+    au = sub.add_parser("audit", help=COMMANDS["audit"][1],
                         description="Train each method (all blocks, tracked) and its frozen-blocks baseline; "
                         "report the standard pair beside D1 scale, D2 reference validity, D3 depth utility.")
     audit_args(au, "results/audit")
     au.set_defaults(func=cmd_audit)
 
-    iv = sub.add_parser("intervene", help="scale-penalty intervention: the audit over a λ grid",
+    iv = sub.add_parser("intervene", help=COMMANDS["intervene"][1],
                         description="Run the audit at every λ of --lambdas (the reference's grid and 30 epochs by "
                         "default); report D1/D2/D3, accuracy and per-layer cosines side by side, and a figure.")
     audit_args(iv, "results/intervene")
@@ -207,7 +208,7 @@ def register(sub) -> None:
     iv.add_argument("--penalty", type=float, default=None, metavar="X", help="shorthand for --lambdas 0 X")
     iv.set_defaults(func=cmd_intervene)
 
-    br = sub.add_parser("probes", help="our probes: credit-mix α sweep and BP warm start for one method",
+    br = sub.add_parser("probes", help=COMMANDS["probes"][1],
                         description="Ours, not the protocol's methods. Credit mix: train with (1-α)·method + α·BP "
                         "credit over --alphas. BP warm start (--pre-epochs > 0): BP first, then the method from there.")
     add_train_args(br, per_run=False)
@@ -221,7 +222,7 @@ def register(sub) -> None:
     sweep_args(br, stacking=False)
     br.set_defaults(func=cmd_probes)
 
-    idt = sub.add_parser("identity", help="frozen-init identity check over seeds",
+    idt = sub.add_parser("identity", help=COMMANDS["identity"][1],
                          description="At random init: per-block |f_l(h)|/|h|, |h_L-h_0|/|h_0|, cos(h_L, h_0).")
     add_train_args(idt, per_run=False)
     probe_args(idt)

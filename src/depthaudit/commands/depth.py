@@ -8,6 +8,7 @@ import torch
 
 from ..errors import UsageError
 from ..io import check_output_dir
+from . import COMMANDS
 from .args import plain_args, remember_sweep, resolve_device, sweep_options
 
 
@@ -107,7 +108,7 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
 
 def register(sub) -> None:
     """Add this module's subcommands to the CLI's subparsers (each with its own flags and ``func``)."""
-    sa = sub.add_parser("saturation", help="depth sweep: AG, AGmax and growth value V vs depth",
+    sa = sub.add_parser("saturation", help=COMMANDS["saturation"][1],
                         description="Train ResNet-8 + N (or a GPT decoder of base + N blocks) for each --extra N "
                         "(plain backprop), then measure AG_l, AGmax, the growth value V_l and the gradient-matched "
                         "insertion's loss change at every candidate.")
@@ -127,7 +128,7 @@ def register(sub) -> None:
     plain_args(sa, "results/saturation")
     sa.set_defaults(func=cmd_saturation)
 
-    gr = sub.add_parser("grow", help="function-preserving growth vs the same architecture from scratch",
+    gr = sub.add_parser("grow", help=COMMANDS["grow"][1],
                         description="Grow ResNet-8 to ResNet-8 + N by zero-output insertions during training and "
                         "compare final train/test loss with ResNet-8 + N trained from scratch for the same budget.")
     gr.add_argument("--extra", type=int, default=3, metavar="N", help="blocks to grow (default: 3)")

@@ -8,6 +8,7 @@ import torch
 
 from ..errors import UsageError
 from ..io import check_output_dir
+from . import COMMANDS
 from .args import (
     add_train_args,
     check_probe_args,
@@ -150,7 +151,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add this module's subcommands to the CLI's subparsers (each with its own flags and ``func``)."""
-    la = sub.add_parser("ladder", help="depth-utility ladder: train the last k blocks, k = 0..L",
+    la = sub.add_parser("ladder", help=COMMANDS["ladder"][1],
                         description="For each method, k and seed train only the last k blocks; one resumable JSON "
                         "per configuration (ladder_d{d}_L{L}_{dataset}.json), a table and a figure.")
     add_train_args(la, per_run=False)
@@ -167,7 +168,7 @@ def register(sub) -> None:
     sweep_args(la)
     la.set_defaults(func=cmd_ladder)
 
-    rp = sub.add_parser("report", help="rebuild tables and figures from saved JSON (no training)",
+    rp = sub.add_parser("report", help=COMMANDS["report"][1],
                         description="Rebuild ladder tables/figures (ladder_*.json) and the audit report "
                         "(report.json) found in DIR.")
     rp.add_argument("dir", metavar="DIR", help="an audit --out or ladder --output_dir folder")

@@ -8,6 +8,7 @@ import torch
 
 from ..errors import UsageError
 from ..io import check_output_dir
+from . import COMMANDS
 from .args import add_train_args, config_from_args, out_arg
 
 
@@ -39,7 +40,7 @@ def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
 
 def register(sub) -> None:
     """Add this module's subcommands to the CLI's subparsers (each with its own flags and ``func``)."""
-    t = sub.add_parser("train", help="train one model under one credit method",
+    t = sub.add_parser("train", help=COMMANDS["train"][1],
                        description="Train one residual model under one credit method (SPEC §2 recipe).")
     add_train_args(t)
     g = t.add_argument_group("output")
