@@ -33,6 +33,8 @@ def _setup(tmp):
     (tmp / "rep_garbage" / "report.json").write_text("{{{")
     (tmp / "auditrunsfile").mkdir()
     (tmp / "auditrunsfile" / "runs").write_text("x")
+    (tmp / "rep_sweep").mkdir()
+    (tmp / "rep_sweep" / "sweep.json").write_text(json.dumps({"argv": "ladder --epochs 1"}))
 
 
 CASES = [
@@ -66,6 +68,17 @@ CASES = [
     (["train", "--seed", "-3"], ">= 0"),
     (["intervene", "--lambdas", "-1"], ">= 0"),
     (["grow", "--extra", "0"], "--extra"),
+    # sweeps and cells (the cluster issue's flags)
+    (["ladder", "--dataset", "mnist1d", "--k-values", "0", "--seeds", "1", "--cell", "99"], "no such cell"),
+    (["audit", "--cell", "fa/trained/s1"], "no such cell"),
+    (["audit", "--cell", "0", "--list-cells"], "exclude each other"),
+    (["ladder", "--dataset", "mnist1d", "--jobs", "2", "--executor", "ray"], "--jobs is for the local executor"),
+    (["audit", "--cpus-per-run", "0"], "> 0"),
+    (["ladder", "--batch-runs", "0"], ">= 1"),
+    (["ladder", "--executor", "dask"], "invalid choice"),
+    (["report", "rep_sweep"], "sweep.json is damaged"),
+    (["train", "--seed", str(2**64)], "<="),
+    (["probes", "--method", "nosuchmethod"], "nosuchmethod"),
 ]
 
 

@@ -52,19 +52,23 @@ def _audit_config(a: argparse.Namespace):
 def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     """Run the audit protocol and write report.md, report.json and figures into ``--out``."""
     from ..data import load_data
-    from ..experiments.audit import run_audit
+    from ..experiments.audit import audit_specs, run_audit
     from ..io import write_json, write_text
     from ..report import audit_markdown, audit_terminal
     from ..report.figures import audit_figures
+    from ..sweep import pick_cell
 
     acfg = _audit_config(a)
     base = acfg.base
-    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
     out = Path(a.out)
-    print(f"depthaudit audit: {', '.join(acfg.methods)} × seeds {list(acfg.seeds)} on {base.dataset} "
-          f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}",
-          file=sys.stderr)
-    opts = sweep_options(a, out, base.device)
+    opts = sweep_options(a, out, base.device)  # bad sweep flags or cell id: one line, before any work
+    if opts.cell is not None:
+        pick_cell(audit_specs(acfg), opts.cell)
+    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    if not opts.list_cells:
+        print(f"depthaudit audit: {', '.join(acfg.methods)} × seeds {list(acfg.seeds)} on {base.dataset} "
+              f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}",
+              file=sys.stderr)
     if opts.cell is not None:
         remember_sweep(out, argv)
     report = run_audit(acfg, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),

@@ -27,7 +27,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     from ..data import load_data
     from ..experiments.ladder import LadderConfig, ladder_specs, open_store
     from ..report.ladder import ladder_report
-    from ..sweep import run_sweep
+    from ..sweep import pick_cell, run_sweep
 
     if a.gpu is not None:
         a.device = f"cuda:{a.gpu}"
@@ -46,13 +46,16 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     dedup_note(a.seeds, "--seeds")
     lc = LadderConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), k_values=ks,
                       seeds=tuple(dict.fromkeys(a.seeds)), probe_batches=nb, probe_batch_size=bs)
+    specs = ladder_specs(lc)
+    opts = sweep_options(a, a.output_dir, base.device)  # bad sweep flags or cell id: one line, before any work
+    if opts.cell is not None:
+        pick_cell(specs, opts.cell)
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
     store = open_store(Path(a.output_dir), lc, data.sha256)  # refuses a file of another configuration
-    specs = ladder_specs(lc)
-    print(f"depthaudit ladder: {len(specs)} runs ({len(lc.methods)} methods × {len(ks)} k × {len(lc.seeds)} seeds), "
-          f"{base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device}, "
-          f"jobs {a.jobs} → {store}", file=sys.stderr)
-    opts = sweep_options(a, a.output_dir, base.device)
+    if not opts.list_cells:
+        print(f"depthaudit ladder: {len(specs)} runs ({len(lc.methods)} methods × {len(ks)} k × "
+              f"{len(lc.seeds)} seeds), {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
+              f"{base.epochs} epochs, {base.device}, jobs {a.jobs} → {store}", file=sys.stderr)
     if opts.cell is not None:
         remember_sweep(a.output_dir, argv)
     run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], opts=opts,
