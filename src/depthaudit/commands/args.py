@@ -43,6 +43,7 @@ RANGES = {
     "lr": POS_FLOAT, "weight_decay": NONNEG_FLOAT, "scale_penalty": NONNEG_FLOAT, "batch_size": POS_INT,
     "epochs": NONNEG_INT, "stop_after": POS_INT, "d_hidden": POS_INT, "num_blocks": NONNEG_INT, "mlp_ratio": POS_INT,
     "seed": number(int, 0, 2**63 - 1), "seeds": number(int, 0, 2**63 - 1), "jobs": POS_INT, "batch_runs": POS_INT,
+    "shallow_blocks": POS_INT,
     "cpus_per_run": POS_FLOAT, "gpus_per_run": NONNEG_FLOAT, "slurm_time": POS_INT, "slurm_gpus": NONNEG_INT,
     "slurm_parallelism": POS_INT,
     "track_every": NONNEG_INT, "probe_batches": POS_INT, "probe_batch_size": number(int, 2),
@@ -182,6 +183,10 @@ def audit_args(ap: argparse.ArgumentParser, out_default: str) -> None:
     g.add_argument("--ref-factor", type=float, default=10.0, metavar="X",
                    help="D2 flag when ‖g_L‖ < X·ε (default: 10)")
     g.add_argument("--gap-min", type=float, default=2.0, metavar="X", help="D3 flag when gap < X pp (default: 2)")
+    g.add_argument("--shallow-baseline", action="store_true",
+                   help="also train a parameter-matched model with fewer blocks (ours: depth or capacity?)")
+    g.add_argument("--shallow-blocks", type=int, default=1, metavar="K",
+                   help="blocks of the shallow baseline; its width matches the parameters (default: 1)")
     out_arg(ap, out_default)
     sweep_args(ap)
 

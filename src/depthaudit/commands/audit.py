@@ -40,13 +40,17 @@ def _audit_config(a: argparse.Namespace):
         parse_method_spec(m, base)
     if base.num_blocks < 1:
         raise UsageError("--num-blocks 0: the audit measures residual blocks; give at least 1")
+    shallow = a.shallow_blocks if a.shallow_baseline else 0
+    if a.shallow_baseline and not 1 <= shallow < base.num_blocks:
+        raise UsageError(f"--shallow-blocks {shallow}: the shallow baseline needs 1 <= blocks < --num-blocks "
+                         f"{base.num_blocks}")
     dedup_note(a.methods, "--methods")
     dedup_note(a.seeds, "--seeds")
     return AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),
                        probe_batches=nb, probe_batch_size=bs, track_every=a.track_every,
                        thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min), d1_stat=a.d1_stat,
                        stop_on_flag=a.stop_on_flag, functional=getattr(a, "functional", False),
-                       fresh_b_draws=getattr(a, "fresh_b_draws", 20))
+                       fresh_b_draws=getattr(a, "fresh_b_draws", 20), shallow_blocks=shallow)
 
 
 def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
@@ -61,10 +65,10 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     acfg = _audit_config(a)
     base = acfg.base
     out = Path(a.out)
-    opts = sweep_options(a, out, base.device)  # bad sweep flags or cell id: one line, before any work
-    if opts.cell is not None:
-        pick_cell(audit_specs(acfg), opts.cell)
+    opts = sweep_options(a, out, base.device)  # bad sweep flags or cell id: one line, before any training
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    if opts.cell is not None:
+        pick_cell(audit_specs(acfg, data), opts.cell)
     if not opts.list_cells:
         print(f"depthaudit audit: {', '.join(acfg.methods)} × seeds {list(acfg.seeds)} on {base.dataset} "
               f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}",

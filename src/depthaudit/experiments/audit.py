@@ -33,6 +33,7 @@ class AuditConfig:
     stop_on_flag: bool = False  # end a trained run at the epoch D1 or D2 first fires
     functional: bool = False  # perturbation correlation, nudging, fresh-B null at the end (trained runs)
     fresh_b_draws: int = 20
+    shallow_blocks: int = 0  # > 0: also train the parameter-matched shallow baseline with this many blocks (ours)
 
     def to_dict(self) -> dict:
         """JSON-able (the base config nested)."""
@@ -175,9 +176,18 @@ def run_slug_of(rec: dict) -> str:
     return rec.get("stored_as") or run_slug(TrainConfig.from_dict(rec["config"]), rec.get("tracking"))
 
 
-def audit_specs(acfg: AuditConfig) -> list[RunSpec]:
-    """Per method and seed: the tracked full run (with the monitor) and its frozen-blocks baseline."""
+def audit_specs(acfg: AuditConfig, data: DataBundle | None = None) -> list[RunSpec]:
+    """Per method and seed: the tracked full run (with the monitor) and its frozen-blocks baseline.
+
+    With ``acfg.shallow_blocks`` (and ``data``, whose shape sets the parameter count) also the
+    parameter-matched shallow baseline (experiments/shallow.py), untracked.
+    """
     specs = []
+    match = None
+    if acfg.shallow_blocks and data is not None:
+        from .shallow import matched_shallow
+
+        match = matched_shallow(acfg.base, data.input_shape, data.num_classes, acfg.shallow_blocks)
     for m in acfg.methods:
         for s in acfg.seeds:
             for kind, blocks, every in (("trained", "all", acfg.track_every), ("frozen", "none", 0)):
@@ -189,6 +199,11 @@ def audit_specs(acfg: AuditConfig) -> list[RunSpec]:
                 tracking = tracking_plan(acfg.probe_batches, acfg.probe_batch_size, every, acfg.thresholds,
                                          acfg.d1_stat, acfg.stop_on_flag and kind == "trained", func)
                 specs.append(RunSpec(f"{m}/{kind}/s{s}", cfg, tracking))
+            if match is not None:
+                from .shallow import shallow_config
+
+                cfg = shallow_config(replace(parse_method_spec(m, acfg.base)[1], seed=s), match)
+                specs.append(RunSpec(f"{m}/shallow/s{s}", cfg, None))
     return specs
 
 
@@ -198,12 +213,25 @@ def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=No
 
     ``batch_runs > 1``: a method's pairs (and seeds) train stacked, that many runs at most (batched.py).
     """
-    specs = audit_specs(acfg)
+    specs = audit_specs(acfg, data)
     recs = run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
                      run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
     th = acfg.thresholds
     methods = [summarise_method(m, [recs[f"{m}/trained/s{s}"] for s in acfg.seeds],
                                 [recs[f"{m}/frozen/s{s}"] for s in acfg.seeds], th) for m in acfg.methods]
+    if acfg.shallow_blocks:
+        from .shallow import matched_shallow
+
+        match = matched_shallow(acfg.base, data.input_shape, data.num_classes, acfg.shallow_blocks)
+        for summary, m in zip(methods, acfg.methods, strict=True):
+            runs = [recs[f"{m}/shallow/s{s}"] for s in acfg.seeds]
+            ok = [r for r in runs if r["status"] != "diverged"]
+            acc = mean_std([r["final"]["test_acc"] for r in ok])
+            full = summary["trained_test_acc"]["mean"]
+            summary["shallow"] = {**match, "test_acc": acc, "diverged": len(runs) - len(ok),
+                                  "gap_pp": round(100 * (full - acc["mean"]), 2)
+                                  if full is not None and acc["mean"] is not None else None,
+                                  "runs": [run_slug_of(r) for r in runs]}
     b = acfg.base
     x0, y0 = probe_batch(data, acfg.seeds[0], acfg.probe_batches * acfg.probe_batch_size)
     ident = identity_over_seeds(b, data.input_shape, data.num_classes, acfg.seeds, x0, y0, acfg.probe_batch_size)

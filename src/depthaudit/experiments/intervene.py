@@ -28,7 +28,7 @@ def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, arg
     each audit then finds its runs stored.
     """
     grid = [replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))) for lam in lambdas]
-    specs = [replace(s, key=f"lam{g.base.scale_penalty:g}/{s.key}") for g in grid for s in audit_specs(g)]
+    specs = [replace(s, key=f"lam{g.base.scale_penalty:g}/{s.key}") for g in grid for s in audit_specs(g, data)]
     run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
               run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
     audits = {float(lam): run_audit(replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))), data, out,
