@@ -43,3 +43,19 @@ def test_audit_reports_the_shallow_baseline(tmp_path):
     assert run["config"]["num_blocks"] == 1 and run["config"]["d_hidden"] == sh["d_hidden"]
     assert main(["audit", "--shallow-baseline", "--shallow-blocks", "2", "--num-blocks", "2",
                  "--out", str(tmp_path / "b")]) == 2
+
+
+def test_ladder_adds_the_shallow_row_and_report_rebuilds_it(tmp_path, capsys):
+    out = tmp_path / "lad"
+    argv = ["ladder", "--dataset", "mnist1d", "--d-hidden", "32", "--num-blocks", "3", "--methods", "fa",
+            "--k-values", "0", "3", "--seeds", "1", "--epochs", "1", "--probe-batches", "1", "--probe-batch-size",
+            "64", "--out", str(out), "--shallow-baseline"]
+    assert main(argv) == 0
+    doc = json.loads((out / "ladder_d32_L3_mnist1d.json").read_text())
+    assert set(doc["runs"]) == {"fa/k0/s1", "fa/k3/s1", "fa/shallow/s1"}
+    assert doc["runs"]["fa/shallow/s1"]["config"]["num_blocks"] == 1
+    md = (out / "ladder_d32_L3_mnist1d.md").read_text()
+    assert "| matched shallow, L=1 d=" in md
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    assert "| matched shallow, L=1 d=" in capsys.readouterr().out

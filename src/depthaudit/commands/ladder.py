@@ -44,13 +44,18 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
         parse_method_spec(m, base)
     dedup_note(a.methods, "--methods")
     dedup_note(a.seeds, "--seeds")
+    shallow = a.shallow_blocks if a.shallow_baseline else 0
+    if a.shallow_baseline and not 1 <= shallow < base.num_blocks:
+        raise UsageError(f"--shallow-blocks {shallow}: the shallow baseline needs 1 <= blocks < --num_blocks "
+                         f"{base.num_blocks}")
     lc = LadderConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), k_values=ks,
-                      seeds=tuple(dict.fromkeys(a.seeds)), probe_batches=nb, probe_batch_size=bs)
-    specs = ladder_specs(lc)
-    opts = sweep_options(a, a.output_dir, base.device)  # bad sweep flags or cell id: one line, before any work
+                      seeds=tuple(dict.fromkeys(a.seeds)), probe_batches=nb, probe_batch_size=bs,
+                      shallow_blocks=shallow)
+    opts = sweep_options(a, a.output_dir, base.device)  # bad sweep flags: one line, before any work
+    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    specs = ladder_specs(lc, data)
     if opts.cell is not None:
         pick_cell(specs, opts.cell)
-    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
     store = open_store(Path(a.output_dir), lc, data.sha256)  # refuses a file of another configuration
     if not opts.list_cells:
         print(f"depthaudit ladder: {len(specs)} runs ({len(lc.methods)} methods × {len(ks)} k × "
@@ -164,6 +169,10 @@ def register(sub) -> None:
                    help="rungs k (default: 0..num_blocks)")
     g.add_argument("--gpu", type=int, default=None, metavar="N", help="use cuda:N (same as --device cuda:N)")
     probe_args(g)
+    g.add_argument("--shallow-baseline", action="store_true",
+                   help="also train a parameter-matched model with fewer blocks (ours: depth or capacity?)")
+    g.add_argument("--shallow-blocks", type=int, default=1, metavar="K",
+                   help="blocks of the shallow baseline; its width matches the parameters (default: 1)")
     out_arg(g, "results/depth_ladder", "folder for the ladder JSON, table and figure", shown="--output_dir",
             dest="output_dir")
     g.add_argument("--audit-dir", default=None, help="an audit --out folder to cross-check k=0 and k=L against")
@@ -203,7 +212,8 @@ def check_ladder_doc(path: Path, doc: dict) -> None:
         parts = key.split("/")
         final = rec.get("final") if isinstance(rec, dict) else None
         acc = final.get("test_acc") if isinstance(final, dict) else "bad"
-        if len(parts) != 3 or not parts[1][1:].isdigit() or not isinstance(rec.get("status"), str) \
+        rung = len(parts) == 3 and (parts[1] == "shallow" or parts[1][1:].isdigit())
+        if not rung or not isinstance(rec.get("status"), str) \
                 or not (acc is None or isinstance(acc, int | float)):
             raise UsageError(f"{path}: run {key!r} is malformed (needs status and final.test_acc); "
                              "move the file away or rerun the ladder")

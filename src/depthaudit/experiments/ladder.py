@@ -28,6 +28,7 @@ class LadderConfig:
     probe_batch_size: int = 128
     eps: float = 1e-8
     d1_stat: str = "median"
+    shallow_blocks: int = 0  # > 0: also the parameter-matched shallow model per method and seed (ours)
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -42,13 +43,24 @@ def blocks_for(k: int, num_blocks: int) -> str:
     return "none" if k == 0 else "all" if k == num_blocks else f"last:{k}"
 
 
-def ladder_specs(lc: LadderConfig) -> list[RunSpec]:
-    """One spec per (method, k, seed), keyed ``method/k{k}/s{seed}``."""
+def ladder_specs(lc: LadderConfig, data=None) -> list[RunSpec]:
+    """One spec per (method, k, seed), keyed ``method/k{k}/s{seed}``.
+
+    With ``lc.shallow_blocks`` (and ``data``, whose shape sets the parameter count) also the matched
+    shallow model per method and seed, keyed ``method/shallow/s{seed}``.
+    """
     # final-state audit measurements (every = 0: no per-epoch tracking, so no monitor)
     tracking = tracking_plan(lc.probe_batches, lc.probe_batch_size, 0, Thresholds(eps=lc.eps), lc.d1_stat)
-    return [RunSpec(f"{m}/k{k}/s{s}", replace(parse_method_spec(m, lc.base)[1], seed=s,
-                                               train_blocks=blocks_for(k, lc.base.num_blocks)), tracking)
-            for m in lc.methods for k in lc.k_values for s in lc.seeds]
+    specs = [RunSpec(f"{m}/k{k}/s{s}", replace(parse_method_spec(m, lc.base)[1], seed=s,
+                                                train_blocks=blocks_for(k, lc.base.num_blocks)), tracking)
+             for m in lc.methods for k in lc.k_values for s in lc.seeds]
+    if lc.shallow_blocks and data is not None:
+        from .shallow import matched_shallow, shallow_config
+
+        match = matched_shallow(lc.base, data.input_shape, data.num_classes, lc.shallow_blocks)
+        specs += [RunSpec(f"{m}/shallow/s{s}", shallow_config(replace(parse_method_spec(m, lc.base)[1], seed=s),
+                                                               match)) for m in lc.methods for s in lc.seeds]
+    return specs
 
 
 def ladder_filename(base: TrainConfig) -> str:
@@ -83,8 +95,12 @@ def aggregate(doc: dict) -> dict:
     cells: dict[str, dict[int, list]] = {}
     extra: dict[str, dict[int, dict[str, list]]] = {}
     L = doc["identity"]["num_blocks"]
+    shallow: dict[str, list] = {}
     for key, rec in doc["runs"].items():
         m, k, _ = key.split("/")
+        if k == "shallow":  # the parameter-matched shallow model (ours), beside the rungs
+            shallow.setdefault(m, []).append(rec)
+            continue
         k = int(k[1:])
         # a diverged run is reported as such (counted per cell), never averaged into the accuracy
         cells.setdefault(m, {}).setdefault(k, []).append(None if rec["status"] == "diverged"
@@ -109,4 +125,10 @@ def aggregate(doc: dict) -> dict:
         helpers[m] = h
     measures = {m: {k: {q: mean_std(v) if q != "diverged" else sum(v) for q, v in e.items()}
                     for k, e in sorted(ks.items())} for m, ks in extra.items()}
-    return {"num_blocks": L, "table": table, "helpers": helpers, "measures": measures}
+    out = {"num_blocks": L, "table": table, "helpers": helpers, "measures": measures}
+    if shallow:
+        out["shallow"] = {m: {**mean_std([r["final"]["test_acc"] for r in recs if r["status"] != "diverged"]),
+                              "diverged": sum(r["status"] == "diverged" for r in recs),
+                              "num_blocks": recs[0]["config"]["num_blocks"], "d_hidden": recs[0]["config"]["d_hidden"]}
+                          for m, recs in shallow.items()}
+    return out

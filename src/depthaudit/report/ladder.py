@@ -28,6 +28,11 @@ def ladder_table_md(agg: dict) -> str:
             div = f", {c['diverged']} DIVERGED" if c and c.get("diverged") else ""
             cells.append(f"{fmt_ms(c)} (n={c['n']}{div})" if c else "—")
         out.append(f"| {k} | " + " | ".join(cells) + " |")
+    sh = agg.get("shallow") or {}
+    if sh:
+        one = next(iter(sh.values()))
+        cells = [f"{fmt_ms(sh[m])} (n={sh[m]['n']})" if m in sh else "—" for m in methods]
+        out.append(f"| matched shallow, L={one['num_blocks']} d={one['d_hidden']} (ours) | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -53,7 +58,7 @@ def cross_check_md(doc: dict, audit_dir: Path | None) -> str:
     rows = ["", "| run | ladder acc | audit acc | equal |", "|---|---|---|---|"]
     for key, rec in sorted(doc["runs"].items()):
         m, k, s = key.split("/")
-        if int(k[1:]) not in (0, L):
+        if k == "shallow" or int(k[1:]) not in (0, L):
             continue
         cfg = TrainConfig.from_dict(rec["config"])
         found = None
@@ -79,12 +84,17 @@ def ladder_figure(agg: dict, path: Path, title: str) -> None:
         line = ax.errorbar(xs, mean, yerr=std, marker="o", capsize=3, label=m)
         if 0 in ks and ks[0]["mean"] is not None:
             ax.axhline(ks[0]["mean"], ls="--", lw=1, color=line[0].get_color())
+        sh = (agg.get("shallow") or {}).get(m)
+        if sh and sh["mean"] is not None:  # the parameter-matched shallow model: dotted
+            ax.axhline(sh["mean"], ls=":", lw=1.2, color=line[0].get_color())
         for x, j in zip(xs, k, strict=True):  # a diverged run is a finding: say so where it would have been
             if ks[j].get("diverged"):
                 y = ks[j]["mean"] if ks[j]["mean"] is not None else ax.get_ylim()[0]
                 ax.annotate(f"{ks[j]['diverged']} diverged", (x, y), textcoords="offset points", xytext=(4, -10),
                             fontsize=7, color=line[0].get_color())
-    ax.set_xlabel("k = number of last blocks trained (error bars: std over seeds; dashed: k = 0)")
+    dotted = "; dotted: matched shallow" if agg.get("shallow") else ""
+    ax.set_xlabel(f"k = number of last blocks trained (error bars: std over seeds; dashed: k = 0{dotted})",
+                  fontsize=8)
     ax.set_ylabel("test accuracy")
     ax.set_xticks(range(agg["num_blocks"] + 1))
     ax.set_title(title)
