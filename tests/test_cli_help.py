@@ -20,3 +20,17 @@ def test_every_command_builds_its_own_parser():
 
     for name in COMMANDS:
         assert main([name, "--help"]) == 0, name
+
+
+def test_help_shows_what_each_command_uses(capsys):
+    from depthaudit.cli import main
+
+    main(["report", "--help"])
+    assert "usage: depthaudit report [options] DIR" in capsys.readouterr().out
+    main(["identity", "--help"])
+    out = capsys.readouterr().out
+    assert "--d-hidden" in out and "--lr" not in out and "--epochs" not in out  # nothing trains
+    main(["probes", "--help"])
+    out = capsys.readouterr().out
+    assert "--method " in out and "--methods" not in out
+    assert main(["identity", "--lr", "0.1", "--help"]) == 0  # hidden, still accepted (shared configs)

@@ -191,6 +191,19 @@ def audit_args(ap: argparse.ArgumentParser, out_default: str) -> None:
     sweep_args(ap)
 
 
+def hide_flags(p: argparse.ArgumentParser, dests: set[str]) -> None:
+    """Keep flags that do not affect this command accepted (shared configs) but out of its ``--help``."""
+    for action in p._actions:
+        if action.dest in dests:
+            action.help = argparse.SUPPRESS
+
+
+# the flags of training alone: a command that never trains (identity) or trains one method (probes) hides them
+TRAINING_ONLY = {"methods", "fa_head", "fa_stream_identity", "fa_stream_scale", "cb_sigma", "cb_draws", "ep_beta",
+                 "ep_steps", "ep_step_size", "ep_credit", "epochs", "stop_after", "batch_size", "lr", "weight_decay",
+                 "scale_penalty", "penalty_form", "augment"}
+
+
 def sweep_args(p, stacking: bool = True) -> None:
     """Where and how a sweep's runs train (SweepOptions): local processes, stacked runs, Ray, SLURM, cells, logs."""
     g = p.add_argument_group("sweep execution (README: on a cluster)")

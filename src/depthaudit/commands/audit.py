@@ -10,11 +10,13 @@ from ..errors import UsageError
 from ..io import check_output_dir
 from . import COMMANDS
 from .args import (
+    TRAINING_ONLY,
     add_train_args,
     audit_args,
     check_probe_args,
     config_from_args,
     dedup_note,
+    hide_flags,
     out_arg,
     probe_args,
     remember_sweep,
@@ -228,11 +230,13 @@ def register(sub) -> None:
     probe_args(br)
     out_arg(br, "results/probes")
     sweep_args(br, stacking=False)
+    hide_flags(br, {"methods"})  # probes take one --method
     br.set_defaults(func=cmd_probes)
 
     idt = sub.add_parser("identity", help=COMMANDS["identity"][1],
                          description="At random init: per-block |f_l(h)|/|h|, |h_L-h_0|/|h_0|, cos(h_L, h_0).")
     add_train_args(idt, per_run=False)
+    hide_flags(idt, TRAINING_ONLY)  # the check is at initialisation: no training flag changes it
     probe_args(idt)
     out_arg(idt, None, "write the numbers to this JSON file")
     idt.set_defaults(func=cmd_identity)

@@ -180,9 +180,9 @@ def register(sub) -> None:
     sweep_args(la)
     la.set_defaults(func=cmd_ladder)
 
-    rp = sub.add_parser("report", help=COMMANDS["report"][1],
-                        description="Rebuild ladder tables/figures (ladder_*.json) and the audit report "
-                        "(report.json) found in DIR.")
+    rp = sub.add_parser("report", help=COMMANDS["report"][1], usage="%(prog)s [options] DIR",
+                        description="Rebuild every table and figure (ladder_*, saturation_*, grow_*, report.json) "
+                        "found in DIR and its subfolders, and assemble finished --cell runs (sweep.json).")
     rp.add_argument("dir", metavar="DIR", help="an audit --out or ladder --output_dir folder")
     rp.add_argument("--audit-dir", default=None, help="cross-check ladder k=0/k=L against this audit folder")
     rp.set_defaults(func=cmd_report)
