@@ -15,6 +15,14 @@ def _nan(v):
     return np.nan if v is None else v
 
 
+def what(report: dict) -> str:
+    """``cifar10, resmlp d=256 L=4, 100 epochs``: what the figures show, for their titles."""
+    b = (report.get("config") or {}).get("base") or {}
+    stop = f" (first {b['stop_after']})" if b.get("stop_after") else ""
+    return (f"{b.get('dataset', '?')}, {b.get('arch', '?')} d={b.get('d_hidden', '?')} L={b.get('num_blocks', '?')}, "
+            f"{b.get('epochs', '?')} epochs{stop}")
+
+
 def cosine_heatmaps(report: dict, path: Path) -> None:
     """Per-layer credit cosine (rows l = 0..L) over training epochs (columns), one panel per method."""
     ms = report["methods"]
@@ -31,9 +39,11 @@ def cosine_heatmaps(report: dict, path: Path) -> None:
         ticks = range(len(h["epochs"]))
         step = max(1, len(h["epochs"]) // 6)
         ax.set_xticks(list(ticks)[::step], [str(e) for e in h["epochs"]][::step])
+        ax.set_yticks(range(grid.shape[0]))  # one row per stream position l = 0..L: integer ticks
     axes[0][0].set_ylabel("stream position l")
     fig.colorbar(im, ax=axes[0].tolist(), label="Γ_l (standard cosine)")
-    fig.suptitle("Per-layer credit cosine Γ_l over training (standard convention, seed mean; grey = no value)")
+    fig.suptitle(f"Per-layer credit cosine Γ_l over training — {what(report)}\n"
+                 "(standard convention, seed mean; grey = no value)", fontsize=9)
     save_figure(fig, path)
     plt.close(fig)
 
@@ -63,6 +73,7 @@ def scale_checks(report: dict, path: Path) -> None:
         ax.set_title(t)
         ax.legend(fontsize=8)
     fig.text(0.01, 0.01, "dotted: epoch a check first fired (training monitor)", fontsize=7)
+    fig.suptitle(what(report), fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
@@ -89,7 +100,7 @@ def depth_utility(report: dict, path: Path) -> None:
     ax.set_ylabel("test accuracy")
     ax.margins(y=0.2)
     err_note = "; error bars: std over seeds" if any(m["trained_test_acc"]["std"] for m in ms) else ""
-    ax.set_title(f"D3: depth utility (FLAG when trained − frozen < {th:g} pp){err_note}", fontsize=9)
+    ax.set_title(f"D3: depth utility (FLAG when trained − frozen < {th:g} pp){err_note}\n{what(report)}", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
