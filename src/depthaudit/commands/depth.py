@@ -17,7 +17,7 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     from ..data import load_data
     from ..experiments.saturation import SaturationRun, run_depth
     from ..io import write_text
-    from ..report.saturation import saturation_figure, saturation_md
+    from ..report.saturation import saturation_figure, saturation_md, saturation_title
     from ..sweep import FileStore, RunSpec, run_sweep
 
     device = resolve_device(a.device)
@@ -56,8 +56,7 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], opts=opts)
     table = saturation_md(store.doc)
     saturation_figure(store.doc, store.path.with_suffix(".png"), a.low_signal)
-    what = "ResNet-CIFAR on " + a.dataset if a.family == "resnet" else f"GPT decoder (d={a.d_hidden}) on text"
-    write_text(store.path.with_suffix(".md"), f"# Depth saturation: {what}, {a.epochs} epochs"
+    write_text(store.path.with_suffix(".md"), f"# {saturation_title(store.doc)}"
                f"\n\n{table}\n\n![saturation]({store.path.with_suffix('.png').name})\n")
     print(table)
     print(f"\nwrote {store.path}, its .md and .png")
@@ -69,7 +68,7 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     from ..data import load_data
     from ..experiments.grow import GrowRun, default_schedule, run_arm
     from ..io import write_text
-    from ..report.saturation import grow_figure, grow_md
+    from ..report.saturation import grow_figure, grow_md, grow_title
     from ..sweep import FileStore, RunSpec, run_sweep
 
     device = resolve_device(a.device)
@@ -98,8 +97,7 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], run_log=log, opts=opts)
     table = grow_md(store.doc)
     grow_figure(store.doc, store.path.with_suffix(".png"))
-    write_text(store.path.with_suffix(".md"), f"# Growth vs scratch: ResNet-8 + {a.extra} on {a.dataset}, "
-               f"{a.epochs} epochs, insertions at epochs {list(sched)}\n\n{table}\n\n"
+    write_text(store.path.with_suffix(".md"), f"# {grow_title(store.doc)}\n\n{table}\n\n"
                f"![grow]({store.path.with_suffix('.png').name})\n")
     print(table)
     print(f"\nwrote {store.path}, its .md and .png")

@@ -85,7 +85,13 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
             rc = _assemble_cells(sub)
             if rc:
                 return rc
-        n = _report_dir(sub, a)
+        try:
+            n = _report_dir(sub, a)
+        except UsageError as exc:
+            if sub == d:
+                raise
+            print(f"depthaudit: note: skipped {sub}: {exc}", file=sys.stderr)  # one bad subfolder, not the walk
+            continue
         if n and sub != d:
             print(f"(from {sub})\n")
         found += n
@@ -135,14 +141,14 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         write_text(d / "report.md", audit_markdown(report, figures))
         print(audit_terminal(report))
         found += 1
-    from ..report.saturation import grow_figure, grow_md, saturation_figure, saturation_md
+    from ..report.saturation import grow_figure, grow_md, grow_title, saturation_figure, saturation_md, saturation_title
 
     for path in sorted(d.glob("saturation_*.json")):
         doc = read_json_doc(path, runs=True)
         low = min((r["config"].get("low_signal", 5e-3) for r in doc["runs"].values()), default=5e-3)
         saturation_figure(doc, path.with_suffix(".png"), low)
         table = saturation_md(doc)
-        write_text(path.with_suffix(".md"), f"# Depth saturation ({path.stem})\n\n{table}\n\n"
+        write_text(path.with_suffix(".md"), f"# {saturation_title(doc)}\n\n{table}\n\n"
                    f"![saturation]({path.with_suffix('.png').name})\n")
         print(f"{path.name}\n{table}\n")
         found += 1
@@ -150,7 +156,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         doc = read_json_doc(path, runs=True)
         grow_figure(doc, path.with_suffix(".png"))
         table = grow_md(doc)
-        write_text(path.with_suffix(".md"), f"# Growth vs scratch ({path.stem})\n\n{table}\n\n"
+        write_text(path.with_suffix(".md"), f"# {grow_title(doc)}\n\n{table}\n\n"
                    f"![grow]({path.with_suffix('.png').name})\n")
         print(f"{path.name}\n{table}\n")
         found += 1

@@ -34,6 +34,23 @@ def saturation_md(doc: dict) -> str:
     return "\n".join(out)
 
 
+def saturation_title(doc: dict) -> str:
+    """The saturation table's title from its file alone (the command and ``report`` write the same one)."""
+    ident = doc["identity"]
+    if ident.get("family") == "gpt":
+        what = f"GPT decoder (d={ident.get('d_hidden')}) on text"
+    else:
+        what = f"ResNet-CIFAR on {ident.get('data', '?')}"
+    return f"Depth saturation: {what}, {ident.get('epochs', '?')} epochs"
+
+
+def grow_title(doc: dict) -> str:
+    """The growth table's title from its file alone."""
+    ident = doc["identity"]
+    return (f"Growth vs scratch: ResNet-8 + {ident.get('extra', '?')} on {ident.get('dataset', '?')}, "
+            f"{ident.get('epochs', '?')} epochs, insertions at epochs {ident.get('insert_at', '?')}")
+
+
 def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
     """AGmax and max V vs depth (log), the low-signal band shaded, test accuracy on a second axis."""
     rows = saturation_rows(doc)
