@@ -183,12 +183,27 @@ def audit_args(ap: argparse.ArgumentParser, out_default: str) -> None:
     g.add_argument("--ref-factor", type=float, default=10.0, metavar="X",
                    help="D2 flag when ‖g_L‖ < X·ε (default: 10)")
     g.add_argument("--gap-min", type=float, default=2.0, metavar="X", help="D3 flag when gap < X pp (default: 2)")
+    shallow_args(g)
+    out_arg(ap, out_default)
+    sweep_args(ap)
+
+
+def shallow_args(g) -> None:
+    """``--shallow-baseline [--shallow-blocks K]`` (audit and ladder; experiments/shallow.py)."""
     g.add_argument("--shallow-baseline", action="store_true",
                    help="also train a parameter-matched model with fewer blocks (ours: depth or capacity?)")
     g.add_argument("--shallow-blocks", type=int, default=1, metavar="K",
                    help="blocks of the shallow baseline; its width matches the parameters (default: 1)")
-    out_arg(ap, out_default)
-    sweep_args(ap)
+
+
+def shallow_blocks(a: argparse.Namespace, num_blocks: int) -> int:
+    """Blocks of the parameter-matched shallow baseline, 0 when not asked for; 1 <= K < L is checked here."""
+    if not a.shallow_baseline:
+        return 0
+    if not 1 <= a.shallow_blocks < num_blocks:
+        raise UsageError(f"--shallow-blocks {a.shallow_blocks}: the shallow baseline needs 1 <= blocks < "
+                         f"--num-blocks {num_blocks}")
+    return a.shallow_blocks
 
 
 def hide_flags(p: argparse.ArgumentParser, dests: set[str]) -> None:

@@ -20,6 +20,7 @@ from .args import (
     out_arg,
     probe_args,
     remember_sweep,
+    shallow_blocks,
     sweep_args,
     sweep_options,
 )
@@ -42,10 +43,7 @@ def _audit_config(a: argparse.Namespace):
         parse_method_spec(m, base)
     if base.num_blocks < 1:
         raise UsageError("--num-blocks 0: the audit measures residual blocks; give at least 1")
-    shallow = a.shallow_blocks if a.shallow_baseline else 0
-    if a.shallow_baseline and not 1 <= shallow < base.num_blocks:
-        raise UsageError(f"--shallow-blocks {shallow}: the shallow baseline needs 1 <= blocks < --num-blocks "
-                         f"{base.num_blocks}")
+    shallow = shallow_blocks(a, base.num_blocks)
     dedup_note(a.methods, "--methods")
     dedup_note(a.seeds, "--seeds")
     return AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),

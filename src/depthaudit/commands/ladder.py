@@ -17,6 +17,8 @@ from .args import (
     out_arg,
     probe_args,
     remember_sweep,
+    shallow_args,
+    shallow_blocks,
     sweep_args,
     sweep_options,
 )
@@ -44,10 +46,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
         parse_method_spec(m, base)
     dedup_note(a.methods, "--methods")
     dedup_note(a.seeds, "--seeds")
-    shallow = a.shallow_blocks if a.shallow_baseline else 0
-    if a.shallow_baseline and not 1 <= shallow < base.num_blocks:
-        raise UsageError(f"--shallow-blocks {shallow}: the shallow baseline needs 1 <= blocks < --num_blocks "
-                         f"{base.num_blocks}")
+    shallow = shallow_blocks(a, base.num_blocks)
     lc = LadderConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), k_values=ks,
                       seeds=tuple(dict.fromkeys(a.seeds)), probe_batches=nb, probe_batch_size=bs,
                       shallow_blocks=shallow)
@@ -175,10 +174,7 @@ def register(sub) -> None:
                    help="rungs k (default: 0..num_blocks)")
     g.add_argument("--gpu", type=int, default=None, metavar="N", help="use cuda:N (same as --device cuda:N)")
     probe_args(g)
-    g.add_argument("--shallow-baseline", action="store_true",
-                   help="also train a parameter-matched model with fewer blocks (ours: depth or capacity?)")
-    g.add_argument("--shallow-blocks", type=int, default=1, metavar="K",
-                   help="blocks of the shallow baseline; its width matches the parameters (default: 1)")
+    shallow_args(g)
     out_arg(g, "results/depth_ladder", "folder for the ladder JSON, table and figure", shown="--output_dir",
             dest="output_dir")
     g.add_argument("--audit-dir", default=None, help="an audit --out folder to cross-check k=0 and k=L against")
