@@ -226,7 +226,8 @@ def plain_step(model: torch.nn.Module, opt: torch.optim.Optimizer, data, loss_fn
     return step
 
 
-def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=None, watch=None) -> RunOutput:
+def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=None, watch=None,
+          on_epoch_start=None) -> RunOutput:
     """Train under the recipe; a non-finite loss ends the run with status ``diverged``.
 
     The cosine schedule spans the budget ``cfg.epochs``; with ``cfg.stop_after = N`` only its first N
@@ -236,7 +237,9 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
     what it returns is stored in that epoch's ``history`` record under ``probe``. ``monitor`` (see
     :class:`depthaudit.diagnostics.Monitor`) reads each measurement and records the first epoch each
     check fires; when it asks to stop, the run ends there with status ``stopped_flagged``. ``watch``
-    (see :mod:`depthaudit.runlog`) mirrors every epoch's record to TensorBoard/W&B.
+    (see :mod:`depthaudit.runlog`) mirrors every epoch's record to TensorBoard/W&B. ``on_epoch_start(epoch,
+    stepper)`` runs before each epoch's shuffle (growth inserts blocks there: it may replace ``stepper.method``
+    and add optimizer groups; the returned model and method are the stepper's at the end).
     """
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     model, method = build(cfg, data)
@@ -249,7 +252,7 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
         log(f"stopped before training: {', '.join(k for k, v in monitor.fired.items() if v)} fired at init")
 
     def on_epoch_end(epoch: int, rec: dict, diverged: bool) -> str | None:
-        stats = method.epoch_stats()  # e.g. State Bridge's predictor loss
+        stats = stepper.method.epoch_stats()  # e.g. State Bridge's predictor loss
         if stats:
             rec["method"] = stats
         status = measure(epoch, rec, diverged)
@@ -261,7 +264,7 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
         if not tracker:
             return None
         stop_now = monitor is not None and monitor.stop_on_flag
-        measured = tracker(epoch, model, method, final=diverged or epoch == last_epoch or stop_now)
+        measured = tracker(epoch, model, stepper.method, final=diverged or epoch == last_epoch or stop_now)
         if measured is None:
             return None
         rec["probe"] = measured
@@ -275,7 +278,8 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
 
     history, status = fit(data.x_train.shape[0], cfg.batch_size, cfg.epochs, cfg.lr, cfg.seed,
                           torch.device(cfg.device), stepper, lambda: evaluate(model, data.x_test, data.y_test),
-                          last_epoch=last_epoch, on_epoch_end=on_epoch_end, log=log)
+                          last_epoch=last_epoch, on_epoch_end=on_epoch_end, log=log,
+                          on_epoch_start=None if on_epoch_start is None else lambda e: on_epoch_start(e, stepper))
     if last_epoch == 0 and cfg.epochs_run > 0:
         status = "stopped_flagged"
     last = history[-1] if history else {}
@@ -283,5 +287,5 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
              "train_loss": last.get("train_loss"), "epochs_completed": len(history), "budget_epochs": cfg.epochs,
              "diverged_at_epoch": last.get("epoch") if status == "diverged" else None,
              "stopped_at_epoch": last.get("epoch", 0) if status == "stopped_flagged" else None}
-    return RunOutput(status, history, final, time.perf_counter() - t0, model, method, probe_init,
+    return RunOutput(status, history, final, time.perf_counter() - t0, stepper.model, stepper.method, probe_init,
                      monitor.to_dict() if monitor is not None else None)

@@ -24,32 +24,40 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     check_output_dir(a.out)
     if any(n < 0 for n in a.extra) or a.epochs < 0 or a.analysis_batches < 1:
         raise UsageError("--extra values must be >= 0, --epochs >= 0, --analysis-batches >= 1")
+    method, d_hidden = family_method(a, "saturation")
     if a.family == "gpt":
         from ..data.text import load_text
 
-        if a.d_hidden % 4:
-            raise UsageError(f"--d-hidden {a.d_hidden}: the GPT decoder has 4 heads, so the width must be a multiple "
+        if d_hidden % 4:
+            raise UsageError(f"--d-hidden {d_hidden}: the GPT decoder has 4 heads, so the width must be a multiple "
                              "of 4 (e.g. 64)")
 
         data = load_text(a.text, a.context, torch.device(device))  # validates the text now
         name, sha = "text", data.sha256
     else:
         data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
-        if len(data.input_shape) != 3:
-            raise UsageError(f"saturation trains ResNet-CIFAR on images; {a.dataset} is not an image dataset")
+        if a.family == "resnet" and len(data.input_shape) != 3:
+            raise UsageError(f"saturation trains ResNet-CIFAR on images; {a.dataset} is not an image dataset "
+                             "(--family resmlp takes any dataset)")
         name, sha = a.dataset, data.sha256
     specs = [RunSpec(f"N{n}", SaturationRun(a.dataset, a.data_dir, n, a.epochs, a.batch_size, a.lr, a.weight_decay,
                                             a.seed, a.analysis_batches, a.low_signal, a.alpha, device, a.family,
-                                            a.text, a.context, a.d_hidden, a.base_blocks),
+                                            a.text, a.context, d_hidden, a.base_blocks, method, a.arch),
                      runner=run_depth) for n in dict.fromkeys(a.extra)]
+    if a.family == "resmlp":
+        check_recipe(specs[0].cfg.recipe(), data)
     out = Path(a.out)
     ident = {"family": a.family, "data": name, "data_sha256": sha, "epochs": a.epochs, "seed": a.seed,
              "batch_size": a.batch_size, "lr": a.lr, "weight_decay": a.weight_decay,
              "analysis_batches": a.analysis_batches}
     if a.family == "gpt":
-        ident.update(context=a.context, d_hidden=a.d_hidden, base_blocks=a.base_blocks)
-    store = FileStore(out / f"saturation_{a.family}_{name}.json", "depthaudit.saturation.v1", ident)
-    data = data if a.family == "resnet" else None
+        ident.update(context=a.context, d_hidden=d_hidden, base_blocks=a.base_blocks)
+    family = a.family
+    if a.family == "resmlp":
+        ident.update(arch=a.arch, d_hidden=d_hidden, base_blocks=a.base_blocks, method=method)
+        family = f"{a.arch}_{slug(method)}"
+    store = FileStore(out / f"saturation_{family}_{name}.json", "depthaudit.saturation.v1", ident)
+    data = None if a.family == "gpt" else data
     opts = sweep_options(a, out, device)
     if opts.cell is not None:
         remember_sweep(out, argv)
@@ -81,15 +89,24 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     bad = any(not 1 <= e <= a.epochs for e in sched) or list(sched) != sorted(sched)
     if a.extra < 1 or len(sched) != a.extra or bad:
         raise UsageError(f"--insert-at needs {a.extra} non-decreasing epochs in 1..{a.epochs} (one per extra block)")
+    method, d_hidden = family_method(a, "grow")
     data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
-    if len(data.input_shape) != 3:
-        raise UsageError(f"grow trains ResNet-CIFAR on images; {a.dataset} is not an image dataset")
+    if a.family == "resnet" and len(data.input_shape) != 3:
+        raise UsageError(f"grow trains ResNet-CIFAR on images; {a.dataset} is not an image dataset "
+                         "(--family resmlp takes any dataset)")
     specs = [RunSpec(arm, GrowRun(arm, a.dataset, a.data_dir, a.extra, a.epochs, sched, a.batch_size, a.lr,
-                                  a.weight_decay, a.seed, device), runner=run_arm) for arm in ("grown", "scratch")]
+                                  a.weight_decay, a.seed, device, a.family, method, a.arch, d_hidden or 256,
+                                  a.base_blocks),
+                     runner=run_arm) for arm in ("grown", "scratch")]
+    ident = {"dataset": a.dataset, "data_sha256": data.sha256, "extra": a.extra, "epochs": a.epochs,
+             "insert_at": list(sched), "seed": a.seed}
+    name = f"resnet8+{a.extra}"
+    if a.family == "resmlp":
+        check_recipe(specs[1].cfg.recipe(), data)
+        ident.update(family="resmlp", arch=a.arch, d_hidden=d_hidden, base_blocks=a.base_blocks, method=method)
+        name = f"{a.arch}{a.base_blocks}+{a.extra}_{slug(method)}"
     out = Path(a.out)
-    store = FileStore(out / f"grow_resnet8+{a.extra}_{a.dataset}.json", "depthaudit.grow.v1",
-                      {"dataset": a.dataset, "data_sha256": data.sha256, "extra": a.extra, "epochs": a.epochs,
-                       "insert_at": list(sched), "seed": a.seed})
+    store = FileStore(out / f"grow_{name}_{a.dataset}.json", "depthaudit.grow.v1", ident)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     opts = sweep_options(a, out, device)
     if opts.cell is not None:
@@ -104,19 +121,64 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def family_method(a: argparse.Namespace, command: str) -> tuple[str | None, int | None]:
+    """``(method spec, width)`` of the family: resnet/gpt train with plain backprop, resmlp under ``--method``."""
+    from ..methods import METHODS
+
+    if a.family != "resmlp":
+        if a.method is not None:
+            raise UsageError(f"--method {a.method}: the {a.family} family trains with plain backprop (a credit method "
+                             f"needs one residual stream); use {command} --family resmlp --method {a.method}")
+        return None, (a.d_hidden or 64) if a.family == "gpt" else a.d_hidden
+    method = a.method or "bp"
+    if method.partition(":")[0] not in METHODS:
+        raise UsageError(f"--method {method}: not a registered method; use one of {', '.join(METHODS)}")
+    if command == "grow" and not METHODS.get(method.partition(":")[0]).growable:
+        able = ", ".join(n for n in METHODS.names() if METHODS.get(n).growable)
+        raise UsageError(f"--method {method}: its state is built for a fixed depth and cannot grow; use one of {able}")
+    return method, a.d_hidden or 256
+
+
+def check_recipe(cfg, data) -> None:
+    """Build the model and method once on the CPU so an incompatible pair fails here, before any training."""
+    from dataclasses import replace
+
+    from ..train import build
+
+    build(replace(cfg, device="cpu"), data)  # reads only the data's shapes
+
+
+def slug(spec: str) -> str:
+    """A method spec as a file-name part (``fa-stream:identity`` → ``fa-stream-identity``)."""
+    return spec.replace(":", "-").replace("=", "").replace(",", "-")
+
+
+def family_args(p) -> None:
+    """``--method`` and ``--arch`` of the resmlp family (depth under a credit method)."""
+    from ..models import MODELS
+
+    p.add_argument("--method", default=None, metavar="SPEC",
+                   help="resmlp: credit method, any registered one with options, e.g. fa, dfa, fa-stream:identity "
+                   "(default: bp)")
+    p.add_argument("--arch", default="resmlp", choices=MODELS.names(),
+                   help="resmlp: the residual model (default: resmlp)")
+
+
 def register(sub) -> None:
     """Add this module's subcommands to the CLI's subparsers (each with its own flags and ``func``)."""
     sa = sub.add_parser("saturation", help=COMMANDS["saturation"][1],
                         description="Train ResNet-8 + N (or a GPT decoder of base + N blocks) for each --extra N "
                         "(plain backprop), then measure AG_l, AGmax, the growth value V_l and the gradient-matched "
                         "insertion's loss change at every candidate.")
-    sa.add_argument("--family", choices=["resnet", "gpt"], default="resnet", help="model family (default: resnet)")
+    sa.add_argument("--family", choices=["resnet", "gpt", "resmlp"], default="resnet",
+                    help="resnet | gpt (plain backprop) | resmlp (under --method) (default: resnet)")
+    family_args(sa)
     sa.add_argument("--text", default=None, metavar="FILE",
                     help="gpt: UTF-8 text or .npy tokens (default: the embedded text, no download)")
     sa.add_argument("--context", type=int, default=64, metavar="T", help="gpt: context length (default: 64)")
-    sa.add_argument("--d-hidden", type=int, default=64, metavar="N", help="gpt: width (default: 64)")
+    sa.add_argument("--d-hidden", type=int, default=None, metavar="N", help="gpt, resmlp: width (default: 64, 256)")
     sa.add_argument("--base-blocks", type=int, default=1, metavar="N",
-                    help="gpt: blocks before the extras (default: 1)")
+                    help="gpt, resmlp: blocks before the extras (default: 1)")
     sa.add_argument("--extra", nargs="+", type=int, default=[0, 1, 2, 3, 6], metavar="N",
                     help="extra blocks N added to ResNet-8 (default: 0 1 2 3 6)")
     sa.add_argument("--analysis-batches", type=int, default=4, metavar="B", help="analysis batches (default: 4)")
@@ -129,6 +191,11 @@ def register(sub) -> None:
     gr = sub.add_parser("grow", help=COMMANDS["grow"][1],
                         description="Grow ResNet-8 to ResNet-8 + N by zero-output insertions during training and "
                         "compare final train/test loss with ResNet-8 + N trained from scratch for the same budget.")
+    gr.add_argument("--family", choices=["resnet", "resmlp"], default="resnet",
+                    help="resnet (plain backprop) | resmlp (under --method) (default: resnet)")
+    family_args(gr)
+    gr.add_argument("--d-hidden", type=int, default=None, metavar="N", help="resmlp: width (default: 256)")
+    gr.add_argument("--base-blocks", type=int, default=1, metavar="N", help="resmlp: blocks to start from (default: 1)")
     gr.add_argument("--extra", type=int, default=3, metavar="N", help="blocks to grow (default: 3)")
     gr.add_argument("--insert-at", nargs="+", type=int, default=None, metavar="E",
                     help="epoch of each insertion (default: evenly over the first half)")

@@ -94,3 +94,49 @@ def resnet_features(model: ResNetCIFAR, seed: int):
         return q.permute(0, 2, 3, 1).reshape(-1, q.shape[1])
 
     return feature_fn, tangent_fn
+
+
+def credit_signal(method, model: ResidualModel, batches, feature_fn=None) -> dict:
+    """AG_l and V_l from a credit method's own credit instead of the true gradient (depth under a method).
+
+    Per batch the method's credit ``c_l`` (per-example convention, ``∂(Σ_b ℓ_b)/∂h_l`` under BP) is put in the
+    mean-loss convention of :func:`activation_gradients` (÷ B), so under BP these equal AG_l and V_l. Model
+    in eval mode; nothing is trained and no ``.grad`` is touched.
+    """
+    was_training = model.training
+    model.eval()
+    ag, vals, n = None, None, 0
+    for x, y in batches:
+        states, credits = method.probe(model, x, y)  # [h_0..h_L], [c_0..c_L], each (B, …)
+        qs = [c / x.shape[0] for c in credits]
+        norms = [q.double().norm().item() for q in qs]
+        ag = norms if ag is None else [a + b for a, b in zip(ag, norms, strict=True)]
+        if feature_fn is not None:
+            with torch.no_grad():
+                v = [growth_value(feature_fn(i, h.detach()), q.reshape(-1, q.shape[-1]))
+                     for i, (h, q) in enumerate(zip(states, qs, strict=True))]
+            vals = v if vals is None else [a + b for a, b in zip(vals, v, strict=True)]
+        n += 1
+    model.train(was_training)
+    out = {"AG": [a / n for a in ag], "AGmax": max(ag) / n, "batches": n, "method": method.name}
+    if vals is not None:
+        out["V"] = [v / n for v in vals]
+    return out
+
+
+def zero_block_features(model: ResidualModel, seed_of):
+    """``feature_fn`` for :func:`activation_gradients`: the tangent features ``[ψ, 1]`` of a zero block at ``l``.
+
+    The block is the one the gradient-matched insertion puts there (:func:`depthaudit.depth.insert.zero_block`
+    from ``seed_of(l)``): V, matched insertion and growth share one tangent space.
+    """
+    from .insert import block_features, zero_block
+
+    blocks = {}
+
+    def feature_fn(pos, h):
+        if pos not in blocks:
+            blocks[pos] = zero_block(model, seed_of(pos)).to(h.device).eval()
+        return block_features(blocks[pos], h)
+
+    return feature_fn

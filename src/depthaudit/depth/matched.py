@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models.resnet import ResNetCIFAR
-from .growth import mlp_features
-from .insert import insert_zero_block
+from .insert import block_features, insert_zero_block
 
 
 def _loss(model, batches, loss_fn) -> float:
@@ -55,8 +54,7 @@ def gradient_matched(model, batches, position: int, alpha: float = 1e-3, seed: i
         grown = insert_zero_block(model, position, seed).eval()
         blk = grown.blocks[position]
         with torch.no_grad():
-            psi = torch.cat([mlp_features(h, blk.fc1) for h in hs])
-            psi = torch.cat([psi, torch.ones(psi.shape[0], 1, device=psi.device)], 1)
+            psi = torch.cat([block_features(blk, h) for h in hs])  # [ψ, 1]: the zero block's tangent space
             targ = torch.cat([(-alpha * g).reshape(-1, g.shape[-1]) for g in gs])
             w = _lstsq(psi, targ)  # (m + 1, d)
             blk.fc2.weight.copy_(w[:-1].T.to(blk.fc2.weight.dtype))

@@ -6,6 +6,13 @@ unchanged (to the bit in eval mode; train-mode BN also gives an exactly zero bra
 parameters join the optimizer as a new group; existing parameters keep their optimizer state. The
 final architecture is exactly ResNet-8 + N, which the scratch arm trains for the same number of epochs
 and steps (same data order, schedule and optimizer).
+
+The ``resmlp`` family (any registered residual model, default the reference ResMLP) grows from
+``base_blocks`` to ``base_blocks + extra`` **under a credit method** with the audit's recipe: each new block
+is :func:`depthaudit.depth.insert.zero_block` (output projection at 0, the same tangent space V measures),
+inserted on top of the stream (after the last block, before the readout); its parameters join the
+optimizer as a new group and the method keeps every existing feedback, drawing the new block's
+(:meth:`depthaudit.methods.CreditMethod.grown`). Both arms train through the one loop.
 """
 
 import time
@@ -34,6 +41,11 @@ class GrowRun:
     weight_decay: float = 0.01
     seed: int = 42
     device: str = "cpu"
+    family: str = "resnet"  # "resnet" (plain backprop) | "resmlp" (the recipe under ``method``)
+    method: str | None = None
+    arch: str = "resmlp"
+    d_hidden: int = 256
+    base_blocks: int = 1
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -44,11 +56,25 @@ class GrowRun:
     def describe(self) -> str:
         """One line for listings: the arm and the architecture."""
         how = f"grown at epochs {list(self.insert_at)}" if self.arm == "grown" else "from scratch"
+        if self.family == "resmlp":
+            return f"{self.arch} {self.base_blocks} + {self.extra} under {self.method}, {how}"
         return f"resnet-8 + {self.extra} {how}"
 
     def same_as(self, stored: dict) -> bool:
-        """Equality with a stored config."""
-        return stored == self.to_dict()
+        """Equality with a stored config (one stored before the families existed was a ResNet arm)."""
+        legacy = {"family": "resnet", "method": None, "arch": "resmlp", "d_hidden": 256, "base_blocks": 1}
+        return {**legacy, **stored} == self.to_dict()
+
+    def recipe(self):
+        """Resmlp family: this arm's recipe run config (grown: starts at ``base_blocks``)."""
+        from ..config import TrainConfig
+        from ..methods import parse_method_spec
+
+        blocks = self.base_blocks + (0 if self.arm == "grown" else self.extra)
+        base = TrainConfig(dataset=self.dataset, data_dir=self.data_dir, arch=self.arch, d_hidden=self.d_hidden,
+                           num_blocks=blocks, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                           weight_decay=self.weight_decay, seed=self.seed, device=self.device)
+        return parse_method_spec(self.method or "bp", base)[1]
 
 
 def default_schedule(extra: int, epochs: int) -> tuple[int, ...]:
@@ -67,6 +93,8 @@ def run_arm(spec, data=None, log=None, argv=None) -> dict:
         data = load_data(cfg.dataset, cfg.data_dir, False, device)
     t0 = time.perf_counter()
     grown = cfg.arm == "grown"
+    if cfg.family == "resmlp":
+        return _recipe_arm(cfg, data, log, argv, t0)
     model = ResNetCIFAR(data.num_classes, 0 if grown else cfg.extra, cfg.seed, data.input_shape[0]).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     inserted = 0
@@ -93,3 +121,33 @@ def run_arm(spec, data=None, log=None, argv=None) -> dict:
     return {"schema": "depthaudit.grow_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,
             "provenance": provenance(device, data.provenance(), cfg.seed, argv), "history": hist, "final": final,
             "timing": {"seconds": round(time.perf_counter() - t0, 3)}}
+
+
+def _recipe_arm(cfg: GrowRun, data, log, argv, t0) -> dict:
+    """One arm of the resmlp family: the audit's recipe under the method, growth from an epoch-start hook."""
+    from ..depth.insert import insert_zero_block
+    from ..train import train
+
+    grown, inserted = cfg.arm == "grown", 0
+
+    def insert_due(epoch: int, stepper) -> None:  # zero blocks join on top of the stream at their epochs
+        nonlocal inserted
+        while grown and inserted < cfg.extra and cfg.insert_at[inserted] <= epoch:
+            model, pos = stepper.model, stepper.model.num_blocks
+            seed = derive_seed(cfg.seed, f"grow{inserted}") % 2**31
+            insert_zero_block(model, pos, seed, inplace=True)
+            stepper.opts[0].add_param_group({"params": list(model.blocks[pos].parameters()), "name": f"block{pos + 1}"})
+            stepper.method = stepper.method.grown(model, pos + 1, derive_seed(seed, "feedback"))
+            inserted += 1
+
+    recipe = cfg.recipe()
+    log = log or (lambda m: None)
+    run = train(recipe, data, log=lambda m: log(f"{cfg.arm}: {m}"), on_epoch_start=insert_due)
+    model = run.model
+    train_loss = evaluate(model, data.x_train, data.y_train, 1000)[0] if run.status != "diverged" else None
+    final = {"train_loss": train_loss, "test_loss": run.final["test_loss"], "test_acc": run.final["test_acc"],
+             "blocks": len(model.blocks)}
+    return {"schema": "depthaudit.grow_run.v1", "status": run.status, "config": cfg.to_dict(), "tracking": None,
+            "recipe": recipe.to_dict(), "provenance": provenance(torch.device(cfg.device), data.provenance(), cfg.seed,
+                                                                argv),
+            "history": run.history, "final": final, "timing": {"seconds": round(time.perf_counter() - t0, 3)}}

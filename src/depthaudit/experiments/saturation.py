@@ -1,11 +1,17 @@
-"""``depthaudit saturation``: train ResNet-8 + N for each N, then measure AG, AGmax and V per candidate.
+"""``depthaudit saturation``: train base + N blocks for each N, then measure AG, AGmax and V per candidate.
 
-Each depth is one run of the shared sweep runner (resumable, one JSON file). Training is plain
-backprop (AdamW, cosine, the recipe's defaults); measurement uses ``analysis_batches`` training batches
-of the trained model in eval mode (mean loss). V uses the BasicBlock family's features at a fixed
-seeded init, im2col'ed for its 3×3 output convolution (+ a bias column), against the activation
-gradient masked by the ReLU that follows the insertion (``h_l > 0``), since that is what the new block's
-output sees; AG is the plain activation-gradient norm, so V ≤ AG still holds.
+Each depth is one run of the shared sweep runner (resumable, one JSON file), trained by the one loop
+(:func:`depthaudit.train.fit`). Families: ``resnet`` (ResNet-8 + N) and ``gpt`` (a decoder of base + N
+blocks) train with plain backprop (AdamW, cosine, the recipe's defaults); ``resmlp`` (any registered
+residual model, default the reference ResMLP, base + N blocks) trains **under a credit method** with the
+audit's recipe (:func:`depthaudit.train.train`), and AG/V are then measured twice: from the true gradient and
+from the method's own credit (:func:`depthaudit.depth.growth.credit_signal`).
+
+Measurement uses ``analysis_batches`` training batches of the trained model in eval mode (mean loss).
+ResNet: V uses the BasicBlock family's features at a fixed seeded init, im2col'ed for its 3×3 output
+convolution (+ a bias column), against the activation gradient masked by the ReLU that follows the
+insertion (``h_l > 0``). Constant-width families (resmlp, gpt): V uses the tangent features ``[ψ, 1]`` of the
+very zero block the gradient-matched insertion puts at that position (same seed): one tangent space.
 """
 
 import time
@@ -15,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import derive_seed
-from ..depth.growth import activation_gradients, mlp_features, resnet_features
+from ..depth.growth import activation_gradients, credit_signal, resnet_features, zero_block_features
 from ..models.resnet import ResNetCIFAR
 from ..provenance import provenance
 
@@ -41,6 +47,8 @@ class SaturationRun:
     context: int = 64
     d_hidden: int = 64
     base_blocks: int = 1
+    method: str | None = None  # resmlp: the credit method spec (e.g. "fa", "fa-stream:identity"); None = plain BP
+    arch: str = "resmlp"  # resmlp family: the registered residual model
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -50,33 +58,55 @@ class SaturationRun:
         """One line for listings: the family and its depth."""
         if self.family == "gpt":
             return f"gpt d={self.d_hidden}, {self.base_blocks} + {self.extra} blocks"
+        if self.family == "resmlp":
+            return f"{self.arch} d={self.d_hidden}, {self.base_blocks} + {self.extra} blocks under {self.method}"
         return f"resnet-8 + {self.extra} blocks on {self.dataset}"
 
     def same_as(self, stored: dict) -> bool:
-        """Equality with a stored config."""
-        return stored == self.to_dict()
+        """Equality with a stored config (one stored before ``method``/``arch`` existed ran plain BP)."""
+        return {"method": None, "arch": "resmlp", **stored} == self.to_dict()
+
+    def recipe(self):
+        """Resmlp family: the audit recipe's run config of this depth (method options from the spec)."""
+        from ..config import TrainConfig
+        from ..methods import parse_method_spec
+
+        base = TrainConfig(dataset=self.dataset, data_dir=self.data_dir, arch=self.arch, d_hidden=self.d_hidden,
+                           num_blocks=self.base_blocks + self.extra, epochs=self.epochs, batch_size=self.batch_size,
+                           lr=self.lr, weight_decay=self.weight_decay, seed=self.seed, device=self.device)
+        return parse_method_spec(self.method or "bp", base)[1]
 
 
 def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed: int, device, log=None,
                 loss_fn=F.cross_entropy):
-    """Plain backprop (AdamW, the recipe's cosine schedule) through the one training loop; returns its history."""
+    """Plain backprop (AdamW, the recipe's cosine schedule) through the one training loop: ``(history, status)``."""
     from ..train import evaluate, fit, plain_step
 
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
     model.train()
-    hist, _ = fit(data.x_train.shape[0], batch, epochs, lr, seed, device, plain_step(model, opt, data, loss_fn),
-                  lambda: evaluate(model, data.x_test, data.y_test, 500, loss_fn), log=log or (lambda m: None))
-    return hist
+    return fit(data.x_train.shape[0], batch, epochs, lr, seed, device, plain_step(model, opt, data, loss_fn),
+               lambda: evaluate(model, data.x_test, data.y_test, 500, loss_fn), log=log or (lambda m: None))
+
+
+def _analysis_batches(data, cfg: SaturationRun, device) -> list:
+    """``analysis_batches`` training batches drawn with a seed derived from the run's seed."""
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "analysis"))
+    idx = torch.randperm(data.x_train.shape[0], generator=gen).to(device)
+    bs = cfg.batch_size
+    return [(data.x_train[idx[i * bs:(i + 1) * bs]], data.y_train[idx[i * bs:(i + 1) * bs]])
+            for i in range(cfg.analysis_batches)]
 
 
 def run_depth(spec, data=None, log=None, argv=None) -> dict:
-    """Sweep runner for one depth: train, measure, return the record."""
+    """Sweep runner for one depth: train, measure, return the record (a diverged run is recorded unmeasured)."""
     from ..data import load_data
+    from ..depth.matched import gradient_matched
 
     cfg: SaturationRun = spec.cfg
     device = torch.device(cfg.device)
     t0 = time.perf_counter()
-    loss_fn = F.cross_entropy
+    loss_fn, status, method, recipe = F.cross_entropy, "ok", None, None
+    matched_seed = lambda p: derive_seed(cfg.seed, f"m{p}") % 2**31  # noqa: E731  (V and matched insertion)
     if cfg.family == "gpt":
         from ..data.text import load_text
         from ..models.gpt import GPTDecoder, lm_loss
@@ -84,34 +114,42 @@ def run_depth(spec, data=None, log=None, argv=None) -> dict:
         data = load_text(cfg.text, cfg.context, device)
         model = GPTDecoder(data.vocab, cfg.context, cfg.d_hidden, cfg.base_blocks + cfg.extra, seed=cfg.seed)
         model, loss_fn = model.to(device), lm_loss
+    elif data is None:
+        data = load_data(cfg.dataset, cfg.data_dir, False, device)
+    if cfg.family == "resmlp":  # the audit's recipe under the credit method
+        from ..train import train
+
+        recipe = cfg.recipe()
+        run = train(recipe, data, log=log or (lambda m: None))
+        model, method, hist, status = run.model, run.method, run.history, run.status
     else:
-        if data is None:
-            data = load_data(cfg.dataset, cfg.data_dir, False, device)
-        model = ResNetCIFAR(data.num_classes, cfg.extra, cfg.seed, in_ch=data.input_shape[0]).to(device)
-    hist = train_plain(model, data, cfg.epochs, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.seed, device, log,
-                       loss_fn=loss_fn)
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "analysis"))
-    idx = torch.randperm(data.x_train.shape[0], generator=gen).to(device)
-    bs = cfg.batch_size
-    batches = [(data.x_train[idx[i * bs:(i + 1) * bs]], data.y_train[idx[i * bs:(i + 1) * bs]])
-               for i in range(cfg.analysis_batches)]
-    if cfg.family == "gpt":  # the decoder block family's MLP features at a fixed seeded init
-        fresh = GPTDecoder(data.vocab, cfg.context, cfg.d_hidden, 1, seed=derive_seed(cfg.seed, "candidate") % 2**31)
-        fc1 = fresh.blocks[0].fc1.to(device)
-        feature_fn, tangent_fn = (lambda i, h: mlp_features(h, fc1)), None
-    else:
+        if cfg.family == "resnet":
+            model = ResNetCIFAR(data.num_classes, cfg.extra, cfg.seed, in_ch=data.input_shape[0]).to(device)
+        hist, status = train_plain(model, data, cfg.epochs, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.seed,
+                                   device, log, loss_fn=loss_fn)
+    rec = {"schema": "depthaudit.saturation_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,
+           "provenance": provenance(device, data.provenance(), cfg.seed, argv),
+           "blocks": len(model.blocks), "params": sum(p.numel() for p in model.parameters()),
+           "history": hist, "final": {"test_loss": hist[-1]["test_loss"] if hist else None,
+                                      "test_acc": hist[-1]["test_acc"] if hist else None}}
+    if recipe is not None:
+        rec["recipe"] = recipe.to_dict()
+    if status == "diverged":  # nothing to measure on a non-finite network; the record says so
+        rec.update(signal=None, matched=None, timing={"seconds": round(time.perf_counter() - t0, 3)})
+        return rec
+    batches = _analysis_batches(data, cfg, device)
+    if cfg.family == "resnet":
         feature_fn, tangent_fn = resnet_features(model, cfg.seed)
+    else:  # one tangent space: the features of the zero block the matched insertion puts at l
+        feature_fn, tangent_fn = zero_block_features(model, matched_seed), None
     sig = activation_gradients(model, batches, feature_fn=feature_fn, tangent_fn=tangent_fn, loss_fn=loss_fn)
     sig["low_signal"] = sig["AGmax"] < cfg.low_signal
-    from ..depth.matched import gradient_matched
-
-    matched = [gradient_matched(model, batches, p, cfg.alpha, seed=derive_seed(cfg.seed, f"m{p}") % 2**31,
-                                loss_fn=loss_fn) for p in range(len(model.blocks) + 1)]
-    return {"schema": "depthaudit.saturation_run.v1", "status": "ok", "config": cfg.to_dict(), "tracking": None,
-            "provenance": provenance(device, data.provenance(), cfg.seed, argv),
-            "blocks": len(model.blocks), "params": sum(p.numel() for p in model.parameters()),
-            "history": hist, "final": {"test_loss": hist[-1]["test_loss"] if hist else None,
-                                       "test_acc": hist[-1]["test_acc"] if hist else None},
-            "signal": sig, "matched": {"alpha": cfg.alpha, "delta": [m["delta"] for m in matched],
-                                       "loss_before": matched[0]["loss_before"] if matched else None},
-            "timing": {"seconds": round(time.perf_counter() - t0, 3)}}
+    if method is not None:  # "is this network deep enough under this method?": AG/V from its own credit
+        sig["credit"] = credit_signal(method, model, batches, feature_fn)
+        sig["credit"]["low_signal"] = sig["credit"]["AGmax"] < cfg.low_signal
+    matched = [gradient_matched(model, batches, p, cfg.alpha, seed=matched_seed(p), loss_fn=loss_fn)
+               for p in range(len(model.blocks) + 1)]
+    rec.update(signal=sig, matched={"alpha": cfg.alpha, "delta": [m["delta"] for m in matched],
+                                    "loss_before": matched[0]["loss_before"] if matched else None},
+               timing={"seconds": round(time.perf_counter() - t0, 3)})
+    return rec

@@ -1,5 +1,6 @@
 """The credit-method interface: turn the output error into a credit at every stream position."""
 
+import re
 from typing import ClassVar
 
 import torch
@@ -9,6 +10,17 @@ from ..recipe import Trace, local_update, output_error, readout_pass, trace_forw
 from ..registry import Registry
 
 METHODS: Registry = Registry("method")
+
+
+_STATE_KEY = re.compile(r"^(block|B)(\d+)(\..*)?$|^readout\.")
+
+
+def _shift(key: str, position: int) -> str:
+    """``block<i>…``/``B<i>`` with ``i >= position`` → ``i + 1`` (a block was inserted at ``position``)."""
+    m = _STATE_KEY.match(key)
+    if m is None or m.group(1) is None or int(m.group(2)) < position:
+        return key
+    return f"{m.group(1)}{int(m.group(2)) + 1}{m.group(3) or ''}"
 
 
 class CreditMethod:
@@ -27,6 +39,8 @@ class CreditMethod:
     # runs of this method can train stacked in one process (batched.py): credits broadcast over a leading
     # run dim and the method's whole state is its state_dict's tensors
     stackable: ClassVar[bool] = False
+    # growth can insert a block mid-training (see :meth:`grown`); False for state built for a fixed depth
+    growable: ClassVar[bool] = True
     # spec options: ``name:key=value`` in ``--methods`` sets the run-config field ``options[key]`` for that row
     options: ClassVar[dict[str, str]] = {}
 
@@ -66,6 +80,29 @@ class CreditMethod:
     def redrawn(self, model: ResidualModel, seed: int) -> "CreditMethod":
         """The same method and options with feedback drawn from ``seed`` (the fresh-B null)."""
         return type(self)(model, seed)
+
+    def grown(self, model: ResidualModel, position: int, seed: int) -> "CreditMethod":
+        """This method for ``model`` after a block was inserted as block ``position`` (1-based; growth).
+
+        Existing feedback is kept, re-keyed: an entry indexed by a block or stream position ``i >= position``
+        (``block<i>.<name>``, ``B<i>``) moves to ``i + 1``; the new block's entries are drawn from ``seed`` (a
+        method that draws on first use draws them then). A method without state returns itself. Methods whose
+        state is not indexed that way (an auxiliary network conditioned on L) refuse.
+        """
+        from ..errors import UsageError
+
+        old = self.state_dict()
+        if self.growable and not old and not self.random_feedback:
+            return self
+        if not self.growable or any(_STATE_KEY.match(k) is None for k in old):
+            raise UsageError(f"method {self.name} cannot grow a network (its state is not per block); "
+                             "use bp, fa, dfa, kp, usf, frsf, fa-stream or ep")
+        fresh = self.redrawn(model, seed if old else self.seed)
+        state = fresh.state_dict()
+        state.update({_shift(k, position): v for k, v in old.items()})
+        fresh.load_state_dict(state)
+        device = next(model.parameters()).device
+        return fresh.to(device) if hasattr(fresh, "to") else fresh
 
     def after_step(self, model: ResidualModel, lr: float = 0.0, weight_decay: float = 0.0) -> None:
         """Called after the optimizers step with that step's lr and weight decay (learning feedback)."""

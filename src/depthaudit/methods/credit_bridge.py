@@ -52,6 +52,8 @@ def softmin(v: torch.Tensor, tau: float, dim: int = 0) -> torch.Tensor:
 class CreditBridge(CreditMethod):
     """Learned value ``V_φ``; ``c_l = ∇_{h_l} V_φ(h_l, t_l, e)``."""
 
+    growable = False  # an auxiliary network / wrapped method sized for a fixed depth
+
     name = "cb"
     needs_input_grad = True  # terminal gradient matching needs the exact ∂ℓ/∂h_L (Trace.gL)
     options = {"sigma": "cb_sigma", "draws": "cb_draws"}

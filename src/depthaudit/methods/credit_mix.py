@@ -17,6 +17,8 @@ from .bp import bp_credits
 class CreditMix(CreditMethod):
     """Wraps a built method; needs the exact BP credit too, so traces keep block inputs differentiable."""
 
+    growable = False  # an auxiliary network / wrapped method sized for a fixed depth
+
     needs_input_grad = True
 
     def __init__(self, base: CreditMethod, alpha: float):

@@ -15,7 +15,7 @@ class DFA(CreditMethod):
 
     Entries U(±1/√C). For token or spatial states the projection covers the whole state. The
     matrices are drawn on first use (their shape needs one batch) from the method's seed, in
-    order l = 0..L, so they are the same whenever they are drawn.
+    order l = 0..L, so they are the same whenever they are drawn (after growth: only the missing ones).
     """
 
     name = "dfa"
@@ -31,11 +31,11 @@ class DFA(CreditMethod):
         bound = num_classes**-0.5
         for i, h in enumerate(states):
             b = torch.empty(math.prod(h.shape[1:]), num_classes).uniform_(-bound, bound, generator=gen)
-            self.feedback[f"B{i}"] = b.to(device=h.device, dtype=h.dtype)
+            self.feedback.setdefault(f"B{i}", b.to(device=h.device, dtype=h.dtype))  # kept ones stay (growth)
 
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
         """``c_l = (e @ B_lᵀ)`` reshaped to ``h_l``."""
-        if not self.feedback:
+        if len(self.feedback) < len(tr.states):  # first use, or a block was inserted (see CreditMethod.grown)
             self._draw(tr.states, e.shape[1])
         return [(e @ self.feedback[f"B{i}"].mT).view_as(h) for i, h in enumerate(tr.states)]
 

@@ -53,11 +53,11 @@ class FAStream(CreditMethod):
         gen = torch.Generator().manual_seed(self.seed)
         for i in range(1, self.num_blocks + 1):
             b = torch.randn(d, d, generator=gen) * (self.scale / d**0.5)
-            self.feedback[f"B{i}"] = b.to(device=states[0].device, dtype=states[0].dtype)
+            self.feedback.setdefault(f"B{i}", b.to(device=states[0].device, dtype=states[0].dtype))  # growth: keep
 
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
         """``c_L = ∂ℓ/∂h_L``; ``c_{l-1} = c_l B_lᵀ`` (+ ``c_l`` with the identity kept)."""
-        if not self.feedback:
+        if len(self.feedback) < self.num_blocks:  # first use, or a block was inserted (CreditMethod.grown)
             self._draw(tr.states)
         c = tr.gL.detach()
         out = [c]

@@ -70,6 +70,8 @@ class Predictor(ConditionedMLP):
 class StateBridge(CreditMethod):
     """Learned ``G_ψ`` of ``h_L``; ``c_l = ∇_{h_l} ℓ(readout(G_ψ(h_l, t_l, e)))``."""
 
+    growable = False  # an auxiliary network / wrapped method sized for a fixed depth
+
     name = "sb"
     needs_input_grad = True  # c_L is the exact readout gradient (Trace.gL)
 

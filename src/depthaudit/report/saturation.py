@@ -11,26 +11,48 @@ from ..io import save_figure  # noqa: E402
 
 
 def saturation_rows(doc: dict) -> list[dict]:
-    """One row per depth, sorted by number of blocks."""
+    """One row per depth, sorted by number of blocks; a diverged run has ``status`` and NaN measurements."""
+    nan = float("nan")
     rows = []
     for rec in doc["runs"].values():
-        s = rec["signal"]
+        s = rec.get("signal") or {}
+        c = s.get("credit") or {}
         rows.append({"blocks": rec["blocks"], "extra": rec["config"]["extra"], "params": rec["params"],
-                     "AGmax": s["AGmax"], "Vmax": max(s.get("V") or [float("nan")]), "AG": s["AG"], "V": s.get("V"),
-                     "low_signal": s["low_signal"], "test_acc": rec["final"]["test_acc"],
-                     "matched_min": min(rec.get("matched", {}).get("delta") or [float("nan")]),
+                     "status": rec.get("status", "ok"), "AGmax": s.get("AGmax", nan),
+                     "Vmax": max(s.get("V") or [nan]), "AG": s.get("AG"), "V": s.get("V"),
+                     "low_signal": s.get("low_signal"), "test_acc": rec["final"]["test_acc"],
+                     "AGmax_credit": c.get("AGmax"), "Vmax_credit": max(c.get("V") or [nan]) if c else None,
+                     "method": c.get("method"), "low_signal_credit": c.get("low_signal"),
+                     "matched_min": min((rec.get("matched") or {}).get("delta") or [nan]),
                      "test_loss": rec["final"]["test_loss"]})
     return sorted(rows, key=lambda r: r["blocks"])
 
 
+def _num(v, fmt: str) -> str:
+    return "–" if v is None or v != v else format(v, fmt)
+
+
 def saturation_md(doc: dict) -> str:
-    """Markdown table: depth, AGmax, max V, low-signal flag, test loss and accuracy."""
-    out = ["| blocks (base + N) | params | AGmax | max V_l | low signal | best matched Δ train loss | test loss "
-           "| test acc |", "|---|---|---|---|---|---|---|---|"]
-    for r in saturation_rows(doc):
-        out.append(f"| {r['blocks']} (N={r['extra']}) | {r['params']:,} | {r['AGmax']:.3e} | {r['Vmax']:.3e} | "
-                   f"{'yes' if r['low_signal'] else 'no'} | {r['matched_min']:+.2e} | {r['test_loss']:.4f} | "
-                   f"{r['test_acc']:.4f} |")
+    """Markdown table: depth, AGmax, max V, low-signal flag (also from the method's credit), test loss and accuracy."""
+    rows = saturation_rows(doc)
+    credit = any(r["AGmax_credit"] is not None for r in rows)
+    method = next((r["method"] for r in rows if r["method"]), "method")
+    head = ("| blocks (base + N) | params | AGmax | max V_l | low signal | "
+            + (f"AGmax from {method}'s credit | max V_l ({method}) | low signal ({method}) | " if credit else "")
+            + "best matched Δ train loss | test loss | test acc |")
+    out = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for r in rows:
+        flag = "–" if r["low_signal"] is None else "yes" if r["low_signal"] else "no"
+        cells = [f"{r['blocks']} (N={r['extra']})", f"{r['params']:,}", _num(r["AGmax"], ".3e"), _num(r["Vmax"], ".3e"),
+                 flag]
+        if credit:
+            cflag = "–" if r["low_signal_credit"] is None else "yes" if r["low_signal_credit"] else "no"
+            cells += [_num(r["AGmax_credit"], ".3e"), _num(r["Vmax_credit"], ".3e"), cflag]
+        acc = _num(r["test_acc"], ".4f") + (" **diverged**" if r["status"] == "diverged" else "")
+        cells += [_num(r["matched_min"], "+.2e"), _num(r["test_loss"], ".4f"), acc]
+        out.append("| " + " | ".join(cells) + " |")
+    if any(r["status"] == "diverged" for r in rows):
+        out.append("\nA **diverged** run (non-finite loss) is recorded but not measured: no AG, V or insertion.")
     return "\n".join(out)
 
 
@@ -39,6 +61,9 @@ def saturation_title(doc: dict) -> str:
     ident = doc["identity"]
     if ident.get("family") == "gpt":
         what = f"GPT decoder (d={ident.get('d_hidden')}) on text"
+    elif ident.get("family") == "resmlp":
+        what = (f"{ident.get('arch', 'resmlp')} (d={ident.get('d_hidden')}) under {ident.get('method')} "
+                f"on {ident.get('data')}")
     else:
         what = f"ResNet-CIFAR on {ident.get('data', '?')}"
     return f"Depth saturation: {what}, {ident.get('epochs', '?')} epochs"
@@ -47,8 +72,15 @@ def saturation_title(doc: dict) -> str:
 def grow_title(doc: dict) -> str:
     """The growth table's title from its file alone."""
     ident = doc["identity"]
-    return (f"Growth vs scratch: ResNet-8 + {ident.get('extra', '?')} on {ident.get('dataset', '?')}, "
+    return (f"Growth vs scratch: {_grow_what(ident)} on {ident.get('dataset', '?')}, "
             f"{ident.get('epochs', '?')} epochs, insertions at epochs {ident.get('insert_at', '?')}")
+
+
+def _grow_what(ident: dict) -> str:
+    if ident.get("family") == "resmlp":
+        return (f"{ident.get('arch')} d={ident.get('d_hidden')} {ident.get('base_blocks')} + {ident.get('extra')} "
+                f"under {ident.get('method')}")
+    return f"ResNet-8 + {ident.get('extra', '?')}"
 
 
 def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
@@ -58,7 +90,17 @@ def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
     fig, ax = plt.subplots(figsize=(5.4, 3.6))
     ax.plot(x, [r["AGmax"] for r in rows], "o-", label="AGmax")
     ax.plot(x, [r["Vmax"] for r in rows], "s--", label="max V_l")
-    vals = [v for r in rows for v in (r["AGmax"], r["Vmax"]) if v == v and v > 0] + [low_signal]
+    if any(r["AGmax_credit"] is not None for r in rows):  # the same measures from the method's own credit
+        method = next(r["method"] for r in rows if r["method"])
+        ax.plot(x, [r["AGmax_credit"] if r["AGmax_credit"] is not None else float("nan") for r in rows], "o-",
+                mfc="none", color="C2", label=f"AGmax from {method}'s credit")
+    for r in rows:
+        if r["status"] == "diverged":
+            ax.axvline(r["blocks"], color="C3", ls=":", lw=1)
+    if any(r["status"] == "diverged" for r in rows):
+        ax.plot([], [], color="C3", ls=":", label="diverged (not measured)")
+    vals = [v for r in rows for v in (r["AGmax"], r["Vmax"], r["AGmax_credit"]) if v is not None and v == v and v > 0]
+    vals += [low_signal]
     lo = min(vals) / 10
     # the AGmax flag's band, drawn over the curves (translucent) and down to the axis
     ax.axhspan(lo, low_signal, color="grey", alpha=0.25, zorder=3, lw=0, label=f"low signal: AGmax < {low_signal:g}")
@@ -75,7 +117,9 @@ def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7)
     ident = doc["identity"]
-    what = f"GPT decoder d={ident.get('d_hidden')}" if family == "gpt" else "ResNet-8 + N"
+    what = {"gpt": f"GPT decoder d={ident.get('d_hidden')}",
+            "resmlp": f"{ident.get('arch', 'resmlp')} d={ident.get('d_hidden')} under {ident.get('method')}"}.get(
+        family, "ResNet-8 + N")
     ax.set_title(f"Depth saturation: {what} on {ident.get('data', '?')}, {ident.get('epochs', '?')} epochs", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)
@@ -89,8 +133,9 @@ def grow_md(doc: dict) -> str:
         rec = doc["runs"].get(arm)
         if rec:
             f = rec["final"]
-            out.append(f"| {arm} | {f['blocks']} | {f['train_loss']:.4f} | {f['test_loss']:.4f} | "
-                       f"{f['test_acc']:.4f} |")
+            acc = _num(f["test_acc"], ".4f") + (" **diverged**" if rec.get("status") == "diverged" else "")
+            out.append(f"| {arm} | {f['blocks']} | {_num(f['train_loss'], '.4f')} | {_num(f['test_loss'], '.4f')} | "
+                       f"{acc} |")
     return "\n".join(out)
 
 
@@ -106,7 +151,7 @@ def grow_figure(doc: dict, path: Path) -> None:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("test accuracy")
     ident = doc["identity"]
-    ax.set_title(f"Growth vs scratch: ResNet-8 + {ident.get('extra', '?')} on {ident.get('dataset', '?')}, "
+    ax.set_title(f"Growth vs scratch: {_grow_what(ident)} on {ident.get('dataset', '?')}, "
                  f"{ident.get('epochs', '?')} epochs", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -1,0 +1,199 @@
+"""Depth under a credit method and one tangent space for V, growth and matched insertion (resmlp family).
+
+Laws, all in float64 on small seeded models:
+* AG and V from BP's credit equal AG and V from autograd (the credit is the gradient);
+* V_l = 0 exactly when the inserted zero block's parameter gradient at its origin is 0 (both directions,
+  constructed cases), and every parameter other than the output projection has an exactly zero gradient;
+* one small gradient step on the inserted block changes the loss by its first-order prediction −η‖G‖²;
+* the gradient-matched insertion's loss change equals −α·B·V² to first order (V and the insertion share Ψ);
+* growth keeps a method's feedback for every existing block (re-keyed) and draws the new block's.
+"""
+
+import copy
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from depthaudit.cli import main
+from depthaudit.depth.growth import activation_gradients, credit_signal, zero_block_features
+from depthaudit.depth.insert import block_features, insert_zero_block, zero_block
+from depthaudit.depth.matched import gradient_matched
+from depthaudit.errors import UsageError
+from depthaudit.methods import build_method
+from depthaudit.models import build_model
+
+
+def _model(d=8, blocks=3, seed=0):
+    return build_model("resmlp", (12,), 5, d, blocks, 1, seed).double()
+
+
+def _batches(n=3, b=32, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(b, 12, generator=g, dtype=torch.float64), torch.randint(0, 5, (b,), generator=g))
+            for _ in range(n)]
+
+
+def test_bp_credit_signal_equals_autograd_ag_and_v():
+    model, batches = _model(), _batches()
+    feats = zero_block_features(model, lambda p: 100 + p)
+    ref = activation_gradients(model, batches, feature_fn=feats)
+    got = credit_signal(build_method("bp", model, 0), model, batches, feats)
+    dag = max(abs(a - b) for a, b in zip(got["AG"], ref["AG"], strict=True))
+    dv = max(abs(a - b) for a, b in zip(got["V"], ref["V"], strict=True))
+    print(f"BP credit vs autograd: max |ΔAG| = {dag:.2e}, max |ΔV| = {dv:.2e}")
+    assert dag < 1e-14 and dv < 1e-14
+    fa = credit_signal(build_method("fa", model, 0), model, batches, feats)
+    assert fa["AG"] != pytest.approx(ref["AG"], rel=1e-3)  # FA's credit is not the gradient: a real difference
+
+
+def _inserted_grads(model, pos, seed, x, loss_fn):
+    """Gradients of every parameter of the zero block inserted at ``pos``, at its origin."""
+    grown = insert_zero_block(model, pos, seed).eval()
+    blk = grown.blocks[pos]
+    loss_fn(grown(x)).backward()
+    return blk, {n: p.grad.clone() for n, p in blk.named_parameters()}
+
+
+@pytest.mark.parametrize("case", ["generic", "orthogonal"])
+def test_v_zero_iff_inserted_block_gradient_zero(case):
+    torch.manual_seed(0)
+    model = _model(blocks=2).eval()
+    model.readout = torch.nn.Identity()  # the loss reads h_L directly: its gradient at h_L is chosen below
+    x = torch.randn(40, 12, dtype=torch.float64)
+    pos = model.num_blocks  # insert on top: the gradient at h_L is the loss's Q
+    seed = 7
+    with torch.no_grad():
+        h = model(x)
+        psi = block_features(zero_block(model, seed).double().eval(), h)  # (40, 9): [ψ, 1]
+    q = torch.randn(40, 8, dtype=torch.float64)
+    if case == "orthogonal":  # Q ⟂ span[ψ, 1]: V must be 0 and so must the new block's gradient
+        q = q - psi @ torch.linalg.pinv(psi) @ q
+    loss_fn = lambda out: (out * q).sum()  # noqa: E731  (mean-loss gradient at h_L = Q)
+    _, grads = _inserted_grads(model, pos, seed, x, loss_fn)
+    sig = activation_gradients(model, [(x, None)], feature_fn=zero_block_features(model, lambda p: seed),
+                               loss_fn=lambda out, y: loss_fn(out))
+    v, gnorm = sig["V"][pos], (grads["fc2.weight"].norm() ** 2 + grads["fc2.bias"].norm() ** 2).sqrt().item()
+    others = max(g.abs().max().item() for n, g in grads.items() if not n.startswith("fc2"))
+    print(f"{case}: V = {v:.3e}, ‖∂L/∂(fc2 W, b)‖ = {gnorm:.3e}, max other grad = {others:.1e}, "
+          f"AG = {sig['AG'][pos]:.3e}")
+    assert others == 0.0  # only the output projection moves at the origin: the tangent space is fc2's
+    assert v <= sig["AG"][pos] + 1e-12
+    if case == "orthogonal":
+        assert v < 1e-12 and gnorm < 1e-12
+    else:
+        assert v > 1e-3 and gnorm > 1e-3
+
+
+def test_one_small_step_on_the_inserted_block_matches_first_order():
+    model, (x, y) = _model(), _batches(1)[0]
+    model.eval()
+    for pos in range(model.num_blocks + 1):
+        grown = insert_zero_block(model, pos, seed=11 + pos).eval()
+        blk = grown.blocks[pos]
+        loss = F.cross_entropy(grown(x), y)
+        gw, gb = torch.autograd.grad(loss, [blk.fc2.weight, blk.fc2.bias])
+        eta = 1e-6
+        with torch.no_grad():
+            blk.fc2.weight -= eta * gw
+            blk.fc2.bias -= eta * gb
+            after = F.cross_entropy(grown(x), y)
+        pred = -eta * (gw.norm() ** 2 + gb.norm() ** 2)
+        ratio = ((after - loss) / pred).item()
+        print(f"insert at {pos}: actual Δloss / first-order prediction = {ratio:.8f}")
+        assert ratio == pytest.approx(1.0, abs=1e-4)
+
+
+def test_matched_insertion_change_is_minus_alpha_b_v_squared():
+    model, batch = _model(), _batches(1, b=48)
+    model.eval()
+    for pos in range(model.num_blocks + 1):
+        seed = 200 + pos
+        feats = zero_block_features(model, lambda p, s=seed: s)
+        v = activation_gradients(model, batch, feature_fn=feats)["V"][pos]
+        res = gradient_matched(model, batch, pos, alpha=1e-6, seed=seed)
+        pred = -1e-6 * batch[0][0].shape[0] * v**2
+        print(f"position {pos}: matched Δloss {res['delta']:.6e}, −α·B·V² {pred:.6e}")
+        assert res["delta"] == pytest.approx(pred, rel=1e-4)
+
+
+@pytest.mark.parametrize("name", ["bp", "fa", "kp", "usf", "dfa", "fa-stream", "ep"])
+def test_growth_keeps_existing_feedback_and_draws_the_new_block(name):
+    model, (x, y) = _model(blocks=3).float(), _batches(1)[0]
+    x = x.float()
+    method = build_method(name, model, 3)
+    states, before = method.probe(model, x, y)  # lazy methods draw their feedback here
+    old = method.state_dict()
+    pos = 2  # the new block becomes block 2 (1-based); old blocks 2, 3 become 3, 4
+    grown_model = insert_zero_block(model, pos - 1, seed=5, inplace=False)
+    grown = method.grown(grown_model, pos, seed=99)
+    _, after = grown.probe(grown_model, x, y)
+    new = grown.state_dict()
+    shift = {"block2": "block3", "block3": "block4", "B2": "B3", "B3": "B4"}
+    for k, v in old.items():
+        head, _, rest = k.partition(".")
+        k2 = shift.get(head, head) + ("." + rest if rest else "")
+        assert torch.equal(new[k2], v), k
+    added = set(new) - {shift.get(k.partition(".")[0], k.partition(".")[0]) + k[len(k.partition(".")[0]):]
+                        for k in old}
+    if old:
+        assert added, name  # the new block (or stream position) got its own feedback
+        for k in added:
+            assert not any(torch.equal(new[k], v) for v in old.values() if v.shape == new[k].shape), k
+    # the network's function is unchanged; under BP and DFA so is every old position's credit
+    assert torch.equal(grown_model(x), model(x))
+    if name in ("bp", "dfa"):
+        for i, c in enumerate(before):
+            j = i if i < pos else i + 1
+            assert torch.allclose(after[j], c, atol=0, rtol=0) or (c - after[j]).abs().max() < 1e-6, i
+    print(f"{name}: {len(old)} feedback tensors kept, {len(new) - len(old)} drawn for the new block")
+
+
+def test_a_method_with_an_auxiliary_network_refuses_to_grow():
+    model = _model(blocks=2).float()
+    method = build_method("sb", model, 0)
+    with pytest.raises(UsageError, match="cannot grow"):
+        method.grown(insert_zero_block(model, 1, 0), 2, 1)
+
+
+def test_saturation_and_grow_under_fa_and_dfa(tmp_path, capsys):
+    out = tmp_path / "sat"
+    common = ["--dataset", "mnist1d", "--d-hidden", "16", "--epochs", "1", "--batch-size", "256"]
+    assert main(["saturation", "--family", "resmlp", "--method", "fa", "--extra", "0", "1",
+                 "--analysis-batches", "2", *common, "--out", str(out)]) == 0
+    doc = json.loads((out / "saturation_resmlp_fa_mnist1d.json").read_text())
+    for rec in doc["runs"].values():
+        assert rec["recipe"]["method"] == "fa" and rec["signal"]["credit"]["method"] == "fa"
+        assert len(rec["signal"]["credit"]["AG"]) == rec["blocks"] + 1 == len(rec["signal"]["V"])
+        assert all(v <= a + 1e-9 for v, a in zip(rec["signal"]["V"], rec["signal"]["AG"], strict=True))
+    assert "AGmax from fa's credit" in (out / "saturation_resmlp_fa_mnist1d.md").read_text()
+    assert (out / "saturation_resmlp_fa_mnist1d.png").stat().st_size > 0
+    gout = tmp_path / "grow"
+    assert main(["grow", "--family", "resmlp", "--method", "dfa", "--extra", "2", "--insert-at", "1", "2",
+                 *common[:-2], "--epochs", "2", "--batch-size", "256", "--out", str(gout)]) == 0
+    gdoc = json.loads((gout / "grow_resmlp1+2_dfa_mnist1d.json").read_text())
+    g, s = gdoc["runs"]["grown"], gdoc["runs"]["scratch"]
+    assert g["final"]["blocks"] == s["final"]["blocks"] == 3 and g["recipe"]["num_blocks"] == 1
+    assert len(g["history"]) == len(s["history"]) == 2
+    assert "under dfa" in (gout / "grow_resmlp1+2_dfa_mnist1d.md").read_text()
+    capsys.readouterr()
+    assert main(["saturation", "--method", "fa", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--family resmlp" in err[0] and not (tmp_path / "x").exists()
+    assert main(["grow", "--family", "resmlp", "--method", "cb", "--dataset", "mnist1d",
+                 "--out", str(tmp_path / "y")]) == 2
+    assert "cannot grow" in capsys.readouterr().err and not (tmp_path / "y").exists()
+
+
+def test_diverged_depth_is_marked_not_measured():
+    from depthaudit.report.saturation import saturation_md
+
+    rec = {"blocks": 2, "params": 10, "status": "diverged", "config": {"extra": 1}, "signal": None, "matched": None,
+           "final": {"test_acc": None, "test_loss": None}}
+    ok = copy.deepcopy(rec) | {"status": "ok", "blocks": 1, "config": {"extra": 0},
+                               "signal": {"AGmax": 0.1, "V": [0.05], "AG": [0.1], "low_signal": False},
+                               "matched": {"delta": [-1e-6]}, "final": {"test_acc": 0.5, "test_loss": 1.0}}
+    md = saturation_md({"identity": {}, "runs": {"a": ok, "b": rec}})
+    print(md)
+    assert "**diverged**" in md and "not measured" in md
