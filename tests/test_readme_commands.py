@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from depthaudit.cli import _import_plugins, build_parser
+from depthaudit.commands import build_parser
+from depthaudit.plugins import import_plugins_in
 
 ROOT = Path(__file__).resolve().parents[1]
 PLACEHOLDERS = {"DIR": "data", "DEV": "cpu", "PT": "checkpoint.pt", "FILE": "text.txt", "$SLURM_ARRAY_TASK_ID": "0"}
@@ -56,7 +57,7 @@ def test_the_readme_documents_commands():
 @pytest.mark.parametrize("line", DEPTHAUDIT)
 def test_documented_depthaudit_command_parses(line):
     argv = _argv(line)[1:]
-    _import_plugins(argv)
+    import_plugins_in(argv)
     try:
         args = build_parser(argv).parse_args(argv)
     except SystemExit as exc:

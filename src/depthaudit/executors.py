@@ -107,8 +107,9 @@ def run_groups(groups: list[list[RunSpec]], store, opts: SweepOptions, data=None
             c = g[0].cfg
             what = c.describe() + ", " if hasattr(c, "describe") else ""
             stop = f" (first {c.stop_after})" if getattr(c, "stop_after", None) else ""
+            budget = f", {c.epochs} epochs" if hasattr(c, "epochs") else ""
             if len(g) == 1:
-                log(f"run {g[0].key}: {what}seed {c.seed}, {c.epochs} epochs{stop}")
+                log(f"run {g[0].key}: {what}seed {c.seed}{budget}{stop}")
             else:
                 log(f"{len(g)} runs stacked ({', '.join(s.key for s in g)}): {c.method}, {c.epochs} epochs{stop}")
             yield g, run_and_store(g, store, data, run_log, argv, "local", opts)

@@ -24,3 +24,19 @@ def import_plugin(name: str) -> None:
                   if "importlib" not in f.filename and not os.path.abspath(f.filename).startswith(pkg)]
         where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
         raise UsageError(f"--plugin {name}: importing it raised {type(exc).__name__}: {exc}{where}") from None
+
+
+def import_plugins_in(argv: list[str]) -> None:
+    """Import every ``--plugin MODULE`` of ``argv`` (also ``--plugin=MODULE``); workers inherit the list."""
+    import sys
+
+    if "" not in sys.path and os.getcwd() not in sys.path:  # like `python -m`: modules beside you import
+        sys.path.insert(0, os.getcwd())
+    for i, tok in enumerate(argv):
+        name = argv[i + 1] if tok == "--plugin" and i + 1 < len(argv) else (
+            tok.split("=", 1)[1] if tok.startswith("--plugin=") else None)
+        if name:
+            import_plugin(name)
+            # spawned workers (any executor) import the same plug-ins before they run a spec
+            os.environ["DEPTHAUDIT_PLUGINS"] = ",".join(
+                dict.fromkeys([*filter(None, os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",")), name]))

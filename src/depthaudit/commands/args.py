@@ -52,7 +52,8 @@ RANGES = {
     "cb_sigma": NONNEG_FLOAT, "cb_draws": POS_INT, "fa_stream_scale": NONNEG_FLOAT, "lambdas": NONNEG_FLOAT,
     "penalty": NONNEG_FLOAT, "alphas": number(float, 0, 1), "pre_epochs": NONNEG_INT, "k_values": NONNEG_INT,
     "gpu": NONNEG_INT, "context": POS_INT, "base_blocks": POS_INT, "extra": NONNEG_INT, "analysis_batches": POS_INT,
-    "low_signal": POS_FLOAT, "alpha": POS_FLOAT, "insert_at": POS_INT,
+    "low_signal": POS_FLOAT, "alpha": POS_FLOAT, "insert_at": POS_INT, "continue_steps": NONNEG_INT,
+    "continue_lr": POS_FLOAT,
 }
 
 
@@ -316,7 +317,8 @@ def plain_args(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--data-dir", "--data_dir", dest="data_dir", default=None, metavar="DIR", help="data folder/zip")
     p.add_argument("--download", action="store_true", help="download a missing CIFAR archive")
     p.add_argument("--epochs", type=int, default=10, metavar="N", help="epochs per run (default: 10)")
-    p.add_argument("--batch-size", type=int, default=128, metavar="N", help="batch size (default: 128)")
+    p.add_argument("--batch-size", type=int, default=None, metavar="N",
+                   help="batch size (default: 128; hf: 8 windows)")
     p.add_argument("--lr", type=float, default=1e-3, metavar="X", help="AdamW lr, cosine (default: 1e-3)")
     p.add_argument("--weight-decay", type=float, default=0.01, metavar="X", help="AdamW weight decay (default: 0.01)")
     p.add_argument("--seed", type=int, default=42, metavar="N", help="seed (default: 42)")

@@ -22,6 +22,11 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
 
     device = resolve_device(a.device)
     check_output_dir(a.out)
+    if a.family == "hf":
+        return _saturation_hf(a, argv, device)
+    if a.model or a.revision or a.continue_steps:
+        raise UsageError("--model, --revision and --continue-steps are for pretrained models; add --family hf")
+    a.batch_size = a.batch_size or 128
     if any(n < 0 for n in a.extra) or a.epochs < 0 or a.analysis_batches < 1:
         raise UsageError("--extra values must be >= 0, --epochs >= 0, --analysis-batches >= 1")
     method, d_hidden = family_method(a, "saturation")
@@ -71,6 +76,46 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def _saturation_hf(a: argparse.Namespace, argv: list[str], device: str) -> int:
+    """``--family hf``: one cell per ``--model``; AG/V at every layer boundary; cross-model table + figure."""
+    from ..experiments.pretrained import PretrainedRun, run_pretrained
+    from ..io import write_text
+    from ..models.hf import require_transformers
+    from ..report.pretrained import pretrained_figure, pretrained_md
+    from ..report.saturation import saturation_title
+    from ..sweep import FileStore, RunSpec, run_sweep
+
+    require_transformers()
+    if not a.model:
+        raise UsageError("--family hf needs --model NAME_OR_PATH [...] (e.g. EleutherAI/pythia-70m-deduped)")
+    if a.text is not None and not Path(a.text).is_file():
+        raise UsageError(f"--text {a.text}: no such file; give a UTF-8 text file or a .npy token file")
+    if a.continue_steps and a.epochs != 10:
+        print("depthaudit: note: --epochs is not used by --family hf (--continue-steps sets the training)",
+              file=sys.stderr)
+    bs = a.batch_size or 8  # 8 windows of --context tokens: fits a CPU, and a GPU for the larger Pythias
+    specs = [RunSpec(m, PretrainedRun(m, a.revision, a.text, a.context, a.continue_steps, a.continue_lr, bs,
+                                      a.analysis_batches, a.low_signal, 4, a.seed, device), runner=run_pretrained)
+             for m in dict.fromkeys(a.model)]
+    out = Path(a.out)
+    text_name = Path(a.text).stem if a.text else "pydoc"
+    ident = {"family": "hf", "data": text_name, "text": a.text, "revision": a.revision, "context": a.context,
+             "continue_steps": a.continue_steps, "continue_lr": a.continue_lr, "batch_size": bs, "seed": a.seed,
+             "analysis_batches": a.analysis_batches}
+    store = FileStore(out / f"saturation_hf_{text_name}.json", "depthaudit.saturation.v1", ident)
+    opts = sweep_options(a, out, device)
+    if opts.cell is not None:
+        remember_sweep(out, argv)
+    run_sweep(specs, store, argv=["depthaudit", *argv], opts=opts)
+    table = pretrained_md(store.doc)
+    pretrained_figure(store.doc, store.path.with_suffix(".png"), a.low_signal)
+    write_text(store.path.with_suffix(".md"), f"# {saturation_title(store.doc)}"
+               f"\n\n{table}\n\n![saturation]({store.path.with_suffix('.png').name})\n")
+    print(table)
+    print(f"\nwrote {store.path}, its .md and .png")
+    return 0
+
+
 def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     """Function-preserving growth vs scratch for ResNet-8 + N."""
     from ..data import load_data
@@ -90,6 +135,7 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     if a.extra < 1 or len(sched) != a.extra or bad:
         raise UsageError(f"--insert-at needs {a.extra} non-decreasing epochs in 1..{a.epochs} (one per extra block)")
     method, d_hidden = family_method(a, "grow")
+    a.batch_size = a.batch_size or 128
     data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
     if a.family == "resnet" and len(data.input_shape) != 3:
         raise UsageError(f"grow trains ResNet-CIFAR on images; {a.dataset} is not an image dataset "
@@ -170,9 +216,15 @@ def register(sub) -> None:
                         description="Train ResNet-8 + N (or a GPT decoder of base + N blocks) for each --extra N "
                         "(plain backprop), then measure AG_l, AGmax, the growth value V_l and the gradient-matched "
                         "insertion's loss change at every candidate.")
-    sa.add_argument("--family", choices=["resnet", "gpt", "resmlp"], default="resnet",
-                    help="resnet | gpt (plain backprop) | resmlp (under --method) (default: resnet)")
+    sa.add_argument("--family", choices=["resnet", "gpt", "resmlp", "hf"], default="resnet",
+                    help="resnet | gpt (plain backprop) | resmlp (under --method) | hf (pretrained; default: resnet)")
     family_args(sa)
+    sa.add_argument("--model", nargs="+", default=None, metavar="NAME",
+                    help="hf: Hub names or local folders of causal LMs (needs depthaudit[hf])")
+    sa.add_argument("--revision", default=None, metavar="REV", help="hf: model revision, e.g. step143000")
+    sa.add_argument("--continue-steps", type=int, default=0, metavar="N",
+                    help="hf: continue pretraining N AdamW steps on --text first (default: 0)")
+    sa.add_argument("--continue-lr", type=float, default=1e-5, metavar="X", help="hf: its lr (default: 1e-5)")
     sa.add_argument("--text", default=None, metavar="FILE",
                     help="gpt: UTF-8 text or .npy tokens (default: the embedded text, no download)")
     sa.add_argument("--context", type=int, default=64, metavar="T", help="gpt: context length (default: 64)")

@@ -102,7 +102,7 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
 
 def _assemble_cells(d: Path) -> int:
     """Re-run the command kept in ``d/sweep.json`` with ``--stored-only``: its report, nothing trained."""
-    from ..cli import main
+    from . import run_command
 
     sweep = read_json_doc(d / "sweep.json")
     cmd = sweep.get("argv") if isinstance(sweep, dict) else None
@@ -110,7 +110,7 @@ def _assemble_cells(d: Path) -> int:
         raise UsageError(f"{d / 'sweep.json'} is damaged; rerun the sweep's command without --cell instead")
     cmd = [*cmd, "--out", str(d)]  # the folder as it is now, wherever the sweep first wrote it
     print(f"assembling the finished cells: depthaudit {' '.join(cmd)}", file=sys.stderr)
-    return main([*cmd, "--stored-only"])
+    return run_command([*cmd, "--stored-only"])
 
 
 def _report_dir(d: Path, a: argparse.Namespace) -> int:

@@ -41,9 +41,17 @@ def _default_text() -> tuple[str, str]:
     return "\n\n".join(topics.topics[k] for k in sorted(topics.topics)), "python stdlib pydoc_data.topics"
 
 
-def load_text(path: str | None, context: int, device) -> TextData:
-    """Tokens from ``path`` (or the embedded default), windowed for next-token prediction."""
-    if path is None:
+def load_text(path: str | None, context: int, device, tokens: np.ndarray | None = None,
+              vocab: int | None = None) -> TextData:
+    """Tokens from ``path`` (or the embedded default), windowed for next-token prediction.
+
+    ``tokens``: ids already made from that text by a model's tokenizer (the provenance still hashes the file);
+    ``vocab``: the model's vocabulary size, which every id must be below.
+    """
+    if tokens is not None:
+        raw = Path(path).read_bytes() if path is not None else _default_text()[0].encode()
+        source = str(Path(path).resolve()) if path is not None else _default_text()[1]
+    elif path is None:
         text, source = _default_text()
         raw = text.encode()
         lut = {c: i for i, c in enumerate(sorted(set(text)))}
@@ -72,9 +80,12 @@ def load_text(path: str | None, context: int, device) -> TextData:
                 raise UsageError(f"--text {path}: not UTF-8 ({exc}); give UTF-8 text or a .npy token file") from None
             lut = {c: i for i, c in enumerate(sorted(set(text)))}
             tokens = np.fromiter((lut[c] for c in text), dtype=np.int64, count=len(text))
+    if vocab is not None and tokens.size and tokens.max() >= vocab:
+        raise UsageError(f"--text {path}: token id {int(tokens.max())} is not below the model's vocabulary ({vocab}); "
+                         "give ids made with this model's tokenizer")
     if tokens.size < 2:
         raise UsageError(f"--text {path}: holds {tokens.size} tokens; give a text long enough for --context")
-    vocab = int(tokens.max()) + 1
+    vocab = vocab if vocab is not None else int(tokens.max()) + 1
     split = int(0.9 * len(tokens))
 
     def windows(t):

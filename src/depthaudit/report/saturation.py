@@ -34,6 +34,10 @@ def _num(v, fmt: str) -> str:
 
 def saturation_md(doc: dict) -> str:
     """Markdown table: depth, AGmax, max V, low-signal flag (also from the method's credit), test loss and accuracy."""
+    if doc["identity"].get("family") == "hf":
+        from .pretrained import pretrained_md
+
+        return pretrained_md(doc)
     rows = saturation_rows(doc)
     credit = any(r["AGmax_credit"] is not None for r in rows)
     method = next((r["method"] for r in rows if r["method"]), "method")
@@ -51,6 +55,11 @@ def saturation_md(doc: dict) -> str:
         acc = _num(r["test_acc"], ".4f") + (" **diverged**" if r["status"] == "diverged" else "")
         cells += [_num(r["matched_min"], "+.2e"), _num(r["test_loss"], ".4f"), acc]
         out.append("| " + " | ".join(cells) + " |")
+    same = [r for r in rows if r["V"] and r["AG"] and all(abs(v - a) <= 1e-9 * a for v, a in zip(r["V"], r["AG"], strict=False))]
+    if rows and len(same) == len(rows):
+        out.append("\nV = AG at every depth: each analysis batch has no more positions than the candidate block has "
+                   "features, so the features span the batch and V adds nothing to AG here (a larger --batch-size, "
+                   "or a family with spatial/token positions, makes V informative).")
     if any(r["status"] == "diverged" for r in rows):
         out.append("\nA **diverged** run (non-finite loss) is recorded but not measured: no AG, V or insertion.")
     return "\n".join(out)
@@ -59,6 +68,10 @@ def saturation_md(doc: dict) -> str:
 def saturation_title(doc: dict) -> str:
     """The saturation table's title from its file alone (the command and ``report`` write the same one)."""
     ident = doc["identity"]
+    if ident.get("family") == "hf":
+        rev = f" at {ident['revision']}" if ident.get("revision") else ""
+        more = f", {ident['continue_steps']} continued-pretraining steps" if ident.get("continue_steps") else ""
+        return f"Depth saturation of pretrained causal LMs{rev} on {ident.get('data', '?')}{more}"
     if ident.get("family") == "gpt":
         what = f"GPT decoder (d={ident.get('d_hidden')}) on text"
     elif ident.get("family") == "resmlp":
@@ -85,6 +98,10 @@ def _grow_what(ident: dict) -> str:
 
 def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
     """AGmax and max V vs depth (log), the low-signal band shaded, test accuracy on a second axis."""
+    if doc["identity"].get("family") == "hf":
+        from .pretrained import pretrained_figure
+
+        return pretrained_figure(doc, path, low_signal)
     rows = saturation_rows(doc)
     x = [r["blocks"] for r in rows]
     fig, ax = plt.subplots(figsize=(5.4, 3.6))

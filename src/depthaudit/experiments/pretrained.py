@@ -1,0 +1,156 @@
+"""``depthaudit saturation --family hf``: AG, AGmax and V at every layer boundary of pretrained causal LMs.
+
+Per model (one sweep cell each, resumable): load it (Hub name or local folder, ``--revision``), optionally
+continue pretraining for ``continue_steps`` AdamW steps on the text's training split through the one loop
+(:func:`depthaudit.train.fit`), freeze it, then measure on **held-out** windows (the text's test split, never
+trained on): AG_l, the per-example maxima, AGmax, and V_l for an MLP-family insertion — a zero-output pre-LN
+MLP block ``h + fc2(GELU(fc1(LN(h))))`` of expansion ``mlp_ratio`` with ``fc2 = 0``, whose tangent features are
+``[ψ(h), 1]`` (drawn per position from the run's seed). The held-out next-token loss is reported beside them.
+"""
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from ..config import derive_seed
+from ..provenance import provenance
+
+
+@dataclass(frozen=True)
+class PretrainedRun:
+    """One pretrained model of the cross-model sweep."""
+
+    model: str
+    revision: str | None = None
+    text: str | None = None
+    context: int = 64
+    continue_steps: int = 0
+    continue_lr: float = 1e-5
+    batch_size: int = 8
+    analysis_batches: int = 4
+    low_signal: float = 5e-3
+    mlp_ratio: int = 4
+    seed: int = 42
+    device: str = "cpu"
+
+    def to_dict(self) -> dict:
+        """JSON-able."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for listings."""
+        rev = f"@{self.revision}" if self.revision else ""
+        more = f", +{self.continue_steps} steps" if self.continue_steps else ""
+        return f"{self.model}{rev}{more}"
+
+    def same_as(self, stored: dict) -> bool:
+        """Equality with a stored config."""
+        return stored == self.to_dict()
+
+
+def tokens_for(text: str | None, tokenizer, vocab: int, model: str) -> tuple[np.ndarray | None, str]:
+    """``(token ids, source)`` of the text with the model's tokenizer (None ids: a .npy file is read as is)."""
+    from ..data.text import _default_text
+    from ..errors import UsageError
+
+    if text is not None and text.endswith(".npy"):
+        return None, text
+    if tokenizer is None:
+        raise UsageError(f"--model {model} ships no tokenizer; give token ids as --text FILE.npy")
+    if text is None:
+        raw, source = _default_text()
+    else:
+        try:
+            with open(text, encoding="utf-8") as f:
+                raw = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--text {text}: cannot read it as UTF-8 ({exc})") from None
+        source = text
+    ids = np.asarray(tokenizer(raw)["input_ids"], dtype=np.int64)
+    return ids, source
+
+
+def candidate_features(d: int, ratio: int, seed: int, device):
+    """``feature_fn(l, h)``: ``[ψ(h), 1]`` of a zero-output pre-LN MLP block drawn from ``seed`` for position l."""
+    from ..depth.insert import block_features
+    from ..models.resmlp import MLPBlock
+
+    blocks = {}
+
+    def feature_fn(pos, h):
+        if pos not in blocks:
+            gen = torch.Generator().manual_seed(derive_seed(seed, f"hf-candidate{pos}") % 2**31)
+            blk = MLPBlock(d, ratio, gen, "ref")
+            with torch.no_grad():
+                blk.fc2.weight.zero_()
+                blk.fc2.bias.zero_()
+            blocks[pos] = blk.to(device=h.device, dtype=h.dtype).eval()
+        return block_features(blocks[pos], h)
+
+    return feature_fn
+
+
+def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
+    """Sweep runner for one model: load, (continue), measure on held-out windows, return the record."""
+    from ..data.text import load_text
+    from ..depth.growth import activation_gradients
+    from ..models.gpt import lm_loss
+    from ..models.hf import HFStream, load_causal_lm
+    from ..train import evaluate, fit, plain_step
+
+    cfg: PretrainedRun = spec.cfg
+    device = torch.device(cfg.device)
+    t0 = time.perf_counter()
+    log = log or (lambda m: None)
+    hf, tok = load_causal_lm(cfg.model, cfg.revision, device)
+    vocab = int(hf.config.vocab_size)
+    ids, _ = tokens_for(cfg.text, tok, vocab, cfg.model)
+    data = load_text(cfg.text, cfg.context, device, tokens=ids, vocab=vocab)
+    model = HFStream(hf)
+    hist, status = [], "ok"
+    if cfg.continue_steps:  # continued pretraining: N steps = one epoch over N·B windows, cosine to 0
+        torch.manual_seed(derive_seed(cfg.seed, "continue") % 2**31)
+        n = cfg.continue_steps * cfg.batch_size
+        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "continue-windows"))
+        reps = -(-n // data.x_train.shape[0])
+        idx = torch.cat([torch.randperm(data.x_train.shape[0], generator=gen) for _ in range(reps)])[:n].to(device)
+        sub = type("Windows", (), {"x_train": data.x_train[idx], "y_train": data.y_train[idx]})
+        model.requires_grad_(True).train()
+        opt = torch.optim.AdamW(hf.parameters(), lr=cfg.continue_lr, weight_decay=0.0)
+        hist, status = fit(n, cfg.batch_size, 1, cfg.continue_lr, cfg.seed, device,
+                           plain_step(model, opt, sub, lm_loss), lambda: evaluate(model, *_held_out(data, cfg), 8,
+                                                                                   lm_loss), log=log)
+        model.requires_grad_(False).eval()
+    x_te, y_te = _held_out(data, cfg)
+    bs = cfg.batch_size
+    batches = [(x_te[i:i + bs], y_te[i:i + bs]) for i in range(0, x_te.shape[0], bs)]  # held-out windows
+    rec = {"schema": "depthaudit.pretrained_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,
+           "provenance": provenance(device, data.provenance(), cfg.seed, argv) | {"model": _model_provenance(hf)},
+           "blocks": len(model.layers), "params": sum(p.numel() for p in hf.parameters()), "history": hist}
+    if status == "diverged":
+        rec.update(signal=None, final={"test_loss": None, "test_acc": None})
+        return rec
+    loss, acc = evaluate(model, x_te, y_te, cfg.batch_size, lm_loss)
+    d = int(hf.config.hidden_size)
+    sig = activation_gradients(model, batches, feature_fn=candidate_features(d, cfg.mlp_ratio, cfg.seed, device),
+                               loss_fn=lm_loss)
+    sig["low_signal"] = sig["AGmax"] < cfg.low_signal
+    sig["split"] = f"held-out (test split), {len(batches)} batches of {cfg.batch_size} windows"
+    rec.update(signal=sig, final={"test_loss": loss, "test_acc": acc},
+               timing={"seconds": round(time.perf_counter() - t0, 3)})
+    return rec
+
+
+def _held_out(data, cfg: PretrainedRun):
+    """The analysis windows: the first ``analysis_batches × batch_size`` windows of the test split."""
+    n = min(data.x_test.shape[0], cfg.analysis_batches * cfg.batch_size)
+    return data.x_test[:n], data.y_test[:n]
+
+
+def _model_provenance(hf) -> dict:
+    """What was loaded: class, Hub name or path, commit hash when the Hub gave one."""
+    c = hf.config
+    return {"class": type(hf).__name__, "name_or_path": getattr(c, "_name_or_path", None),
+            "commit": getattr(c, "_commit_hash", None), "layers": c.num_hidden_layers, "hidden": c.hidden_size}

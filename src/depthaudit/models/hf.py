@@ -1,0 +1,108 @@
+"""Pretrained Hugging Face causal LMs (optional extra ``depthaudit[hf]``: transformers) for depth sufficiency.
+
+Any causal LM whose decoder layers form one ``nn.ModuleList`` of ``config.num_hidden_layers`` layers
+(GPT-NeoX/Pythia, GPT-2, Llama-style) is measured at its layer boundaries: ``h_0`` is the stream entering
+layer 1 (after the embeddings), ``h_l`` the output of layer ``l`` (before the final norm for ``l = L``). These
+are residual-stream states whatever the layer's inside (Pythia's parallel residual included).
+"""
+
+import os
+
+import torch
+from torch import nn
+
+from ..errors import UsageError
+
+INSTALL = "pip install 'depthaudit[hf]'"
+
+
+def require_transformers():
+    """The ``transformers`` module, or one line naming the install."""
+    try:
+        import transformers
+    except ImportError:
+        raise UsageError(f"--family hf needs the transformers package: {INSTALL}") from None
+    return transformers
+
+
+def load_causal_lm(name: str, revision: str | None, device) -> tuple[nn.Module, object | None]:
+    """``(model in eval mode with frozen float32 weights, tokenizer or None)`` from the Hub or a local folder."""
+    tf = require_transformers()
+    kw = {"revision": revision} if revision else {}
+    try:
+        model = tf.AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32, **kw)
+    except (OSError, ValueError) as exc:  # no such repo/folder/revision, no network, not a causal LM
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise UsageError(f"--model {name}{f' --revision {revision}' if revision else ''}: cannot load it ({first}); "
+                         "give a Hub model name or a local folder with config.json and weights") from None
+    tok = None
+    files = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+    if not os.path.isdir(name) or any(os.path.isfile(os.path.join(name, f)) for f in files):
+        try:  # (recent transformers build an empty tokenizer for a weights-only folder: not asked for there)
+            tok = tf.AutoTokenizer.from_pretrained(name, **kw)
+        except (OSError, ValueError, TypeError):  # no tokenizer: token ids must come from a .npy file
+            tok = None
+    model.eval().requires_grad_(False)
+    return model.to(device), tok
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder's layer list: the first ``nn.ModuleList`` of ``config.num_hidden_layers`` modules."""
+    n = getattr(model.config, "num_hidden_layers", None)
+    for m in model.modules():
+        if isinstance(m, nn.ModuleList) and len(m) == n:
+            return m
+    raise UsageError(f"{type(model).__name__}: no list of {n} decoder layers found; depthaudit measures causal LMs "
+                     "whose layers form one ModuleList (GPT-NeoX/Pythia, GPT-2, Llama-style)")
+
+
+class HFStream(nn.Module):
+    """A Hugging Face LM as ``(B, T) → (B, T, V)`` logits, or ``(logits, [h_0..h_L])`` with ``return_states``.
+
+    The same call convention as :class:`depthaudit.models.ResidualModel`, so the training loop, evaluation and
+    :func:`depthaudit.depth.growth.activation_gradients` take it unchanged.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.layers = decoder_layers(model)
+        self.train(model.training)  # a fresh Module says "training": keep the LM's mode (dropout off in eval)
+
+    def forward(self, x: torch.Tensor, return_states: bool = False):
+        """Next-token logits (B, T, V); with ``return_states`` also the stream at every layer boundary."""
+        if return_states:
+            return stream_states(self.model, self.layers, x)
+        return self.model(input_ids=x, use_cache=False).logits
+
+
+def stream_states(model: nn.Module, layers: nn.ModuleList, x: torch.Tensor):
+    """``(logits, [h_0, …, h_L])`` with ``h_0`` a grad-requiring leaf, so every ``h_l`` is in the loss's graph.
+
+    Forward hooks: a pre-hook on layer 1 replaces the incoming hidden states by a detached leaf (the weights are
+    frozen, so nothing before it needs a graph); a hook on every layer records its output (a tensor, or the
+    first element of a tuple in older transformers).
+    """
+    states: list[torch.Tensor] = []
+
+    def enter(mod, args, kwargs):
+        if args:
+            leaf = args[0].detach().requires_grad_()
+            states.append(leaf)
+            return (leaf, *args[1:]), kwargs
+        leaf = kwargs["hidden_states"].detach().requires_grad_()
+        states.append(leaf)
+        return args, {**kwargs, "hidden_states": leaf}
+
+    def leave(mod, args, out):
+        states.append(out[0] if isinstance(out, tuple) else out)
+
+    hooks = [layers[0].register_forward_pre_hook(enter, with_kwargs=True)]
+    hooks += [layer.register_forward_hook(leave) for layer in layers]
+    try:
+        with torch.enable_grad():
+            logits = model(input_ids=x, use_cache=False).logits
+    finally:
+        for h in hooks:
+            h.remove()
+    return logits, states
