@@ -55,7 +55,8 @@ def saturation_md(doc: dict) -> str:
         acc = _num(r["test_acc"], ".4f") + (" **diverged**" if r["status"] == "diverged" else "")
         cells += [_num(r["matched_min"], "+.2e"), _num(r["test_loss"], ".4f"), acc]
         out.append("| " + " | ".join(cells) + " |")
-    same = [r for r in rows if r["V"] and r["AG"] and all(abs(v - a) <= 1e-9 * a for v, a in zip(r["V"], r["AG"], strict=False))]
+    same = [r for r in rows if r["V"] and r["AG"]
+            and all(abs(v - a) <= 1e-9 * a for v, a in zip(r["V"], r["AG"], strict=False))]
     if rows and len(same) == len(rows):
         out.append("\nV = AG at every depth: each analysis batch has no more positions than the candidate block has "
                    "features, so the features span the batch and V adds nothing to AG here (a larger --batch-size, "
