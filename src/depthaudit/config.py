@@ -72,6 +72,10 @@ class TrainConfig:
             raise UsageError("--weight-decay and --scale-penalty must be >= 0")
         trainable_blocks(self.train_blocks, self.num_blocks)  # validates the spelling and k
         if self.warm_start and not os.path.isfile(self.warm_start):
+            inside = os.path.join(self.warm_start, "checkpoint.pt")
+            if os.path.isdir(self.warm_start):
+                raise UsageError(f"--warm-start {self.warm_start}: is a folder; give the checkpoint file in it"
+                                 + (f" ({inside})" if os.path.isfile(inside) else ""))
             raise UsageError(f"--warm-start {self.warm_start}: no such file; give a checkpoint.pt path")
         if not self.ep_beta > 0 or self.ep_steps < 1 or not self.ep_step_size > 0:
             raise UsageError("--ep-beta and --ep-step-size must be > 0 and --ep-steps >= 1")

@@ -10,6 +10,10 @@ def import_plugin(name: str) -> None:
     """Import a user's plug-in module; its own errors become one line naming the module, error and location."""
     import traceback
 
+    if name.endswith(".py") or "/" in name or "\\" in name:
+        mod = name.removesuffix(".py").replace("/", ".").replace("\\", ".").strip(".")
+        raise UsageError(f"--plugin {name}: give a module name, not a path (e.g. --plugin {mod}, run from the folder "
+                         "that holds it or with it on PYTHONPATH)")
     try:
         importlib.import_module(name)
     except ModuleNotFoundError as exc:
@@ -18,6 +22,9 @@ def import_plugin(name: str) -> None:
         raise UsageError(f"--plugin {name}: it imports a missing module ({exc}); install it") from None
     except SyntaxError as exc:
         raise UsageError(f"--plugin {name}: syntax error at {exc.filename}:{exc.lineno}: {exc.msg}") from None
+    except SystemExit as exc:  # the module called sys.exit() on import: not a plug-in's business
+        raise UsageError(f"--plugin {name}: importing it called sys.exit({exc.code}); a plug-in module must only "
+                         "register things (guard scripts with if __name__ == '__main__')") from None
     except Exception as exc:  # the user's module raised: say where, in one line
         pkg = os.path.dirname(os.path.abspath(__file__))  # point at the user's line, not ours or importlib's
         frames = [f for f in traceback.extract_tb(exc.__traceback__)

@@ -288,6 +288,7 @@ class SweepOptions:
     slurm_parallelism: int = 64  # array tasks running at once
     slurm_cluster: str | None = None  # submitit's cluster ("local" runs array tasks as local processes: tests)
     slurm_folder: str | None = None  # submitit's logs (default: <out>/slurm)
+    remember: tuple | None = None  # (out, argv): write out/sweep.json once --cell is found (commands.args)
 
 
 def _summary(rec: dict) -> str:
@@ -335,6 +336,9 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
         raise SweepDone("\n".join(cell_lines(specs, store)))
     if opts.cell is not None:
         specs = [pick_cell(specs, opts.cell)]
+        if opts.remember is not None:  # the cell exists: keep the command for `depthaudit report OUT`
+            out, keep = opts.remember
+            write_json(Path(out) / "sweep.json", {"schema": "depthaudit.sweep.v1", "argv": list(keep)})
     results, pending = {}, []
     for s in specs:
         rec = store.get(s)

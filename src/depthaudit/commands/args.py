@@ -57,11 +57,26 @@ RANGES = {
 }
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Compact help; a list default prints as ``42 123 456`` (what one types), read when the help is shown."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=30, width=100)
+
+    def _expand_help(self, action):
+        if isinstance(action.default, (list, tuple)):
+            import copy
+
+            action = copy.copy(action)
+            action.default = " ".join(map(str, action.default))
+        return super()._expand_help(action)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line (exit 2), not a usage dump; compact help."""
 
     def __init__(self, *args, **kw):
-        kw.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(prog, max_help_position=30, width=100))
+        kw.setdefault("formatter_class", _Formatter)
         if kw.get("prog", "").count(" "):  # subcommands: the groups below say it all
             kw.setdefault("usage", "%(prog)s [options]")
         super().__init__(*args, **kw)
@@ -101,7 +116,7 @@ def flag(group, name: str, **kw):
     spellings = [dashed] if "_" not in name else [dashed, "--" + name]
     d = kw.get("default")
     if "default" in kw and "help" in kw and d is not None and d is not False:
-        kw["help"] += f" (default: {' '.join(map(str, d))})" if isinstance(d, list) else " (default: %(default)s)"
+        kw["help"] += " (default: %(default)s)"  # read when shown: a command's set_defaults is what it says
     if kw.get("type") in (int, float) and "metavar" not in kw:
         kw["metavar"] = "N" if kw["type"] is int else "X"
     group.add_argument(*spellings, dest=name, **kw)
@@ -267,9 +282,12 @@ def sweep_options(a: argparse.Namespace, out, device: str):
                         slurm_parallelism=a.slurm_parallelism, slurm_cluster=a.slurm_cluster)
 
 
-def remember_sweep(out, argv: list[str]) -> None:
-    """Keep a cell's command in ``OUT/sweep.json``, so ``depthaudit report OUT`` can assemble the finished cells."""
-    from ..io import write_json
+def remember_sweep(opts, out, argv: list[str]):
+    """``opts`` that keep a cell's command in ``OUT/sweep.json`` for ``depthaudit report OUT``.
+
+    The sweep writes it once the cell is known to exist, so a bad ``--cell`` leaves nothing behind.
+    """
+    from dataclasses import replace
 
     keep, skip = [], False
     for tok in argv:
@@ -281,7 +299,7 @@ def remember_sweep(out, argv: list[str]) -> None:
             continue
         if not tok.startswith("--cell="):
             keep.append(tok)
-    write_json(Path(out) / "sweep.json", {"schema": "depthaudit.sweep.v1", "argv": keep})
+    return replace(opts, remember=(str(out), tuple(keep)))
 
 
 def out_arg(p, default, help_text: str = "output folder", shown: str = "--out", dest: str = "out") -> None:
@@ -309,6 +327,13 @@ def check_probe_args(a: argparse.Namespace) -> tuple[int, int]:
     if a.probe_batches < 1 or a.probe_batch_size < 2:
         raise UsageError("--probe-batches must be >= 1 and --probe-batch-size >= 2")
     return a.probe_batches, a.probe_batch_size
+
+
+def check_probe_fits(a: argparse.Namespace, data) -> None:
+    """A probe batch must fit the held-out split (checked once the data is loaded, before any run starts)."""
+    n = data.x_test.shape[0]
+    if a.probe_batch_size > n:
+        raise UsageError(f"--probe-batch-size {a.probe_batch_size} exceeds the {n} held-out examples; use at most {n}")
 
 
 def plain_args(p: argparse.ArgumentParser, out: str) -> None:
@@ -358,6 +383,8 @@ def default_epochs(dataset: str) -> int:
 
 def config_from_args(a: argparse.Namespace) -> TrainConfig:
     """The frozen config, built once here and passed down (experiments vary method/seed/blocks from it)."""
+    if a.epochs == 0:
+        raise UsageError("--epochs 0 trains nothing (trained would equal frozen); give --epochs >= 1")
     return TrainConfig(
         dataset=a.dataset, data_dir=a.data_dir, download=a.download, augment=a.augment, arch=a.arch,
         variant=a.variant, d_hidden=a.d_hidden, num_blocks=a.num_blocks, mlp_ratio=a.mlp_ratio,

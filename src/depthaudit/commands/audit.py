@@ -14,6 +14,7 @@ from .args import (
     add_train_args,
     audit_args,
     check_probe_args,
+    check_probe_fits,
     config_from_args,
     dedup_note,
     hide_flags,
@@ -65,8 +66,10 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     acfg = _audit_config(a)
     base = acfg.base
     out = Path(a.out)
+    _same_audit(out, acfg, a.replace_report)
     opts = sweep_options(a, out, base.device)  # bad sweep flags or cell id: one line, before any training
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    check_probe_fits(a, data)
     if opts.cell is not None:
         pick_cell(audit_specs(acfg, data), opts.cell)
     if not opts.list_cells:
@@ -74,7 +77,7 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
               f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}",
               file=sys.stderr)
     if opts.cell is not None:
-        remember_sweep(out, argv)
+        opts = remember_sweep(opts, out, argv)
     report = run_audit(acfg, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
                        argv=["depthaudit", *argv], opts=opts)
     figures = audit_figures(report, out)
@@ -86,6 +89,26 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def _same_audit(out: Path, acfg, replace: bool) -> None:
+    """Refuse to overwrite the report of a different audit configuration in ``out`` (its runs are kept anyway)."""
+    import json
+
+    try:
+        old = json.loads((out / "report.json").read_text()).get("config")
+    except (OSError, ValueError, AttributeError):
+        return  # no report (or an unreadable one, which the report command names): nothing to protect
+    new = json.loads(json.dumps(acfg.to_dict()))
+    if not isinstance(old, dict) or replace:
+        return
+    where = lambda d: {k: v for k, v in d.items() if k not in ("data_dir", "download")}  # noqa: E731
+    diff = sorted({k for k in set(old) | set(new) if k != "base" and old.get(k) != new.get(k)}
+                  | {k for k in set(where(old.get("base") or {})) | set(where(new["base"]))
+                     if (old.get("base") or {}).get(k) != new["base"].get(k)})
+    if diff:
+        raise UsageError(f"{out}/report.json is the report of another audit (differs in {', '.join(diff[:6])}); "
+                         "use another --out, or --replace-report to overwrite it (the runs of both stay in runs/)")
+
+
 def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     """The audit over a grid of scale-penalty λ, side by side (table, JSON, figure)."""
     from ..data import load_data
@@ -93,16 +116,22 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     from ..io import write_json, write_text
     from ..report.probes import intervention_figure, intervention_md
 
+    if a.penalty is not None and a.lambdas is not None:
+        raise UsageError(f"--penalty {a.penalty} is shorthand for --lambdas 0 {a.penalty}; give one of them")
+    if a.scale_penalty:
+        raise UsageError("intervene sets λ from --lambdas (or --penalty); drop --scale-penalty")
     acfg = _audit_config(a)
-    lambdas = [0.0, a.penalty] if a.penalty is not None else a.lambdas
+    lambdas = [0.0, a.penalty] if a.penalty is not None else a.lambdas or [0.0, 1e-4, 1e-2, 1e-1]
+    dedup_note(lambdas, "--lambdas")
     lambdas = list(dict.fromkeys(float(x) for x in lambdas))
     if any(not x >= 0 for x in lambdas):
         raise UsageError(f"--lambdas must be >= 0, got {lambdas}")
     data = load_data(acfg.base.dataset, acfg.base.data_dir, acfg.base.download, torch.device(acfg.base.device))
+    check_probe_fits(a, data)
     out = Path(a.out)
     opts = sweep_options(a, out, acfg.base.device)
     if opts.cell is not None:
-        remember_sweep(out, argv)
+        opts = remember_sweep(opts, out, argv)
     res = run_intervention(acfg, lambdas, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
                            argv=["depthaudit", *argv], opts=opts)
     table = intervention_md(res)
@@ -126,18 +155,24 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     from ..report.probes import credit_mix_figure, credit_mix_md, warm_start_md
 
     METHODS.get(a.method)  # an unknown method is one line now, not after the data loads
+    if METHODS.get(a.method).exact_credits:
+        raise UsageError(f"--method {a.method}: its credits are already BP's, so mixing toward BP and a BP warm "
+                         "start measure nothing; probe a method whose credit differs (e.g. fa, dfa)")
+    dedup_note(a.alphas, "--alphas")
+    a.alphas = list(dict.fromkeys(a.alphas))
     base = config_from_args(a)
     check_output_dir(a.out, subdirs=("warm_start",))
     if any(not 0 <= x <= 1 for x in a.alphas):
         raise UsageError("--alphas must lie in [0, 1]")
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    check_probe_fits(a, data)
     out = Path(a.out)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     seeds = tuple(dict.fromkeys(a.seeds))
     probe = check_probe_args(a)
     opts = sweep_options(a, out, base.device)
     if opts.cell is not None:
-        remember_sweep(out, argv)
+        opts = remember_sweep(opts, out, argv)
     cb = credit_mix_sweep(base, a.method, a.alphas, seeds, out, data, data.sha256, probe, log=log,
                           argv=["depthaudit", *argv], opts=opts)
     credit_mix_figure(cb, out / f"credit_mix_{a.method}.png")
@@ -168,12 +203,19 @@ def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
 
     base = config_from_args(a)
     nb, bs = check_probe_args(a)
+    if base.num_blocks < 1:
+        raise UsageError("--num-blocks 0: the identity check measures residual blocks; give at least 1")
+    dedup_note(a.seeds, "--seeds")
     if a.out and Path(a.out).is_dir():
         raise UsageError(f"--out {a.out} is a folder; give a .json file path")
     if a.out:
         check_output_dir(Path(a.out).parent or Path("."))
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    check_probe_fits(a, data)
     seeds = list(dict.fromkeys(a.seeds))
+    if nb * bs > data.x_test.shape[0]:
+        raise UsageError(f"--probe-batches {nb} × --probe-batch-size {bs} = {nb * bs} exceeds the "
+                         f"{data.x_test.shape[0]} held-out examples of {base.dataset}; ask for fewer")
     x, y = probe_batch(data, seeds[0], nb * bs)
     res = identity_over_seeds(base, data.input_shape, data.num_classes, seeds, x, y, bs)
     summ = identity_summary(res["per_seed"], base.num_blocks)
@@ -204,6 +246,8 @@ def register(sub) -> None:
                         description="Train each method (all blocks, tracked) and its frozen-blocks baseline; "
                         "report the standard pair beside D1 scale, D2 reference validity, D3 depth utility.")
     audit_args(au, "results/audit")
+    au.add_argument("--replace-report", action="store_true",
+                    help="overwrite OUT's report of a different audit configuration (runs are kept)")
     au.set_defaults(func=cmd_audit)
 
     iv = sub.add_parser("intervene", help=COMMANDS["intervene"][1],
@@ -211,7 +255,7 @@ def register(sub) -> None:
                         "default); report D1/D2/D3, accuracy and per-layer cosines side by side, and a figure.")
     audit_args(iv, "results/intervene")
     iv.set_defaults(methods=["dfa"], epochs=30)
-    iv.add_argument("--lambdas", nargs="+", type=float, default=[0.0, 1e-4, 1e-2, 1e-1], metavar="λ",
+    iv.add_argument("--lambdas", nargs="+", type=float, default=None, metavar="λ",
                     help="λ grid of the penalty (default: the reference's 0 1e-4 1e-2 1e-1)")
     iv.add_argument("--penalty", type=float, default=None, metavar="X", help="shorthand for --lambdas 0 X")
     iv.set_defaults(func=cmd_intervene)

@@ -9,7 +9,7 @@ import torch
 from ..errors import UsageError
 from ..io import check_output_dir
 from . import COMMANDS
-from .args import plain_args, remember_sweep, resolve_device, sweep_options
+from .args import dedup_note, plain_args, remember_sweep, resolve_device, sweep_options
 
 
 def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
@@ -27,6 +27,11 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     if a.model or a.revision or a.continue_steps:
         raise UsageError("--model, --revision and --continue-steps are for pretrained models; add --family hf")
     a.batch_size = a.batch_size or 128
+    dedup_note(a.extra, "--extra")
+    if a.family == "resnet" and (a.text is not None or a.d_hidden is not None):
+        raise UsageError("--text and --d-hidden are for --family gpt/resmlp; ResNet-8 + N has fixed widths")
+    if a.family == "gpt" and a.data_dir is not None:
+        raise UsageError("--data-dir is for image datasets; the gpt family reads --text")
     if any(n < 0 for n in a.extra) or a.epochs < 0 or a.analysis_batches < 1:
         raise UsageError("--extra values must be >= 0, --epochs >= 0, --analysis-batches >= 1")
     method, d_hidden = family_method(a, "saturation")
@@ -65,7 +70,7 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     data = None if a.family == "gpt" else data
     opts = sweep_options(a, out, device)
     if opts.cell is not None:
-        remember_sweep(out, argv)
+        opts = remember_sweep(opts, out, argv)
     run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], opts=opts)
     table = saturation_md(store.doc)
     saturation_figure(store.doc, store.path.with_suffix(".png"), a.low_signal)
@@ -105,7 +110,7 @@ def _saturation_hf(a: argparse.Namespace, argv: list[str], device: str) -> int:
     store = FileStore(out / f"saturation_hf_{text_name}.json", "depthaudit.saturation.v1", ident)
     opts = sweep_options(a, out, device)
     if opts.cell is not None:
-        remember_sweep(out, argv)
+        opts = remember_sweep(opts, out, argv)
     run_sweep(specs, store, argv=["depthaudit", *argv], opts=opts)
     table = pretrained_md(store.doc)
     pretrained_figure(store.doc, store.path.with_suffix(".png"), a.low_signal)
@@ -156,7 +161,7 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     opts = sweep_options(a, out, device)
     if opts.cell is not None:
-        remember_sweep(out, argv)
+        opts = remember_sweep(opts, out, argv)
     run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], run_log=log, opts=opts)
     table = grow_md(store.doc)
     grow_figure(store.doc, store.path.with_suffix(".png"))

@@ -12,6 +12,7 @@ from . import COMMANDS
 from .args import (
     add_train_args,
     check_probe_args,
+    check_probe_fits,
     config_from_args,
     dedup_note,
     out_arg,
@@ -32,10 +33,15 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     from ..sweep import pick_cell, run_sweep
 
     if a.gpu is not None:
+        if a.device not in ("auto", f"cuda:{a.gpu}"):
+            raise UsageError(f"--gpu {a.gpu} and --device {a.device} disagree; give one of them")
         a.device = f"cuda:{a.gpu}"
+    check_audit_dir(a.audit_dir)
     base = config_from_args(a)
     check_output_dir(a.output_dir, "--output_dir")
     nb, bs = check_probe_args(a)
+    if a.k_values is not None:
+        dedup_note(a.k_values, "--k_values")
     ks = tuple(dict.fromkeys(a.k_values if a.k_values is not None else range(base.num_blocks + 1)))
     bad = [k for k in ks if k < 0 or k > base.num_blocks]
     if bad:
@@ -52,6 +58,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
                       shallow_blocks=shallow)
     opts = sweep_options(a, a.output_dir, base.device)  # bad sweep flags: one line, before any work
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
+    check_probe_fits(a, data)
     specs = ladder_specs(lc, data)
     if opts.cell is not None:
         pick_cell(specs, opts.cell)
@@ -61,7 +68,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
               f"{len(lc.seeds)} seeds), {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
               f"{base.epochs} epochs, {base.device}, jobs {a.jobs} → {store}", file=sys.stderr)
     if opts.cell is not None:
-        remember_sweep(a.output_dir, argv)
+        opts = remember_sweep(opts, a.output_dir, argv)
     run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], opts=opts,
               run_log=(lambda m: print("    " + m, file=sys.stderr, flush=True)) if a.verbose else None)
     _, table = ladder_report(store.path, Path(a.audit_dir) if a.audit_dir else None)
@@ -75,6 +82,7 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     d = Path(a.dir)
     if not d.is_dir():
         raise UsageError(f"{d} is not a folder; pass the --out/--output_dir of an audit or ladder")
+    check_audit_dir(a.audit_dir)
     skip = ("runs", "logs", "slurm")  # an audit's run folders, live logs, scheduler logs: nothing to render
     dirs = [d, *sorted(p for p in d.rglob("*") if p.is_dir() and not p.name.startswith(".")
                        and not p.name.endswith(".runs") and not any(x in skip for x in p.relative_to(d).parts))]
@@ -188,6 +196,19 @@ def register(sub) -> None:
     rp.add_argument("dir", metavar="DIR", help="an audit --out or ladder --output_dir folder")
     rp.add_argument("--audit-dir", default=None, help="cross-check ladder k=0/k=L against this audit folder")
     rp.set_defaults(func=cmd_report)
+
+
+def check_audit_dir(path: str | None) -> None:
+    """``--audit-dir`` must be an audit's output folder (it holds ``report.json``); checked before any work."""
+    if path is None:
+        return
+    p = Path(path)
+    if not p.is_dir():
+        hint = f"; give its folder, {p.parent}" if p.name == "report.json" else ""
+        raise UsageError(f"--audit-dir {path}: {'not a folder' if p.exists() else 'no such folder'}{hint} "
+                         "(the --out of a depthaudit audit)")
+    if not (p / "report.json").is_file():
+        raise UsageError(f"--audit-dir {path}: holds no report.json; give the --out folder of a depthaudit audit")
 
 
 def read_json_doc(path: Path, runs: bool = False) -> dict:

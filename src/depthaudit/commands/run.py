@@ -29,6 +29,9 @@ def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
 
         read_checkpoint(cfg.warm_start)
     data = load_data(cfg.dataset, cfg.data_dir, cfg.download, torch.device(cfg.device))  # validates data
+    from ..train import Stepper, build
+
+    Stepper(cfg, data, *build(cfg, data))  # model, warm start and augmentation fit the data: refused here, not later
     print(f"depthaudit train: {cfg.method} on {cfg.arch} d={cfg.d_hidden} L={cfg.num_blocks} "
           f"train_blocks={cfg.train_blocks}, {cfg.dataset} ({data.x_train.shape[0]} train), "
           f"{cfg.epochs} epochs on {cfg.device}", file=sys.stderr)

@@ -15,6 +15,8 @@ import torch
 
 from ..errors import UsageError
 
+MAX_VOCAB = 2**20  # token ids above this would make an absurd embedding (the largest LM vocabularies are ~256k)
+
 
 @dataclass(frozen=True)
 class TextData:
@@ -70,6 +72,9 @@ def load_text(path: str | None, context: int, device, tokens: np.ndarray | None 
                                  "np.save(path, np.asarray(ids, dtype=np.int64))") from None
             if not np.issubdtype(arr.dtype, np.integer):
                 raise UsageError(f"--text {path}: token ids must be integers, the array holds {arr.dtype}")
+            if arr.ndim != 1:
+                raise UsageError(f"--text {path}: token ids must be one 1-D sequence, the array is {arr.ndim}-D "
+                                 f"{tuple(arr.shape)}; save np.asarray(ids).ravel() if that is the token order")
             tokens = arr.astype(np.int64).ravel()
             if tokens.size and tokens.min() < 0:
                 raise UsageError(f"--text {path}: token ids must be >= 0")
@@ -83,6 +88,9 @@ def load_text(path: str | None, context: int, device, tokens: np.ndarray | None 
     if vocab is not None and tokens.size and tokens.max() >= vocab:
         raise UsageError(f"--text {path}: token id {int(tokens.max())} is not below the model's vocabulary ({vocab}); "
                          "give ids made with this model's tokenizer")
+    if vocab is None and tokens.size and tokens.max() >= MAX_VOCAB:
+        raise UsageError(f"--text {path}: token id {int(tokens.max())} would make a {int(tokens.max()) + 1:,}-row "
+                         f"embedding (over {MAX_VOCAB:,}); renumber the ids to 0..V-1")
     if tokens.size < 2:
         raise UsageError(f"--text {path}: holds {tokens.size} tokens; give a text long enough for --context")
     vocab = vocab if vocab is not None else int(tokens.max()) + 1

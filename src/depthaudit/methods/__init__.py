@@ -44,6 +44,7 @@ def parse_method_spec(spec: str, base):
     audit and the ladder put variants of one method side by side, each row with its own frozen baseline.
     """
     import dataclasses
+    import math
 
     from ..errors import UsageError
 
@@ -68,10 +69,15 @@ def parse_method_spec(spec: str, base):
                 v = int(val)
             elif isinstance(current, float):
                 v = float(val)
+                if not math.isfinite(v):
+                    raise ValueError
             else:
                 v = val
         except (KeyError, ValueError):
             raise UsageError(f"method spec {spec!r}: {key}={val!r} is not a valid {type(current).__name__} "
                              f"({types.get(field)})") from None
         changes[field] = v
-    return name, dataclasses.replace(base, **changes)
+    try:  # the run config checks each option's range (e.g. cb:sigma=-1) as it does for the flag form
+        return name, dataclasses.replace(base, **changes)
+    except UsageError as exc:
+        raise UsageError(f"method spec {spec!r}: {exc}") from None
