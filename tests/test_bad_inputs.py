@@ -2,11 +2,14 @@
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from depthaudit.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _files(root):
@@ -35,6 +38,21 @@ def _setup(tmp):
     (tmp / "auditrunsfile" / "runs").write_text("x")
     (tmp / "rep_sweep").mkdir()
     (tmp / "rep_sweep" / "sweep.json").write_text(json.dumps({"argv": "ladder --epochs 1"}))
+    # found by a second walk (issue 13's re-walk)
+    np.save(tmp / "big.npy", np.array([0, 1, 2**50], dtype=np.int64))
+    np.save(tmp / "two.npy", np.zeros((4, 50), dtype=np.int64))
+    (tmp / "plugin_exits.py").write_text("import sys\nsys.exit(3)\n")
+    audit = json.loads((ROOT / "docs/results/audit_mnist1d/report.json").read_text())
+    (tmp / "rep_other").mkdir()
+    (tmp / "rep_other" / "report.json").write_text(json.dumps(audit))
+    audit["methods"][0]["history"]["epochs"] = audit["methods"][0]["history"]["epochs"][:1]
+    (tmp / "rep_hist").mkdir()
+    (tmp / "rep_hist" / "report.json").write_text(json.dumps(audit))
+    sat = {"schema": "depthaudit.saturation.v1", "identity": {"family": "resnet"},
+           "runs": {"N0": {"blocks": 3, "params": 1, "config": {"extra": 0}, "final": {"test_acc": 0.5, "test_loss": 1},
+                           "signal": {"AGmax": "x", "AG": [1], "V": [1], "low_signal": False}}}}
+    (tmp / "rep_sat").mkdir()
+    (tmp / "rep_sat" / "saturation_resnet_x.json").write_text(json.dumps(sat))
 
 
 CASES = [
@@ -79,6 +97,34 @@ CASES = [
     (["report", "rep_sweep"], "sweep.json is damaged"),
     (["train", "--seed", str(2**64)], "<="),
     (["probes", "--method", "nosuchmethod"], "nosuchmethod"),
+    # a second walk: 49 more cases found, these are their table entries
+    (["saturation", "--family", "gpt", "--text", "big.npy"], "would make a"),
+    (["saturation", "--family", "gpt", "--text", "two.npy"], "1-D"),
+    (["audit", "--methods", "cb:sigma=inf"], "sigma='inf' is not a valid float"),
+    (["audit", "--methods", "cb:sigma=-1"], "must be >= 0"),
+    (["--plugin", "plugin_exits", "train"], "sys.exit(3)"),
+    (["--plugin", "./foo/bar.py", "train"], "not a path"),
+    (["ladder", "--gpu", "0", "--device", "cpu"], "disagree"),
+    (["ladder", "--dataset", "mnist1d", "--audit-dir", "nope"], "no such folder"),
+    (["report", "rep_other", "--audit-dir", "afile"], "not a folder"),
+    (["train", "--warm-start", "rep_other"], "is a folder"),
+    (["intervene", "--lambdas", "0", "0.1", "--penalty", "0.01"], "give one of them"),
+    (["intervene", "--scale-penalty", "0.5"], "drop --scale-penalty"),
+    (["probes", "--method", "bp"], "already BP's"),
+    (["identity", "--num-blocks", "0"], "at least 1"),
+    (["audit", "--epochs", "0"], "trains nothing"),
+    (["train", "--epochs", "0"], "trains nothing"),
+    (["train", "--augment", "crop+flip", "--epochs", "1", "--d-hidden", "8", "--num-blocks", "1"],
+     "not an image dataset"),
+    (["audit", "--probe-batch-size", "5000", "--epochs", "1"], "exceeds the 2000 held-out"),
+    (["intervene", "--lambdas", "0", "--methods", "bp", "--seeds", "1", "--cell", "5", "--out", "o"], "no such cell"),
+    (["saturation", "--method", "fa"], "--family resmlp"),
+    (["grow", "--family", "resmlp", "--method", "cb", "--dataset", "mnist1d"], "cannot grow"),
+    (["saturation", "--text", "afile"], "--family gpt/resmlp"),
+    (["report", "rep_sat"], "cannot be rendered"),
+    (["report", "rep_hist"], "cannot be rendered"),
+    (["audit", "--out", "rep_other", "--lr", "0.01"], "report of another audit"),
+    (["saturation", "--model", "x"], "--family hf"),
 ]
 
 

@@ -55,8 +55,10 @@ def test_image_zip_and_folder_agree(tmp_path):
     for name, data in _members():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
-    a = load_data("cifar10", str(z), False, torch.device("cpu"))
-    b = load_data("cifar10", str(root), False, torch.device("cpu"))
+    a = load_data("imagefolder", str(z), False, torch.device("cpu"))
+    b = load_data("imagefolder", str(root), False, torch.device("cpu"))
+    with pytest.raises(UsageError, match="expects 32×32 RGB images of 10 classes"):  # not CIFAR-10: refused by name
+        load_data("cifar10", str(z), False, torch.device("cpu"))
     _check(a)
     _check(b)
     assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_test, b.y_test)
@@ -104,13 +106,13 @@ def test_second_load_is_cached(tmp_path):
     for name, data in _members():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
-    load_data("cifar10", str(root), False, torch.device("cpu"))
+    load_data("imagefolder", str(root), False, torch.device("cpu"))
     from depthaudit.data import cache_dir
 
-    entries = list((cache_dir() / "decoded").glob("cifar10-imgdir-*.npz"))
+    entries = list((cache_dir() / "decoded").glob("imagefolder-imgdir-*.npz"))
     assert len(entries) == 1
     t = time.perf_counter()
-    b = load_data("cifar10", str(root), False, torch.device("cpu"))
+    b = load_data("imagefolder", str(root), False, torch.device("cpu"))
     print(f"cached load {time.perf_counter() - t:.3f}s")
     _check(b)
 

@@ -94,17 +94,18 @@ def test_tiny_saturation_sweep_runs(tmp_path, capsys):
 
     z = _tiny_zip(tmp_path)
     out = tmp_path / "sat"
-    args = ["saturation", "--data-dir", str(z), "--extra", "0", "2", "--epochs", "1", "--batch-size", "16",
+    args = ["saturation", "--dataset", "imagefolder", "--data-dir", str(z), "--extra", "0", "2", "--epochs", "1",
+            "--batch-size", "16",
             "--analysis-batches", "2", "--device", "cpu", "--out", str(out)]
     assert main(args) == 0
-    doc = json.loads((out / "saturation_resnet_cifar10.json").read_text())
+    doc = json.loads((out / "saturation_resnet_imagefolder.json").read_text())
     assert sorted(doc["runs"]) == ["N0", "N2"]
     for rec in doc["runs"].values():
         s = rec["signal"]
         assert len(s["AG"]) == rec["blocks"] + 1 and s["AGmax"] == max(s["AG"])
         assert all(v <= a * (1 + 1e-9) for v, a in zip(s["V"], s["AG"], strict=True))
         assert len(rec["matched"]["delta"]) == rec["blocks"] + 1  # gradient-matched insertion per candidate
-    assert (out / "saturation_resnet_cifar10.png").stat().st_size > 0
+    assert (out / "saturation_resnet_imagefolder.png").stat().st_size > 0
     assert "| 5 (N=2) |" in capsys.readouterr().out
 
 
@@ -172,18 +173,19 @@ def test_grow_command_compares_with_scratch(tmp_path, capsys):
     from depthaudit.cli import main
 
     out = tmp_path / "g"
-    assert main(["grow", "--data-dir", str(_tiny_zip(tmp_path)), "--extra", "2", "--epochs", "2",
+    assert main(["grow", "--dataset", "imagefolder", "--data-dir", str(_tiny_zip(tmp_path)), "--extra", "2",
+                 "--epochs", "2",
                  "--batch-size", "16", "--device", "cpu", "--out", str(out)]) == 0
-    doc = json.loads((out / "grow_resnet8+2_cifar10.json").read_text())
+    doc = json.loads((out / "grow_resnet8+2_imagefolder.json").read_text())
     g, s = doc["runs"]["grown"], doc["runs"]["scratch"]
     assert [h["blocks"] for h in g["history"]] == [5, 5] and g["final"]["blocks"] == s["final"]["blocks"] == 5
     assert doc["identity"]["insert_at"] == [1, 1]
     assert "| grown | 5 |" in capsys.readouterr().out
-    (out / "grow_resnet8+2_cifar10.png").unlink()
+    (out / "grow_resnet8+2_imagefolder.png").unlink()
     assert main(["report", str(out)]) == 0  # rebuilt from the JSON alone
-    assert (out / "grow_resnet8+2_cifar10.png").exists() and "| grown | 5 |" in capsys.readouterr().out
-    assert main(["grow", "--data-dir", str(tmp_path / "imgs.zip"), "--extra", "2", "--insert-at", "3", "1",
-                 "--epochs", "2", "--out", str(tmp_path / "bad")]) == 2
+    assert (out / "grow_resnet8+2_imagefolder.png").exists() and "| grown | 5 |" in capsys.readouterr().out
+    assert main(["grow", "--dataset", "imagefolder", "--data-dir", str(tmp_path / "imgs.zip"), "--extra", "2",
+                 "--insert-at", "3", "1", "--epochs", "2", "--out", str(tmp_path / "bad")]) == 2
 
 
 def test_gpt_decoder_is_causal_and_insertion_is_bit_exact():

@@ -215,6 +215,8 @@ def shallow_args(g) -> None:
 def shallow_blocks(a: argparse.Namespace, num_blocks: int) -> int:
     """Blocks of the parameter-matched shallow baseline, 0 when not asked for; 1 <= K < L is checked here."""
     if not a.shallow_baseline:
+        if a.shallow_blocks != 1:
+            _note("--shallow-blocks has no effect without --shallow-baseline")
         return 0
     if not 1 <= a.shallow_blocks < num_blocks:
         raise UsageError(f"--shallow-blocks {a.shallow_blocks}: the shallow baseline needs 1 <= blocks < "
@@ -273,6 +275,12 @@ def sweep_options(a: argparse.Namespace, out, device: str):
         raise UsageError("--cell and --list-cells exclude each other; list first, then run one cell")
     if a.jobs > 1 and a.executor != "local":
         raise UsageError(f"--jobs is for the local executor; with --executor {a.executor} every cell is its own task")
+    if a.executor == "local" and (a.gpus_per_run or a.cpus_per_run != 1.0 or a.ray_address):
+        _note("--cpus-per-run, --gpus-per-run and --ray-address are for --executor ray (or slurm); ignored here")
+    if a.executor == "slurm" and (a.gpus_per_run or a.ray_address):
+        _note("--gpus-per-run and --ray-address are for --executor ray; ignored here")
+    if a.executor != "slurm" and (a.slurm_partition or a.slurm_gpus):
+        _note("--slurm-* flags are for --executor slurm; ignored here")
     batch = batch_cap(getattr(a, "batch_runs", 1), device)
     return SweepOptions(jobs=a.jobs, batch_runs=batch, executor=a.executor, cell=a.cell, list_cells=a.list_cells,
                         stored_only=a.stored_only, log=tuple(dict.fromkeys(a.log)),
@@ -385,6 +393,7 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
     """The frozen config, built once here and passed down (experiments vary method/seed/blocks from it)."""
     if a.epochs == 0:
         raise UsageError("--epochs 0 trains nothing (trained would equal frozen); give --epochs >= 1")
+    unused_option_note(a)
     return TrainConfig(
         dataset=a.dataset, data_dir=a.data_dir, download=a.download, augment=a.augment, arch=a.arch,
         variant=a.variant, d_hidden=a.d_hidden, num_blocks=a.num_blocks, mlp_ratio=a.mlp_ratio,
@@ -397,6 +406,33 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
         credit_mix=getattr(a, "credit_mix", None), warm_start=getattr(a, "warm_start", None),
         lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty, penalty_form=a.penalty_form,
         seed=getattr(a, "seed", (getattr(a, "seeds", None) or [_defaults().seed])[0]), device=resolve_device(a.device))
+
+
+def unused_option_note(a: argparse.Namespace) -> None:
+    """A method option set away from its default that none of the chosen methods reads: say so on stderr."""
+    import sys
+
+    from ..methods import METHODS
+
+    names = [getattr(a, "method", None)] if getattr(a, "method", None) else list(getattr(a, "methods", []) or [])
+    used = set()
+    for spec in names:
+        name = spec.partition(":")[0]
+        if name in METHODS:
+            used |= set((getattr(METHODS.get(name), "options", None) or {}).values())
+    d = _defaults()
+    for field in ("fa_head", "fa_stream_identity", "fa_stream_scale", "ep_beta", "ep_steps", "ep_step_size",
+                  "ep_credit", "cb_sigma", "cb_draws"):
+        if getattr(a, field, getattr(d, field)) != getattr(d, field) and field not in used:
+            flag = "--" + field.replace("_", "-")
+            print(f"depthaudit: note: {flag} is an option of another method; none of {', '.join(names)} reads it",
+                  file=sys.stderr)
+
+
+def _note(text: str) -> None:
+    import sys
+
+    print(f"depthaudit: note: {text}", file=sys.stderr)
 
 
 def dedup_note(values: list, flag_name: str) -> None:

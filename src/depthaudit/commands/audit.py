@@ -45,6 +45,8 @@ def _audit_config(a: argparse.Namespace):
     if base.num_blocks < 1:
         raise UsageError("--num-blocks 0: the audit measures residual blocks; give at least 1")
     shallow = shallow_blocks(a, base.num_blocks)
+    if getattr(a, "fresh_b_draws", 20) != 20 and not getattr(a, "functional", False):
+        print("depthaudit: note: --fresh-b-draws has no effect without --functional", file=sys.stderr)
     dedup_note(a.methods, "--methods")
     dedup_note(a.seeds, "--seeds")
     return AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),

@@ -2,6 +2,7 @@
 
 import argparse
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -121,6 +122,31 @@ def _assemble_cells(d: Path) -> int:
     return run_command([*cmd, "--stored-only"])
 
 
+@contextmanager
+def _rendering(path: Path):
+    """A results file whose values cannot be rendered (damaged, hand-edited, another tool's) is one line naming it."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as exc:
+        what = f"{type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
+        raise UsageError(f"{path}: its values cannot be rendered ({what}); it is damaged or not depthaudit's — rerun "
+                         "the command that wrote it (if the file is intact, please report this)") from None
+
+
+@contextmanager
+def _staged(d: Path):
+    """A scratch folder in ``d`` whose files move into ``d`` only if the block succeeds: nothing half-written."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=d, prefix=".render-") as tmp:
+        yield Path(tmp)
+        for f in Path(tmp).iterdir():
+            os.replace(f, d / f.name)
+
+
 def _report_dir(d: Path, a: argparse.Namespace) -> int:
     """Render what one folder holds; returns how many results it found."""
     from ..io import write_json, write_text
@@ -136,33 +162,38 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
 
             doc = read_json_doc(path)
             FileStore(path, doc["schema"], doc.get("identity") or {}).assemble()
-        _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)
+        with _rendering(path):
+            _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)
         print(f"{path.name}\n{table}\n")
         found += 1
     if (d / "report.json").exists():
         report = read_json_doc(d / "report.json")
         check_report_doc(d / "report.json", report)
-        figures = audit_figures(report, d)
+        with _rendering(d / "report.json"), _staged(d) as tmp:
+            figures = audit_figures(report, tmp)
+            md, text = audit_markdown(report, figures), audit_terminal(report)
         report["figures"] = figures
         write_json(d / "report.json", report)
-        write_text(d / "report.md", audit_markdown(report, figures))
-        print(audit_terminal(report))
+        write_text(d / "report.md", md)
+        print(text)
         found += 1
     from ..report.saturation import grow_figure, grow_md, grow_title, saturation_figure, saturation_md, saturation_title
 
     for path in sorted(d.glob("saturation_*.json")):
         doc = read_json_doc(path, runs=True)
-        low = min((r["config"].get("low_signal", 5e-3) for r in doc["runs"].values()), default=5e-3)
-        saturation_figure(doc, path.with_suffix(".png"), low)
-        table = saturation_md(doc)
+        with _rendering(path), _staged(d) as tmp:
+            low = min((r["config"].get("low_signal", 5e-3) for r in doc["runs"].values()), default=5e-3)
+            saturation_figure(doc, tmp / path.with_suffix(".png").name, low)
+            table = saturation_md(doc)
         write_text(path.with_suffix(".md"), f"# {saturation_title(doc)}\n\n{table}\n\n"
                    f"![saturation]({path.with_suffix('.png').name})\n")
         print(f"{path.name}\n{table}\n")
         found += 1
     for path in sorted(d.glob("grow_*.json")):
         doc = read_json_doc(path, runs=True)
-        grow_figure(doc, path.with_suffix(".png"))
-        table = grow_md(doc)
+        with _rendering(path), _staged(d) as tmp:
+            grow_figure(doc, tmp / path.with_suffix(".png").name)
+            table = grow_md(doc)
         write_text(path.with_suffix(".md"), f"# {grow_title(doc)}\n\n{table}\n\n"
                    f"![grow]({path.with_suffix('.png').name})\n")
         print(f"{path.name}\n{table}\n")

@@ -105,7 +105,7 @@ def load_pickle_folder(folder: Path, name: str) -> ArrayData:
     return cached_arrays(f"{name}-pickle-{digest[:16]}", build)
 
 
-def load_cifar(name: str, data_dir: str | None, download_ok: bool) -> ArrayData:
+def _find_cifar(name: str, data_dir: str | None, download_ok: bool) -> ArrayData:
     """Find CIFAR ``name`` under ``data_dir`` (see the module docstring), downloading if allowed."""
     spec = SOURCES[name]
     root = Path(data_dir).expanduser() if data_dir else cache_dir() / "data"
@@ -130,6 +130,22 @@ def load_cifar(name: str, data_dir: str | None, download_ok: bool) -> ArrayData:
     raise UsageError(
         f"no {name} found in {root} (looked for {spec['folder']}/, {spec['archive']}, train/+test/, "
         f"or one .zip); pass --data-dir DIR, add --download when online, or use --dataset mnist1d")
+
+
+def load_cifar(name: str, data_dir: str | None, download_ok: bool) -> ArrayData:
+    """CIFAR ``name``, checked to be what the name promises: 32×32 RGB images of ``SOURCES[name]["classes"]`` classes.
+
+    An image folder or zip of another dataset (other sizes, greyscale, another class count) is refused in one
+    line rather than trained on under the CIFAR name; ``--dataset imagefolder`` reads any other tree.
+    """
+    data = _find_cifar(name, data_dir, download_ok)
+    want = SOURCES[name]["classes"]
+    shape = tuple(data.x_train.shape[1:])
+    if data.num_classes != want or shape not in ((32, 32, 3), (3, 32, 32)):
+        raise UsageError(f"--dataset {name} expects 32×32 RGB images of {want} classes; {data.source} holds "
+                         f"{data.num_classes} classes of shape {shape}; point --data-dir at a {name} copy, or use "
+                         "--dataset imagefolder")
+    return data
 
 
 @DATASETS.register("cifar10", epochs=100, augment="crop+flip")

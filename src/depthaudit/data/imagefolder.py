@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import UsageError
-from .base import ArrayData, cached_arrays, sha256_file, sha256_files
+from .base import DATASETS, ArrayData, cached_arrays, sha256_file, sha256_files
 
 EXTS = (".png", ".jpg", ".jpeg", ".bmp")
 
@@ -83,3 +83,20 @@ def load_image_dir(root: Path, name: str) -> ArrayData:
         return ArrayData(*arrays, num_classes=k, source=str(root.resolve()), sha256=digest)
 
     return cached_arrays(f"{name}-imgdir-{digest[:16]}", build)
+
+
+@DATASETS.register("imagefolder", augment="crop+flip")
+def load_imagefolder(data_dir=None, download=False) -> ArrayData:
+    """Any ``train/<class>/``, ``test/<class>/`` image tree (plain or one .zip) of any size and class count."""
+    if not data_dir:
+        raise UsageError("--dataset imagefolder needs --data-dir DIR (a folder or .zip with train/<class>/ and "
+                         "test/<class>/ images)")
+    root = Path(data_dir).expanduser()
+    if root.is_file() and root.suffix == ".zip":
+        return load_image_zip(root, "imagefolder")
+    if (root / "train").is_dir() and (root / "test").is_dir():
+        return load_image_dir(root, "imagefolder")
+    zips = sorted(root.glob("*.zip")) if root.is_dir() else []
+    if len(zips) == 1:
+        return load_image_zip(zips[0], "imagefolder")
+    raise UsageError(f"--data-dir {root}: no train/ and test/ folders, nor one .zip holding them")

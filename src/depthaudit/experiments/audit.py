@@ -99,10 +99,11 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
     diverged = {"trained": sum(r["status"] == "diverged" for r in trained),
                 "frozen": sum(r["status"] == "diverged" for r in frozen),
                 "excluded_seeds": len(trained) - len(pairs), "n_seeds": len(trained)}
-    if pairs:  # a diverged run is a finding, reported as such, not averaged into a number
-        trained, frozen = [t for t, _ in pairs], [f for _, f in pairs]
+    L, everyone = trained[0]["config"]["num_blocks"], trained
+    # a diverged run is a finding, reported as such, never averaged into a number: the aggregates below see
+    # only the seeds whose trained and frozen runs both finished (none at all when every seed diverged)
+    trained, frozen = [t for t, _ in pairs], [f for _, f in pairs]
     probes = [_final_probe(r) for r in trained]
-    L = trained[0]["config"]["num_blocks"]
     acc_t = [r["final"]["test_acc"] for r in trained]
     acc_f = [r["final"]["test_acc"] for r in frozen]
     gaps = [accuracy_gap_pp(_num(a), _num(b)) for a, b in zip(acc_t, acc_f, strict=True)]
@@ -119,6 +120,8 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
         key = {"D1": "rho", "D2": "g_L", "D3": "gap_pp"}[k]
         c["std"], c["n"] = agg[key]["std"], agg[key]["n"]
         c["flagged_seeds"] = sum(s[k] == "FLAG" for s in per_seed_checks)
+        if not pairs:  # nothing finished: no value to check
+            c.update(value=None, margin=None, status="DIVERGED")
     upd = [p.get("update_cosine", {}).get("per_block", [None] * L) for p in probes]
     # trajectories (seed-mean at each measured epoch) for the figures
     trajs = [_trajectory(r) for r in trained]
@@ -142,10 +145,10 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
                           "concat": mean_std([c.get("concat") for c in rob]),
                           "per_layer": [mean_std([c.get("per_layer", [None] * (L + 1))[i] for c in rob])
                                         for i in range(L + 1)]},
-        "monitor": _monitor_summary(trained),
+        "monitor": _monitor_summary(everyone),  # when each check fired: diverged runs included (it is why)
         "functional": _functional_summary(probes, L),
         "checks": checks,
-        "flags": [k for k, c in checks.items() if c["status"] == "FLAG"],
+        "flags": [k for k, c in checks.items() if c["status"] == "FLAG"] if pairs else ["diverged"],
         "trained_test_acc": mean_std(acc_t),
         "frozen_test_acc": mean_std(acc_f),
         "per_layer_cosine": [mean_std([c.get("per_layer", [None] * (L + 1))[i] for c in cos]) for i in range(L + 1)],

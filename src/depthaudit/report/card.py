@@ -52,6 +52,12 @@ def _functional_rows(report: dict) -> list[list[str]]:
     return rows
 
 
+def _excluded(m: dict) -> str:
+    """A depth-utility row's note: how many seeds diverged and were left out of its means."""
+    d = m.get("diverged") or {}
+    return f"{d['excluded_seeds']} of {d['n_seeds']} seeds, excluded" if d.get("excluded_seeds") else "none"
+
+
 def _decision_rows(report: dict) -> list[list[str]]:
     return [[r["method"], ("yes: " + ", ".join(r["standard_pair_why"])) if r["standard_pair_walks_back"] else "no",
              ("yes: " + ", ".join(r["protocol_flags"])) if r["protocol_walks_back"] else "no"]
@@ -145,6 +151,7 @@ def _sections(report: dict, table) -> list[tuple[str, str]]:
     if "g_L_median" in ident:
         id_rows.append(["D2 ‖g_L‖ at init (mean loss, median per example)", fmt_ms(ident["g_L_median"], ".2e")])
     layers = ["method", *(f"l={i}" for i in range(L + 1))]
+    excl = any((m.get("diverged") or {}).get("excluded_seeds") for m in report["methods"])
     return [
         ("Standard pair vs protocol (value STATUS (margin))", table(_headers(report), _rows(report))),
         *([("Decision table: " + report["decision"]["summary"],
@@ -164,10 +171,11 @@ def _sections(report: dict, table) -> list[tuple[str, str]]:
          + _stopped_note(report)),
         ("Depth utility: test accuracy trained vs frozen-blocks baseline"
          + (" vs parameter-matched shallow model (ours)" if _shallow(report) else ""),
-         table(["method", "trained", "frozen", "gap pp", *_shallow_head(report)],
+         table(["method", "trained", "frozen", "gap pp", *_shallow_head(report)] + (["diverged"] if excl else []),
                [[m["method"], fmt_ms(m["trained_test_acc"]), fmt_ms(m["frozen_test_acc"]),
                  fmt_ms({"mean": m["checks"]["D3"]["value"], "std": m["checks"]["D3"]["std"]}, "+.1f"),
-                 *_shallow_cells(m)] for m in report["methods"]]) + _shallow_note(report)),
+                 *_shallow_cells(m)] + ([_excluded(m)] if excl else []) for m in report["methods"]])
+         + _shallow_note(report)),
         ("Frozen-init identity check (at initialisation, probe batch, over seeds)",
          table(["quantity", "mean ± std"], id_rows)),
     ]

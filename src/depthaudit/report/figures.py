@@ -27,12 +27,17 @@ def cosine_heatmaps(report: dict, path: Path) -> None:
     """Per-layer credit cosine (rows l = 0..L) over training epochs (columns), one panel per method."""
     ms = report["methods"]
     fig, axes = plt.subplots(1, len(ms), figsize=(3.4 * len(ms) + 1, 3.2), squeeze=False, layout="constrained")
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="0.25")  # a missing/non-finite cosine is dark grey, never 0
     for ax, m in zip(axes[0], ms, strict=True):
         h = m["history"]
         grid = np.array([[_nan(v) for v in row] for row in h["per_layer_cosine"]], dtype=float).T  # (L+1, T)
-        # a missing/non-finite cosine (e.g. a diverged run) is dark grey, never white = 0
-        cmap = plt.get_cmap("RdBu_r").with_extremes(bad="0.25")
-        im = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", origin="lower", cmap=cmap, vmin=-1, vmax=1,
+        if not grid.size:  # no seed finished (every one diverged): nothing to draw, and the panel says so
+            ax.text(0.5, 0.5, "no finished run\n(diverged)", ha="center", va="center", transform=ax.transAxes)
+            ax.set_title(m["method"])
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
+        ax.imshow(np.ma.masked_invalid(grid), aspect="auto", origin="lower", cmap=cmap, vmin=-1, vmax=1,
                        extent=(-0.5, len(h["epochs"]) - 0.5, -0.5, grid.shape[0] - 0.5) if grid.size else None)
         ax.set_title(m["method"])
         ax.set_xlabel("epoch")
@@ -41,7 +46,8 @@ def cosine_heatmaps(report: dict, path: Path) -> None:
         ax.set_xticks(list(ticks)[::step], [str(e) for e in h["epochs"]][::step])
         ax.set_yticks(range(grid.shape[0]))  # one row per stream position l = 0..L: integer ticks
     axes[0][0].set_ylabel("stream position l")
-    fig.colorbar(im, ax=axes[0].tolist(), label="Γ_l (standard cosine)")
+    scale = plt.cm.ScalarMappable(norm=plt.Normalize(-1, 1), cmap=cmap)
+    fig.colorbar(scale, ax=axes[0].tolist(), label="Γ_l (standard cosine)")
     fig.suptitle(f"Per-layer credit cosine Γ_l over training — {what(report)}\n"
                  "(standard convention, seed mean; grey = no value)", fontsize=9)
     save_figure(fig, path)

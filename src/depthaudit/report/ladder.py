@@ -76,9 +76,12 @@ def cross_check_md(doc: dict, audit_dir: Path | None) -> str:
 def ladder_figure(agg: dict, path: Path, title: str) -> None:
     """Accuracy vs k per method (error bars = std over seeds); each method's k=0 level dashed."""
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    if all(c["mean"] is None for ks in agg["table"].values() for c in ks.values()):
+        ax.set_ylim(0, 1)  # every run diverged: an accuracy axis for the annotations, not matplotlib's ±0.05
     for i, (m, ks) in enumerate(agg["table"].items()):
         k = sorted(ks)
-        mean = [ks[j]["mean"] for j in k]
+        nan = float("nan")  # a cell whose every run diverged has no mean: a gap in the line, annotated below
+        mean = [ks[j]["mean"] if ks[j]["mean"] is not None else nan for j in k]
         std = [ks[j]["std"] or 0 for j in k]
         xs = [j + 0.04 * (i - 1) for j in k]
         line = ax.errorbar(xs, mean, yerr=std, marker="o", capsize=3, label=m)
