@@ -57,11 +57,41 @@ RANGES = {
 }
 
 
+# shown by --help-all only: method options, model variants, the cluster executors' resources, live-log folders
+ADVANCED = {"fa_head", "fa_stream_identity", "fa_stream_scale", "cb_sigma", "cb_draws", "ep_beta", "ep_steps",
+            "ep_step_size", "ep_credit", "variant", "mlp_ratio", "download", "augment", "stop_after", "penalty_form",
+            "ray_address", "cpus_per_run", "gpus_per_run", "slurm_partition", "slurm_time", "slurm_gpus",
+            "slurm_parallelism", "log_dir", "d1_stat", "ref_factor", "fresh_b_draws", "verbose", "replace_report",
+            "continue_lr", "shallow_blocks", "batch_runs", "warm_start", "credit_mix", "no_checkpoint"}
+
+
+class _HelpAll(argparse.Action):
+    """``--help-all``: the full help, every flag."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._show_all = True
+        parser.print_help()
+        parser.exit()
+
+
 class _Formatter(argparse.HelpFormatter):
-    """Compact help; a list default prints as ``42 123 456`` (what one types), read when the help is shown."""
+    """Compact help; a list default prints as ``42 123 456`` (what one types), read when the help is shown.
+
+    A flag's ``--multi_word`` spelling is accepted but not listed (one line per flag; the README says so).
+    """
 
     def __init__(self, prog):
         super().__init__(prog, max_help_position=30, width=100)
+
+    def _format_action_invocation(self, action):
+        shown = [s for s in action.option_strings if not (s.startswith("--") and "_" in s
+                                                             and s.replace("_", "-") in action.option_strings)]
+        if shown and shown != action.option_strings:
+            import copy
+
+            action = copy.copy(action)
+            action.option_strings = shown
+        return super()._format_action_invocation(action)
 
     def _expand_help(self, action):
         if isinstance(action.default, (list, tuple)):
@@ -77,9 +107,13 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kw):
         kw.setdefault("formatter_class", _Formatter)
-        if kw.get("prog", "").count(" "):  # subcommands: the groups below say it all
+        sub = kw.get("prog", "").count(" ")
+        if sub:  # subcommands: the groups below say it all
             kw.setdefault("usage", "%(prog)s [options]")
         super().__init__(*args, **kw)
+        if sub:
+            self._show_all = False
+            super().add_argument("--help-all", action=_HelpAll, nargs=0, help="show every flag, advanced ones too")
 
     def add_argument(self, *names, **kw):
         """Every ``--multi-word`` flag also takes ``--multi_word``; numeric flags get their range from RANGES."""
@@ -91,6 +125,22 @@ class Parser(argparse.ArgumentParser):
         orig = g.add_argument
         g.add_argument = lambda *names, **k: _add(orig, names, k)
         return g
+
+    def format_help(self) -> str:
+        """The help; a subcommand's advanced flags (:data:`ADVANCED`) only with ``--help-all``."""
+        hidden = [] if getattr(self, "_show_all", True) else [
+            a for a in self._actions if a.dest in ADVANCED and a.help is not argparse.SUPPRESS]
+        saved = [a.help for a in hidden]
+        for a in hidden:
+            a.help = argparse.SUPPRESS
+        try:
+            text = super().format_help()
+        finally:
+            for a, h in zip(hidden, saved, strict=True):
+                a.help = h
+        if hidden:
+            text += f"\n{len(hidden)} more flags (method options, variants, cluster resources): --help-all\n"
+        return text
 
     def error(self, message):
         """One line naming the problem, exit 2."""
