@@ -7,7 +7,9 @@ parametrisation). For the constant-width families (ResMLP, ViT, GPT decoder) the
 gradient is exactly 0 (each reaches the output only through the zero projection), so the first-order
 directions are the output projection's weight and bias: features ``[ψ(h), 1]`` with
 ``ψ(h) = GELU(fc1(LN(h)))`` (:func:`block_features`). ``grow``, ``V`` and the gradient-matched insertion all
-use this block, drawn from the same seed at the same position.
+use this block, drawn from the same seed at the same position. For a transformer/GPT block both sub-layers'
+output projections (``o``, ``fc2``) are zeroed and the tangent features are ``[c, ψ, 1]``, ``c`` the attention
+context (``ViTBlock.tangent_features``).
 """
 
 import copy
@@ -51,11 +53,13 @@ def output_layers(blk: torch.nn.Module) -> list[torch.nn.Linear]:
 
 
 def block_features(blk: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
-    """The tangent features ``[ψ(h), 1]`` of a zero block with one MLP output projection ``fc2``: (positions, m + 1).
+    """The tangent features of a zero block at ``h`` (B, …, d): (positions, m), positions = every leading index.
 
-    ``ψ(h) = GELU(fc1(LN(h)))`` with the block's own LayerNorm (γ, β) and ``fc1``; the trailing column of ones
-    is ``fc2``'s bias direction. ``h`` is (B, …, d); positions = every leading index.
+    The block's own ``tangent_features`` when it declares them (ResMLP: ``[ψ, 1]``; transformer/GPT: ``[c, ψ, 1]``,
+    both sub-layers); otherwise ``[ψ(h), 1]`` with ``ψ(h) = GELU(fc1(LN(h)))`` from its ``ln``/``fc1``.
     """
+    if hasattr(blk, "tangent_features"):
+        return blk.tangent_features(h)
     ln = getattr(blk, "ln", None)
     u = F.layer_norm(h, h.shape[-1:], ln.weight if ln is not None else None, ln.bias if ln is not None else None,
                      eps=ln.eps if ln is not None else 1e-5)

@@ -54,11 +54,14 @@ def gradient_matched(model, batches, position: int, alpha: float = 1e-3, seed: i
         grown = insert_zero_block(model, position, seed).eval()
         blk = grown.blocks[position]
         with torch.no_grad():
-            psi = torch.cat([block_features(blk, h) for h in hs])  # [ψ, 1]: the zero block's tangent space
+            psi = torch.cat([block_features(blk, h) for h in hs])  # the zero block's tangent features (n, m)
             targ = torch.cat([(-alpha * g).reshape(-1, g.shape[-1]) for g in gs])
-            w = _lstsq(psi, targ)  # (m + 1, d)
-            blk.fc2.weight.copy_(w[:-1].T.to(blk.fc2.weight.dtype))
-            blk.fc2.bias.copy_(w[-1].to(blk.fc2.bias.dtype))
+            w = _lstsq(psi, targ)  # (m, d): the output projections over those features
+            if hasattr(blk, "set_tangent"):
+                blk.set_tangent(w)
+            else:
+                blk.fc2.weight.copy_(w[:-1].T.to(blk.fc2.weight.dtype))
+                blk.fc2.bias.copy_(w[-1].to(blk.fc2.bias.dtype))
     after = _loss(grown, batches, loss_fn)
     return {"position": position, "alpha": alpha, "loss_before": before, "loss_after": after,
             "delta": after - before}

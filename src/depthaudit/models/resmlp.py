@@ -80,6 +80,22 @@ class MLPBlock(nn.Module):
         """The layers whose zeroing makes the block output exactly 0 (function-preserving insertion)."""
         return [self.fc2]
 
+    def tangent_features(self, h: torch.Tensor) -> torch.Tensor:
+        """With ``fc2 = 0`` (a zero block): ``[ψ(h), 1]``, the features of ``fc2``'s weight and bias, (n, r·d + 1).
+
+        ``ψ(h) = GELU(fc1(LN(h)))``; at that origin no other parameter has a gradient, so these span the
+        block's first-order directions (see :mod:`depthaudit.depth.insert`).
+        """
+        w, b = self._ln_params()
+        psi = F.gelu(self.fc1(F.layer_norm(h, (self.d,), w, b, eps=LN_EPS))).reshape(-1, self.fc1.out_features)
+        return torch.cat([psi, psi.new_ones(psi.shape[0], 1)], 1)
+
+    @torch.no_grad()
+    def set_tangent(self, w: torch.Tensor) -> None:
+        """Set the output projection from a solution ``w`` ((r·d + 1) × d) over :meth:`tangent_features`."""
+        self.fc2.weight.copy_(w[:-1].T.to(self.fc2.weight.dtype))
+        self.fc2.bias.copy_(w[-1].to(self.fc2.bias.dtype))
+
     @torch.no_grad()
     def fa_vjp(self, cache, g: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
         """Input VJP with ``fc*.weightᵀ`` replaced by ``fb[...]``; GELU and LN (with γ) derivatives exact."""

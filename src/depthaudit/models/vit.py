@@ -123,6 +123,33 @@ class ViTBlock(nn.Module):
         """Zeroing both sub-layers' output projections makes ``f(h) = 0`` exactly."""
         return [self.o, self.fc2]
 
+    def tangent_features(self, h: torch.Tensor) -> torch.Tensor:
+        """With ``o = fc2 = 0`` (a zero block): ``[c, ψ, 1]``, (positions, d + r·d + 1), both sub-layers' directions.
+
+        ``c`` = the attention context ``softmax(qkᵀ/√dh)·v`` (what ``o``'s weight multiplies), ``ψ = GELU(fc1(LN2(h)))``
+        (what ``fc2``'s weight multiplies; the MLP sees ``h`` itself since ``o = 0``), and one column of ones for
+        the two output biases (the same direction). No other parameter has a gradient at that origin.
+        """
+        u1 = F.layer_norm(h, (self.d,), *self._affine(self.ln1), eps=LN_EPS)
+        q, k, v = self._split(self.q(u1)), self._split(self.k(u1)), self._split(self.v(u1))
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d // self.heads)  # (B, H, T, T)
+        if self.causal:
+            n = s.shape[-1]
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+        c = self._merge(torch.softmax(s, dim=-1) @ v).reshape(-1, self.d)  # (B·T, d)
+        psi = F.gelu(self.fc1(F.layer_norm(h, (self.d,), *self._affine(self.ln2), eps=LN_EPS)))
+        psi = psi.reshape(-1, self.fc1.out_features)  # (B·T, r·d)
+        return torch.cat([c, psi, c.new_ones(c.shape[0], 1)], 1)
+
+    @torch.no_grad()
+    def set_tangent(self, w: torch.Tensor) -> None:
+        """Set ``o`` and ``fc2`` from a solution ``w`` ((d + r·d + 1) × d) over :meth:`tangent_features`."""
+        d = self.d
+        self.o.weight.copy_(w[:d].T.to(self.o.weight.dtype))
+        self.o.bias.zero_()
+        self.fc2.weight.copy_(w[d:-1].T.to(self.fc2.weight.dtype))
+        self.fc2.bias.copy_(w[-1].to(self.fc2.bias.dtype))
+
     @torch.no_grad()
     def fa_vjp(self, cache, g: torch.Tensor, fb: dict[str, torch.Tensor]) -> torch.Tensor:
         """``J_fᵀ g`` with every ``Wᵀ → B``: ``J_fᵀ g = v + J_aᵀ(g + v)``, ``v = J_mᵀ g`` (m sees h + a)."""
