@@ -242,8 +242,8 @@ def audit_args(ap: argparse.ArgumentParser, out_default: str) -> None:
                    help="end a trained run at the epoch D1 or D2 first fires (status stopped_flagged)")
     g.add_argument("--functional", action="store_true",
                    help="also measure perturbation correlation, nudging and the fresh-B null at the end")
-    g.add_argument("--fresh-b-draws", type=int, default=20, metavar="N",
-                   help="fresh feedback draws of the null (default: %(default)s; 0 = skip)")
+    g.add_argument("--fresh-b-draws", type=int, default=None, metavar="N",
+                   help="with --functional: fresh feedback draws of the null (default: 20; 0 = skip)")
     g.add_argument("--rho-max", type=float, default=50.0, metavar="X", help="D1 flag when ρ > X (default: 50)")
     g.add_argument("--eps", type=float, default=1e-8, metavar="X", help="cosine floor ε (default: 1e-8)")
     g.add_argument("--ref-factor", type=float, default=10.0, metavar="X",
@@ -258,16 +258,17 @@ def shallow_args(g) -> None:
     """``--shallow-baseline [--shallow-blocks K]`` (audit and ladder; experiments/shallow.py)."""
     g.add_argument("--shallow-baseline", action="store_true",
                    help="also train a parameter-matched model with fewer blocks (ours: depth or capacity?)")
-    g.add_argument("--shallow-blocks", type=int, default=1, metavar="K",
+    g.add_argument("--shallow-blocks", type=int, default=None, metavar="K",
                    help="blocks of the shallow baseline; its width matches the parameters (default: 1)")
 
 
 def shallow_blocks(a: argparse.Namespace, num_blocks: int) -> int:
     """Blocks of the parameter-matched shallow baseline, 0 when not asked for; 1 <= K < L is checked here."""
     if not a.shallow_baseline:
-        if a.shallow_blocks != 1:
+        if a.shallow_blocks is not None:
             _note("--shallow-blocks has no effect without --shallow-baseline")
         return 0
+    a.shallow_blocks = 1 if a.shallow_blocks is None else a.shallow_blocks
     if not 1 <= a.shallow_blocks < num_blocks:
         raise UsageError(f"--shallow-blocks {a.shallow_blocks}: the shallow baseline needs 1 <= blocks < "
                          f"--num-blocks {num_blocks}")
@@ -399,7 +400,8 @@ def plain_args(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--dataset", default="cifar10", help="an image dataset (default: %(default)s)")
     p.add_argument("--data-dir", "--data_dir", dest="data_dir", default=None, metavar="DIR", help="data folder/zip")
     p.add_argument("--download", action="store_true", help="download a missing CIFAR archive")
-    p.add_argument("--epochs", type=int, default=10, metavar="N", help="epochs per run (default: 10)")
+    p.add_argument("--epochs", type=int, default=10, metavar="N",
+                   help="epochs per run; saturation: 0 = at initialisation (default: 10)")
     p.add_argument("--batch-size", type=int, default=None, metavar="N",
                    help="batch size (default: 128; hf: 8 windows)")
     p.add_argument("--lr", type=float, default=1e-3, metavar="X", help="AdamW lr, cosine (default: 1e-3)")

@@ -45,15 +45,16 @@ def _audit_config(a: argparse.Namespace):
     if base.num_blocks < 1:
         raise UsageError("--num-blocks 0: the audit measures residual blocks; give at least 1")
     shallow = shallow_blocks(a, base.num_blocks)
-    if getattr(a, "fresh_b_draws", 20) != 20 and not getattr(a, "functional", False):
+    if getattr(a, "fresh_b_draws", None) is not None and not getattr(a, "functional", False):
         print("depthaudit: note: --fresh-b-draws has no effect without --functional", file=sys.stderr)
+    draws = 20 if getattr(a, "fresh_b_draws", None) is None else a.fresh_b_draws
     dedup_note(a.methods, "--methods")
     dedup_note(a.seeds, "--seeds")
     return AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),
                        probe_batches=nb, probe_batch_size=bs, track_every=a.track_every,
                        thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min), d1_stat=a.d1_stat,
                        stop_on_flag=a.stop_on_flag, functional=getattr(a, "functional", False),
-                       fresh_b_draws=getattr(a, "fresh_b_draws", 20), shallow_blocks=shallow)
+                       fresh_b_draws=draws, shallow_blocks=shallow)
 
 
 def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:

@@ -29,7 +29,10 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     a.batch_size = a.batch_size or 128
     dedup_note(a.extra, "--extra")
     if a.family == "resnet" and (a.text is not None or a.d_hidden is not None):
-        raise UsageError("--text and --d-hidden are for --family gpt/resmlp; ResNet-8 + N has fixed widths")
+        given = "--text" if a.text is not None else "--d-hidden"
+        raise UsageError(f"{given} is for --family gpt/resmlp; ResNet-8 + N reads images and has fixed widths")
+    if a.epochs == 0:
+        print("depthaudit: note: --epochs 0 measures each depth at initialisation (untrained)", file=sys.stderr)
     if a.family == "gpt" and a.data_dir is not None:
         raise UsageError("--data-dir is for image datasets; the gpt family reads --text")
     if any(n < 0 for n in a.extra) or a.epochs < 0 or a.analysis_batches < 1:

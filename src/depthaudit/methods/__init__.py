@@ -75,7 +75,8 @@ def parse_method_spec(spec: str, base):
                 v = val
         except (KeyError, ValueError):
             raise UsageError(f"method spec {spec!r}: {key}={val!r} is not a valid {type(current).__name__} "
-                             f"({types.get(field)})") from None
+                             f"({types.get(field)}{'; it must be finite' if isinstance(current, float) else ''})"
+                             ) from None
         changes[field] = v
     try:  # the run config checks each option's range (e.g. cb:sigma=-1) as it does for the flag form
         return name, dataclasses.replace(base, **changes)

@@ -93,7 +93,11 @@ def _monitor_rows(report: dict) -> list[list[str]]:
             if not c.get("tracked", True):
                 row.append("not tracked")
                 continue
+            div = (m.get("diverged") or {}).get("trained", 0)
             saved = [s for s in c.get("compute_saved") or [] if s is not None]
+            if div:  # the check fired on a run that then diverged: the firing is the warning, no compute "saved"
+                row.append(_fired(e) + f" ({div} of {len(e)} runs then diverged)")
+                continue
             row.append(_fired(e) + (f" (stop there: {100 * sum(saved) / len(saved):.0f}% of {budget} epochs saved)"
                                     if saved else ""))
         stopped = [x for x in mon.get("stopped_at_epoch") or [] if x is not None]

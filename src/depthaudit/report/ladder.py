@@ -42,6 +42,9 @@ def helpers_md(agg: dict) -> str:
     rows = [f"| method | gain k=0→k={L} (pp) | monotone in k | max rung |", "|---|---|---|---|"]
     for m, h in agg["helpers"].items():
         g = "—" if h["gain_pp_k0_to_kL"] is None else f"{h['gain_pp_k0_to_kL']:+.1f}"
+        if h["max_rung"] is None:  # no rung has a finished run (every one diverged): nothing to read
+            rows.append(f"| {m} | — | — (every run diverged) | — |")
+            continue
         rows.append(f"| {m} | {g} | {'yes' if h['monotone'] else 'no'} | k={h['max_rung']} |")
     return "\n".join(rows)
 
