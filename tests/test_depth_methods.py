@@ -221,3 +221,97 @@ def test_diverged_depth_is_marked_not_measured():
     md = saturation_md({"identity": {}, "runs": {"a": ok, "b": rec}})
     print(md)
     assert "**diverged**" in md and "not measured" in md
+
+
+class _Last(torch.nn.Module):
+    """A ResNet whose 'logits' are its last stream state, so a test chooses the gradient there."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m, self.blocks = m, m.blocks
+
+    def forward(self, x, return_states=False):
+        _, states = self.m(x, return_states=True)
+        return (states[-1], states) if return_states else states[-1]
+
+
+def _resnet():
+    from depthaudit.models.resnet import ResNetCIFAR
+
+    torch.manual_seed(0)
+    model = ResNetCIFAR(4, 1, seed=0, in_ch=3).double().eval()
+    g = torch.Generator().manual_seed(2)
+    return model, torch.randn(6, 3, 8, 8, generator=g, dtype=torch.float64), torch.randint(0, 4, (6,), generator=g)
+
+
+@pytest.mark.parametrize("case", ["generic", "orthogonal"])
+def test_resnet_v_zero_iff_the_inserted_bn_gradient_is_zero(case):
+    """ResNet's one tangent space is the one grow inserts: bn2's γ, β per channel (branch = γ_c·n_c + β_c)."""
+    from depthaudit.depth.growth import resnet_value
+
+    model, x, _ = _resnet()
+    pos, seed = model.num_blocks if hasattr(model, "num_blocks") else len(model.blocks), 9
+    with torch.no_grad():
+        h = model(x, return_states=True)[1][pos]  # (B, C, H, W)
+        n = model.zero_block(pos, seed).eval().normalized(h)
+    mask = (h > 0).double()
+    q = torch.randn(h.shape, dtype=torch.float64) * mask  # supported where the ReLU after the sum passes
+    if case == "orthogonal":  # per channel: remove q's part in span{n_c ⊙ mask, mask}: then ⟨q, n_c⟩ = ⟨q, 1⟩ = 0
+        for c in range(h.shape[1]):
+            basis = torch.stack([(n * mask)[:, c].flatten(), mask[:, c].flatten()], 1)
+            qc = q[:, c].flatten()
+            q[:, c] = (qc - basis @ torch.linalg.pinv(basis) @ qc).reshape(q[:, c].shape)
+    grown = model.insert_zero_block(pos, seed).eval()
+    blk = grown.blocks[pos]
+    (q * grown(x, return_states=True)[1][pos + 1]).sum().backward()
+    outs = ["bn2.weight", "bn2.bias"]
+    grads = {k: p.grad for k, p in blk.named_parameters()}
+    gnorm = sum(grads[k].norm() ** 2 for k in outs).sqrt().item()
+    others = max(g.abs().max().item() for k, g in grads.items() if k not in outs)
+    sig = activation_gradients(_Last(model), [(x, None)], loss_fn=lambda out, y: (out * q).sum(),
+                               value_fn=resnet_value(model, lambda p: seed))
+    v = sig["V"][pos]
+    print(f"resnet {case}: V = {v:.3e}, ‖∂L/∂(bn2 γ, β)‖ = {gnorm:.3e}, max other grad = {others:.1e}, "
+          f"AG = {sig['AG'][pos]:.3e}")
+    assert others == 0.0  # conv1, bn1, conv2 reach the output only through γ = 0
+    assert v <= sig["AG"][pos] + 1e-12
+    if case == "orthogonal":
+        assert v < 1e-11 and gnorm < 1e-11
+    else:
+        assert v > 1e-3 and gnorm > 1e-3
+
+
+def test_resnet_one_step_and_matched_insertion_follow_v():
+    """First order with the ReLU after the residual sum: where the stream is exactly 0 the change is one-sided.
+
+    The prediction is ``⟨Q, relu(h + Δb) − h⟩`` for the branch output ``Δb`` (exact to first order, kinks included);
+    V (the masked part, what autograd and V see) gives the matched insertion's change as ``−α·B·V²`` plus the
+    one-sided kink term ``⟨Q, relu(Δb)·[h = 0]⟩``.
+    """
+    from depthaudit.depth.growth import resnet_value
+
+    model, x, y = _resnet()
+    logits, states = model(x, return_states=True)
+    qs = torch.autograd.grad(F.cross_entropy(logits, y), states)
+    for pos in range(len(model.blocks) + 1):
+        h, q = states[pos].detach(), qs[pos]
+        grown = model.insert_zero_block(pos, seed=30 + pos).eval()
+        blk = grown.blocks[pos]
+        loss = F.cross_entropy(grown(x), y)
+        gw, gb = torch.autograd.grad(loss, [blk.bn2.weight, blk.bn2.bias])
+        with torch.no_grad():
+            blk.bn2.weight -= 1e-8 * gw
+            blk.bn2.bias -= 1e-8 * gb
+            db = blk.bn2(blk.conv2(blk.features(h)))  # the branch after the step (it was exactly 0)
+            ratio = ((F.cross_entropy(grown(x), y) - loss) / (q * (F.relu(h + db) - h)).sum()).item()
+        v = activation_gradients(model, [(x, y)], value_fn=resnet_value(model, lambda p, s=30 + pos: s))["V"][pos]
+        res = gradient_matched(model, [(x, y)], pos, alpha=1e-6, seed=30 + pos, keep=True)
+        fitted = res["grown"].blocks[pos]
+        with torch.no_grad():
+            db = fitted.bn2(fitted.conv2(fitted.features(h)))
+            kink = (q * F.relu(db) * (h == 0)).sum().item()
+        pred = -1e-6 * x.shape[0] * v**2 + kink
+        print(f"resnet position {pos}: one step Δloss / first order {ratio:.8f}; matched Δloss {res['delta']:.6e}, "
+              f"−α·B·V² + kink {pred:.6e} (kink {kink:.2e})")
+        assert ratio == pytest.approx(1.0, abs=1e-4)
+        assert res["delta"] == pytest.approx(pred, rel=1e-3)

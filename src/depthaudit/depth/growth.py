@@ -17,10 +17,9 @@ normalisation couples examples):
 import torch
 import torch.nn.functional as F
 
-from ..config import derive_seed
 from ..models.base import ResidualModel
 from ..models.resmlp import LN_EPS
-from ..models.resnet import BasicBlock, ResNetCIFAR
+from ..models.resnet import ResNetCIFAR
 
 
 def mlp_features(h: torch.Tensor, fc1: torch.nn.Linear) -> torch.Tensor:
@@ -38,14 +37,18 @@ def growth_value(psi: torch.Tensor, q: torch.Tensor, rtol: float = 1e-10) -> flo
     return (ur.T @ q).norm().item()
 
 
-def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent_fn=None, loss_fn=None) -> dict:
+def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent_fn=None, loss_fn=None,
+                         value_fn=None) -> dict:
     """AG_l (mean over batches), per-example max, coordinate-normalised score, AGmax, and V_l if asked.
 
-    ``batches`` yields ``(x, y)``; ``feature_fn(l, h_l) -> Ψ`` gives the candidate's features at ``h_l``
-    (e.g. ``lambda l, h: mlp_features(h, fresh_block.fc1)``); omit it to skip V_l. ``tangent_fn(l, h_l, Q_l)``
-    maps the gradient to the (positions × d) matrix the new block's output sees (default: reshape).
+    ``batches`` yields ``(x, y)``; ``feature_fn(l, h_l) -> Ψ`` gives the candidate's tangent features at ``h_l``
+    (e.g. :func:`zero_block_features`); omit it to skip V_l. ``tangent_fn(l, h_l, Q_l)`` maps the gradient to
+    the (positions × d) matrix the new block's output sees (default: reshape). ``value_fn(l, h_l, Q_l) -> V``
+    replaces both for a tangent space that is not one shared feature matrix (ResNet: :func:`resnet_value`).
     """
     tangent_fn = tangent_fn or (lambda i, h, q: q.reshape(-1, q.shape[-1]))
+    if value_fn is None and feature_fn is not None:
+        value_fn = lambda i, h, q: growth_value(feature_fn(i, h), tangent_fn(i, h, q))  # noqa: E731
     loss_fn = loss_fn or F.cross_entropy  # mean over the batch (and over positions for a language model)
     was_training = model.training
     model.eval()
@@ -58,10 +61,9 @@ def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent
         ag = norms if ag is None else [a + b for a, b in zip(ag, norms, strict=True)]
         per_ex_max = ex if per_ex_max is None else [max(a, b) for a, b in zip(per_ex_max, ex, strict=True)]
         coord = [q.numel() ** -0.5 for q in qs]
-        if feature_fn is not None:
+        if value_fn is not None:
             with torch.no_grad():
-                v = [growth_value(feature_fn(i, h.detach()), tangent_fn(i, h.detach(), q))
-                     for i, (h, q) in enumerate(zip(states, qs, strict=True))]
+                v = [value_fn(i, h.detach(), q) for i, (h, q) in enumerate(zip(states, qs, strict=True))]
             vals = v if vals is None else [a + b for a, b in zip(vals, v, strict=True)]
         n += 1
     model.train(was_training)
@@ -75,25 +77,37 @@ def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent
     return out
 
 
-def resnet_features(model: ResNetCIFAR, seed: int):
-    """``feature_fn`` and ``tangent_fn`` for :func:`activation_gradients` on a ResNet-CIFAR."""
-    fresh = {}
+def channel_value(n: torch.Tensor, q: torch.Tensor) -> float:
+    """``sqrt(Σ_c ‖P_c q_c‖²)`` in float64, ``P_c`` the projection onto channel c's span of ``{n_c, 1}``; (B, C, H, W).
 
-    def feature_fn(pos, h):
-        c = model.width_at(pos)
-        if c not in fresh:
-            torch.manual_seed(derive_seed(seed, f"candidate{c}"))
-            fresh[c] = BasicBlock(c, c).to(h.device).eval()
-        psi = fresh[c].features(h)  # (B, C, H, W)
-        cols = F.unfold(psi, 3, padding=1)  # (B, C·9, H·W)
-        cols = cols.transpose(1, 2).reshape(-1, cols.shape[1])  # (B·H·W, C·9)
-        return torch.cat([cols, torch.ones(cols.shape[0], 1, device=h.device)], 1)
+    The growth value of a tangent space that is per channel (a zero block whose output is ``γ_c·n_c + β_c``):
+    ``‖P_c q_c‖² = P·q̄_c² + ⟨ñ_c, q̃_c⟩²/‖ñ_c‖²`` with centred ``ñ, q̃`` over the ``P`` positions of channel c.
+    """
+    c = q.shape[1]
+    n = n.double().transpose(0, 1).reshape(c, -1)  # (C, P)
+    q = q.double().transpose(0, 1).reshape(c, -1)
+    qm, nm = q.mean(1, keepdim=True), n.mean(1, keepdim=True)
+    nc, qc = n - nm, q - qm
+    den = (nc * nc).sum(1)
+    reg = torch.where(den > 1e-300, (nc * qc).sum(1) ** 2 / den.clamp_min(1e-300), torch.zeros_like(den))
+    return (q.shape[1] * qm.squeeze(1) ** 2 + reg).sum().sqrt().item()
 
-    def tangent_fn(pos, h, q):  # (B, C, H, W) → (B·H·W, C), masked by the ReLU after the insertion
-        q = q * (h > 0)
-        return q.permute(0, 2, 3, 1).reshape(-1, q.shape[1])
 
-    return feature_fn, tangent_fn
+def resnet_value(model: ResNetCIFAR, seed_of):
+    """``value_fn(l, h_l, Q_l)`` for :func:`activation_gradients` on a ResNet-CIFAR: V of the insertion ``grow`` does.
+
+    At position l the zero block is ``model.zero_block(l, seed_of(l))`` (bn2 γ = β = 0, the block the matched
+    insertion and ``grow`` use); its branch is ``γ_c·n_c + β_c`` and the ReLU after the residual sum passes
+    ``Q ⊙ (h_l > 0)``, so V_l = :func:`channel_value` of ``n`` and that masked gradient.
+    """
+    blocks = {}
+
+    def value_fn(pos, h, q):
+        if pos not in blocks:
+            blocks[pos] = model.zero_block(pos, seed_of(pos)).eval()
+        return channel_value(blocks[pos].normalized(h), q * (h > 0))
+
+    return value_fn
 
 
 def credit_signal(method, model: ResidualModel, batches, feature_fn=None) -> dict:

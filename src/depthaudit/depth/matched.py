@@ -1,5 +1,8 @@
 """Gradient-matched insertion (SPEC §4): a zero-init block whose output projection is fitted to −α·g.
 
+The fitted parameters are the zero block's tangent space (one parametrisation with V and ``grow``): ``fc2``
+(ResMLP), ``o`` and ``fc2`` (GPT/ViT), bn2's γ and β per channel (ResNet-CIFAR).
+
 At a candidate position of a trained model, with the model in eval mode and cached analysis batches:
 ``g`` is the per-example gradient ``∂ℓ_b/∂h_b`` at that position (the mean-loss gradient times B), ``Ψ`` the
 new block's features at its fixed seeded init. The output projection alone is fitted by least squares
@@ -25,8 +28,12 @@ def _lstsq(psi: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.linalg.lstsq(psi.double(), target.double(), driver="gelsd").solution
 
 
-def gradient_matched(model, batches, position: int, alpha: float = 1e-3, seed: int = 0, loss_fn=None) -> dict:
-    """Insert at ``position``, fit the output projection to ``−α·g``; loss before/after (no training)."""
+def gradient_matched(model, batches, position: int, alpha: float = 1e-3, seed: int = 0, loss_fn=None,
+                     keep: bool = False) -> dict:
+    """Insert at ``position``, fit the output projection to ``−α·g``; loss before/after (no training).
+
+    ``keep``: also return the fitted model under ``"grown"`` (tests read the fitted block's output).
+    """
     loss_fn = loss_fn or F.cross_entropy
     model.eval()
     before = _loss(model, batches, loss_fn)
@@ -36,20 +43,19 @@ def gradient_matched(model, batches, position: int, alpha: float = 1e-3, seed: i
         (g,) = torch.autograd.grad(loss_fn(logits, y), states[position])
         hs.append(states[position].detach())
         gs.append(g * x.shape[0])  # per-example gradient ∂ℓ_b/∂h_b
-    if isinstance(model, ResNetCIFAR):
+    if isinstance(model, ResNetCIFAR):  # the tangent space grow uses: bn2's γ_c, β_c (branch = γ_c·n_c + β_c)
         grown = model.insert_zero_block(position, seed).eval()
         blk = grown.blocks[position]
         with torch.no_grad():
-            cols, targ = [], []
-            for h, g in zip(hs, gs, strict=True):
-                c = F.unfold(blk.features(h), 3, padding=1).transpose(1, 2).reshape(-1, blk.conv2.in_channels * 9)
-                cols.append(torch.cat([c, torch.ones(c.shape[0], 1, device=c.device)], 1))
-                targ.append((-alpha * g * (h > 0)).permute(0, 2, 3, 1).reshape(-1, g.shape[1]))
-            w = _lstsq(torch.cat(cols), torch.cat(targ))  # (C·9 + 1, C)
-            blk.conv2.weight.copy_(w[:-1].T.reshape(blk.conv2.weight.shape).to(blk.conv2.weight.dtype))
-            bn = blk.bn2  # eval-mode BN as the identity plus the fitted bias
-            bn.weight.copy_(torch.sqrt(bn.running_var + bn.eps))
-            bn.bias.copy_(bn.running_mean + w[-1].to(bn.bias.dtype))
+            c = hs[0].shape[1]
+            n = torch.cat([blk.normalized(h) for h in hs]).double().transpose(0, 1).reshape(c, -1)  # (C, P)
+            t = torch.cat([-alpha * g * (h > 0) for h, g in zip(hs, gs, strict=True)])  # what the branch sees
+            t = t.double().transpose(0, 1).reshape(c, -1)
+            nm, tm = n.mean(1), t.mean(1)
+            den = ((n - nm[:, None]) ** 2).sum(1)
+            gamma = torch.where(den > 0, ((n - nm[:, None]) * (t - tm[:, None])).sum(1) / den.clamp_min(1e-300), 0.0)
+            blk.bn2.weight.copy_(gamma.to(blk.bn2.weight.dtype))  # per-channel least squares of γ·n + β ≈ t
+            blk.bn2.bias.copy_((tm - gamma * nm).to(blk.bn2.bias.dtype))
     else:
         grown = insert_zero_block(model, position, seed).eval()
         blk = grown.blocks[position]
@@ -63,5 +69,5 @@ def gradient_matched(model, batches, position: int, alpha: float = 1e-3, seed: i
                 blk.fc2.weight.copy_(w[:-1].T.to(blk.fc2.weight.dtype))
                 blk.fc2.bias.copy_(w[-1].to(blk.fc2.bias.dtype))
     after = _loss(grown, batches, loss_fn)
-    return {"position": position, "alpha": alpha, "loss_before": before, "loss_after": after,
-            "delta": after - before}
+    out = {"position": position, "alpha": alpha, "loss_before": before, "loss_after": after, "delta": after - before}
+    return out | ({"grown": grown} if keep else {})

@@ -8,10 +8,9 @@ audit's recipe (:func:`depthaudit.train.train`), and AG/V are then measured twic
 from the method's own credit (:func:`depthaudit.depth.growth.credit_signal`).
 
 Measurement uses ``analysis_batches`` training batches of the trained model in eval mode (mean loss).
-ResNet: V uses the BasicBlock family's features at a fixed seeded init, im2col'ed for its 3×3 output
-convolution (+ a bias column), against the activation gradient masked by the ReLU that follows the
-insertion (``h_l > 0``). Constant-width families (resmlp, gpt): V uses the tangent features ``[ψ, 1]`` of the
-very zero block the gradient-matched insertion puts at that position (same seed): one tangent space.
+One tangent space: V is that of the very zero block the gradient-matched insertion (and ``grow``) puts at
+each position, drawn from the same seed — ResNet: bn2's γ, β per channel (:func:`resnet_value`, the gradient
+masked by the ReLU after the residual sum); ResMLP: ``[ψ, 1]``; GPT: ``[attention context, ψ, 1]``.
 """
 
 import time
@@ -21,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import derive_seed
-from ..depth.growth import activation_gradients, credit_signal, resnet_features, zero_block_features
+from ..depth.growth import activation_gradients, credit_signal, resnet_value, zero_block_features
 from ..models.resnet import ResNetCIFAR
 from ..provenance import provenance
 
@@ -138,11 +137,10 @@ def run_depth(spec, data=None, log=None, argv=None) -> dict:
         rec.update(signal=None, matched=None, timing={"seconds": round(time.perf_counter() - t0, 3)})
         return rec
     batches = _analysis_batches(data, cfg, device)
-    if cfg.family == "resnet":
-        feature_fn, tangent_fn = resnet_features(model, cfg.seed)
-    else:  # one tangent space: the features of the zero block the matched insertion puts at l
-        feature_fn, tangent_fn = zero_block_features(model, matched_seed), None
-    sig = activation_gradients(model, batches, feature_fn=feature_fn, tangent_fn=tangent_fn, loss_fn=loss_fn)
+    # one tangent space: V is measured for the very zero block the matched insertion puts at l (same seed)
+    feature_fn = None if cfg.family == "resnet" else zero_block_features(model, matched_seed)
+    value_fn = resnet_value(model, matched_seed) if cfg.family == "resnet" else None
+    sig = activation_gradients(model, batches, feature_fn=feature_fn, loss_fn=loss_fn, value_fn=value_fn)
     sig["low_signal"] = sig["AGmax"] < cfg.low_signal
     if method is not None:  # "is this network deep enough under this method?": AG/V from its own credit
         sig["credit"] = credit_signal(method, model, batches, feature_fn)

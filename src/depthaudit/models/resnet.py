@@ -43,6 +43,16 @@ class BasicBlock(nn.Module):
         """Zeroing bn2's affine makes the residual branch exactly 0 (eval mode)."""
         return [self.bn2]
 
+    def normalized(self, h: torch.Tensor) -> torch.Tensor:
+        """``n`` = bn2's normalised input in eval mode, (B, C, H, W).
+
+        With bn2's γ = β = 0 (a zero block) the branch is ``γ_c·n_c + β_c`` per channel, so its tangent space at
+        that origin is channel c's span of ``{n_c, 1}``.
+        """
+        bn = self.bn2
+        z = self.conv2(self.features(h))
+        return (z - bn.running_mean[None, :, None, None]) / torch.sqrt(bn.running_var + bn.eps)[None, :, None, None]
+
 
 class ResNetCIFAR(nn.Module):
     """Stem conv → stages of BasicBlocks → global average pool → linear."""
@@ -85,6 +95,21 @@ class ResNetCIFAR(nn.Module):
         return max(i + 1 for i, b in enumerate(self.blocks) if b.conv2.out_channels == WIDTHS[stage])
 
     @torch.no_grad()
+    def zero_block(self, position: int, seed: int = 0) -> BasicBlock:
+        """The block :meth:`insert_zero_block` puts after h_position: conv/BN init under ``seed``, bn2 γ = β = 0.
+
+        One tangent space (SPEC §4): V (:func:`depthaudit.depth.growth.resnet_value`), ``grow`` and the
+        gradient-matched insertion all use this block; its first-order directions are bn2's γ and β.
+        """
+        torch.manual_seed(seed)
+        c = self.width_at(position)
+        p = next(self.parameters())
+        blk = BasicBlock(c, c).to(device=p.device, dtype=p.dtype)
+        blk.bn2.weight.zero_()
+        blk.bn2.bias.zero_()
+        return blk
+
+    @torch.no_grad()
     def insert_zero_block(self, position: int, seed: int = 0, inplace: bool = False) -> "ResNetCIFAR":
         """A fresh identity-shaped BasicBlock after h_position whose branch outputs exactly 0 (BN γ=β=0).
 
@@ -94,11 +119,7 @@ class ResNetCIFAR(nn.Module):
         import copy
 
         new = self if inplace else copy.deepcopy(self)
-        torch.manual_seed(seed)
-        c = self.width_at(position)
-        blk = BasicBlock(c, c).to(next(self.parameters()).device)
-        blk.bn2.weight.zero_()
-        blk.bn2.bias.zero_()
+        blk = self.zero_block(position, seed)
         blocks = list(new.blocks)
         blocks.insert(position, blk)
         new.blocks = nn.ModuleList(blocks)
