@@ -113,7 +113,6 @@ CASES = [
     (["probes", "--method", "bp"], "already BP's"),
     (["identity", "--num-blocks", "0"], "at least 1"),
     (["audit", "--epochs", "0"], "trains nothing"),
-    (["train", "--epochs", "0"], "trains nothing"),
     (["train", "--augment", "crop+flip", "--epochs", "1", "--d-hidden", "8", "--num-blocks", "1"],
      "not an image dataset"),
     (["audit", "--probe-batch-size", "5000", "--epochs", "1"], "exceeds the 2000 held-out"),

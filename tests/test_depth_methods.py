@@ -315,3 +315,37 @@ def test_resnet_one_step_and_matched_insertion_follow_v():
               f"−α·B·V² + kink {pred:.6e} (kink {kink:.2e})")
         assert ratio == pytest.approx(1.0, abs=1e-4)
         assert res["delta"] == pytest.approx(pred, rel=1e-3)
+
+
+def test_separated_test_decides_at_delta_plus_t():
+    from depthaudit.depth.growth import separated_test
+
+    sig = {"AGmax": 0.012, "AG": [0.004, 0.012], "AG_per_batch": [[0.004, 0.010], [0.004, 0.014]]}
+    given = separated_test(sig, delta=0.005, margin=0.005, n_examples=256)
+    assert given["decision"] == "not saturated" and given["threshold"] == pytest.approx(0.010)  # 0.012 > 0.010
+    assert separated_test(sig, delta=0.005, margin=0.008, n_examples=256)["decision"] == "saturated"  # ≤ 0.013
+    auto = separated_test(sig, delta=0.005, margin=None, n_examples=256)  # t = 2·SE of [0.010, 0.014]
+    assert auto["margin"] == pytest.approx(2 * (0.002 * 2**0.5) / 2**0.5) and auto["decision"] == "not saturated"
+    one = separated_test({"AGmax": 0.1, "AG": [0.1], "AG_per_batch": [[0.1]]}, 0.005, None, 128)
+    assert one["decision"] is None and "give --margin" in one["margin_rule"]
+
+
+def test_saturation_measures_held_out_by_default_and_reports_the_test(tmp_path, capsys):
+    out = tmp_path / "s"
+    common = ["--family", "resmlp", "--dataset", "mnist1d", "--d-hidden", "16", "--epochs", "1", "--extra", "0",
+              "--analysis-batches", "3", "--batch-size", "64"]
+    assert main(["saturation", *common, "--out", str(out)]) == 0
+    rec = next(iter(json.loads((out / "saturation_resmlp_bp_mnist1d.json").read_text())["runs"].values()))
+    t = rec["signal"]["test"]
+    assert rec["config"]["analysis_split"] == "test" and rec["signal"]["split"] == "test"
+    assert t["n_examples"] == 192 and t["delta"] == 5e-3 and t["decision"] in ("saturated", "not saturated")
+    md = (out / "saturation_resmlp_bp_mnist1d.md").read_text()
+    assert "held-out (test split)" in md and "H0 Γ ≤ δ" in md
+    out2 = tmp_path / "s2"
+    assert main(["saturation", *common, "--analysis-split", "train", "--delta", "0.5", "--margin", "0.1",
+                 "--out", str(out2)]) == 0
+    rec2 = next(iter(json.loads((out2 / "saturation_resmlp_bp_mnist1d.json").read_text())["runs"].values()))
+    t2 = rec2["signal"]["test"]
+    assert rec2["signal"]["split"] == "train" and t2["threshold"] == pytest.approx(0.6)
+    assert t2["margin_rule"].startswith("given")
+    assert rec2["signal"]["AG"] != rec["signal"]["AG"]  # another split, other batches

@@ -53,6 +53,7 @@ RANGES = {
     "penalty": NONNEG_FLOAT, "alphas": number(float, 0, 1), "pre_epochs": NONNEG_INT, "k_values": NONNEG_INT,
     "gpu": NONNEG_INT, "context": POS_INT, "base_blocks": POS_INT, "extra": NONNEG_INT, "analysis_batches": POS_INT,
     "low_signal": POS_FLOAT, "alpha": POS_FLOAT, "insert_at": POS_INT, "continue_steps": NONNEG_INT,
+    "delta": NONNEG_FLOAT, "margin": NONNEG_FLOAT,
     "continue_lr": POS_FLOAT,
 }
 
@@ -441,10 +442,15 @@ def default_epochs(dataset: str) -> int:
     return DATASETS.meta(dataset).get("epochs", _defaults().epochs)
 
 
-def config_from_args(a: argparse.Namespace) -> TrainConfig:
-    """The frozen config, built once here and passed down (experiments vary method/seed/blocks from it)."""
-    if a.epochs == 0:
+def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainConfig:
+    """The frozen config, built once here and passed down (experiments vary method/seed/blocks from it).
+
+    ``zero_epochs``: ``--epochs 0`` is meaningful (``train``: record the initial or warm-start weights).
+    """
+    if a.epochs == 0 and not zero_epochs:
         raise UsageError("--epochs 0 trains nothing (trained would equal frozen); give --epochs >= 1")
+    if a.epochs == 0:
+        _note("--epochs 0: nothing is trained; the record and checkpoint hold the initial (or --warm-start) weights")
     unused_option_note(a)
     return TrainConfig(
         dataset=a.dataset, data_dir=a.data_dir, download=a.download, augment=a.augment, arch=a.arch,

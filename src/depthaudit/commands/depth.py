@@ -55,7 +55,8 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
         name, sha = a.dataset, data.sha256
     specs = [RunSpec(f"N{n}", SaturationRun(a.dataset, a.data_dir, n, a.epochs, a.batch_size, a.lr, a.weight_decay,
                                             a.seed, a.analysis_batches, a.low_signal, a.alpha, device, a.family,
-                                            a.text, a.context, d_hidden, a.base_blocks, method, a.arch),
+                                            a.text, a.context, d_hidden, a.base_blocks, method, a.arch,
+                                            a.analysis_split, a.delta, a.margin),
                      runner=run_depth) for n in dict.fromkeys(a.extra)]
     if a.family == "resmlp":
         check_recipe(specs[0].cfg.recipe(), data)
@@ -243,6 +244,12 @@ def register(sub) -> None:
                     help="extra blocks N added to ResNet-8 (default: 0 1 2 3 6)")
     sa.add_argument("--analysis-batches", type=int, default=4, metavar="B", help="analysis batches (default: 4)")
     sa.add_argument("--low-signal", type=float, default=5e-3, metavar="X", help="AGmax flag level (default: 5e-3)")
+    sa.add_argument("--analysis-split", choices=["test", "train"], default="test",
+                    help="where AG is measured: held out (never fitted on) or training batches (default: test)")
+    sa.add_argument("--delta", type=float, default=None, metavar="X",
+                    help="separated test: δ of H0 Γ ≤ δ (default: --low-signal)")
+    sa.add_argument("--margin", type=float, default=None, metavar="T",
+                    help="separated test: t, decided at AGmax > δ + t (default: 2 standard errors, ours)")
     sa.add_argument("--alpha", type=float, default=1e-3, metavar="X",
                     help="gradient-matched insertion: fit the new block to -α·g (default: 1e-3)")
     plain_args(sa, "results/saturation")

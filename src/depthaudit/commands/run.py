@@ -18,7 +18,7 @@ def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
     from ..runner import result_record, save_run
     from ..train import train
 
-    cfg = config_from_args(a)
+    cfg = config_from_args(a, zero_epochs=True)
     out = Path(a.out or f"runs/{cfg.dataset}_{cfg.arch}_d{cfg.d_hidden}_L{cfg.num_blocks}_{cfg.method}_"
                          f"{cfg.train_blocks.replace(':', '')}_s{cfg.seed}")
     check_output_dir(out)

@@ -52,12 +52,13 @@ def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent
     loss_fn = loss_fn or F.cross_entropy  # mean over the batch (and over positions for a language model)
     was_training = model.training
     model.eval()
-    ag, per_ex_max, coord, vals, n = None, None, None, None, 0
+    ag, per_ex_max, coord, vals, n, per_batch = None, None, None, None, 0, []
     for x, y in batches:
         logits, states = model(x, return_states=True)
         qs = torch.autograd.grad(loss_fn(logits, y), states)  # mean loss, one backward
         norms = [q.double().norm().item() for q in qs]  # float64, like V, so V ≤ AG holds to rounding
         ex = [(q.flatten(1).norm(dim=1) * q.shape[0]).max().item() for q in qs]
+        per_batch.append(norms)
         ag = norms if ag is None else [a + b for a, b in zip(ag, norms, strict=True)]
         per_ex_max = ex if per_ex_max is None else [max(a, b) for a, b in zip(per_ex_max, ex, strict=True)]
         coord = [q.numel() ** -0.5 for q in qs]
@@ -71,10 +72,35 @@ def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent
         raise ValueError("no analysis batches")
     ag = [a / n for a in ag]
     out = {"AG": ag, "AG_per_example_max": per_ex_max, "AG_coord": [a * c for a, c in zip(ag, coord, strict=True)],
-           "AGmax": max(ag), "batches": n, "loss_reduction": "mean"}
+           "AGmax": max(ag), "batches": n, "loss_reduction": "mean", "AG_per_batch": per_batch}
     if vals is not None:
         out["V"] = [v / n for v in vals]
     return out
+
+
+def separated_test(sig: dict, delta: float, margin: float | None, n_examples: int) -> dict:
+    """The separated test of saturation (the depth-sufficiency paper's finite-sample form), per depth.
+
+    H0: Γ ≤ δ (saturated) against H1: Γ ≥ δ + 2t, decided at the threshold δ + t on the statistic
+    ``max_l ‖ĝ_l‖`` (= AGmax of the analysis batches): "not saturated" when it exceeds δ + t. It is correct
+    whenever the estimate is within t of the population value and Γ lies outside (δ, δ + 2t). ``margin`` is t;
+    None takes t = 2 standard errors of the AGmax layer's per-batch AG (ours; needs ≥ 2 batches).
+    """
+    import statistics
+
+    stat = sig["AGmax"]
+    rule = "given (--margin)"
+    if margin is None:
+        rows = sig.get("AG_per_batch") or []
+        top = max(range(len(sig["AG"])), key=sig["AG"].__getitem__)
+        vals = [r[top] for r in rows]
+        margin = 2 * statistics.stdev(vals) / len(vals) ** 0.5 if len(vals) > 1 else None
+        rule = "2 standard errors of the AGmax layer over the analysis batches (ours)"
+    decision = None if margin is None else ("not saturated" if stat > delta + margin else "saturated")
+    return {"H0": "Gamma <= delta", "H1": "Gamma >= delta + 2t", "delta": delta, "margin": margin,
+            "margin_rule": rule if margin is not None else "one batch: give --margin", "threshold":
+            None if margin is None else delta + margin, "statistic": stat, "n_examples": n_examples,
+            "decision": decision}
 
 
 def channel_value(n: torch.Tensor, q: torch.Tensor) -> float:

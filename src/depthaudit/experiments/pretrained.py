@@ -95,7 +95,7 @@ def candidate_features(d: int, ratio: int, seed: int, device):
 def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
     """Sweep runner for one model: load, (continue), measure on held-out windows, return the record."""
     from ..data.text import load_text
-    from ..depth.growth import activation_gradients
+    from ..depth.growth import activation_gradients, separated_test
     from ..models.gpt import lm_loss
     from ..models.hf import HFStream, load_causal_lm
     from ..train import evaluate, fit, plain_step
@@ -138,6 +138,7 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
                                loss_fn=lm_loss)
     sig["low_signal"] = sig["AGmax"] < cfg.low_signal
     sig["split"] = f"held-out (test split), {len(batches)} batches of {cfg.batch_size} windows"
+    sig["test"] = separated_test(sig, cfg.low_signal, None, int(x_te.shape[0]))
     rec.update(signal=sig, final={"test_loss": loss, "test_acc": acc},
                timing={"seconds": round(time.perf_counter() - t0, 3)})
     return rec

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import derive_seed
-from ..depth.growth import activation_gradients, credit_signal, resnet_value, zero_block_features
+from ..depth.growth import activation_gradients, credit_signal, resnet_value, separated_test, zero_block_features
 from ..models.resnet import ResNetCIFAR
 from ..provenance import provenance
 
@@ -48,6 +48,9 @@ class SaturationRun:
     base_blocks: int = 1
     method: str | None = None  # resmlp: the credit method spec (e.g. "fa", "fa-stream:identity"); None = plain BP
     arch: str = "resmlp"  # resmlp family: the registered residual model
+    analysis_split: str = "test"  # where AG is measured: test = held out, never fitted on | train
+    delta: float | None = None  # separated test's δ (None = low_signal)
+    margin: float | None = None  # separated test's t (None = 2 standard errors over the analysis batches, ours)
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -62,8 +65,9 @@ class SaturationRun:
         return f"resnet-8 + {self.extra} blocks on {self.dataset}"
 
     def same_as(self, stored: dict) -> bool:
-        """Equality with a stored config (one stored before ``method``/``arch`` existed ran plain BP)."""
-        return {"method": None, "arch": "resmlp", **stored} == self.to_dict()
+        """Equality with a stored config (fields added later: what that version ran — plain BP, training batches)."""
+        legacy = {"method": None, "arch": "resmlp", "analysis_split": "train", "delta": None, "margin": None}
+        return {**legacy, **stored} == self.to_dict()
 
     def recipe(self):
         """Resmlp family: the audit recipe's run config of this depth (method options from the spec)."""
@@ -88,12 +92,13 @@ def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed
 
 
 def _analysis_batches(data, cfg: SaturationRun, device) -> list:
-    """``analysis_batches`` training batches drawn with a seed derived from the run's seed."""
+    """``analysis_batches`` batches of the analysis split (held out by default), drawn from the run's seed."""
+    x, y = (data.x_test, data.y_test) if cfg.analysis_split == "test" else (data.x_train, data.y_train)
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "analysis"))
-    idx = torch.randperm(data.x_train.shape[0], generator=gen).to(device)
-    bs = cfg.batch_size
-    return [(data.x_train[idx[i * bs:(i + 1) * bs]], data.y_train[idx[i * bs:(i + 1) * bs]])
-            for i in range(cfg.analysis_batches)]
+    idx = torch.randperm(x.shape[0], generator=gen).to(device)
+    bs = min(cfg.batch_size, x.shape[0])
+    k = max(1, min(cfg.analysis_batches, x.shape[0] // bs))
+    return [(x[idx[i * bs:(i + 1) * bs]], y[idx[i * bs:(i + 1) * bs]]) for i in range(k)]
 
 
 def run_depth(spec, data=None, log=None, argv=None) -> dict:
@@ -142,6 +147,9 @@ def run_depth(spec, data=None, log=None, argv=None) -> dict:
     value_fn = resnet_value(model, matched_seed) if cfg.family == "resnet" else None
     sig = activation_gradients(model, batches, feature_fn=feature_fn, loss_fn=loss_fn, value_fn=value_fn)
     sig["low_signal"] = sig["AGmax"] < cfg.low_signal
+    sig["split"] = cfg.analysis_split
+    sig["test"] = separated_test(sig, cfg.low_signal if cfg.delta is None else cfg.delta, cfg.margin,
+                                 sum(b[0].shape[0] for b in batches))
     if method is not None:  # "is this network deep enough under this method?": AG/V from its own credit
         sig["credit"] = credit_signal(method, model, batches, feature_fn)
         sig["credit"]["low_signal"] = sig["credit"]["AGmax"] < cfg.low_signal

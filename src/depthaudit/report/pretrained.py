@@ -21,7 +21,7 @@ def _rows(doc: dict) -> list[dict]:
                      "argmax": max(range(len(ag)), key=ag.__getitem__) if ag else None,
                      "per_example_max": max(s.get("AG_per_example_max") or [float("nan")]),
                      "low_signal": s.get("low_signal"), "test_loss": rec["final"].get("test_loss"),
-                     "split": s.get("split")})
+                     "split": s.get("split"), "test": s.get("test")})
     return sorted(rows, key=lambda r: r["params"])
 
 
@@ -32,7 +32,7 @@ def _num(v, fmt: str) -> str:
 def pretrained_md(doc: dict) -> str:
     """Markdown: per model its layers, parameters, AGmax and where, max V_l, per-example max, low signal, loss."""
     out = ["| model | layers | params | AGmax | at l | max V_l | max per-example ‖∂ℓ_b/∂h_l‖ | low signal | "
-           "held-out loss |", "|---|---|---|---|---|---|---|---|---|"]
+           "separated test (δ + t) | held-out loss |", "|---|---|---|---|---|---|---|---|---|---|"]
     rows = _rows(doc)
     for r in rows:
         flag = "–" if r["low_signal"] is None else "yes" if r["low_signal"] else "no"
@@ -40,12 +40,19 @@ def pretrained_md(doc: dict) -> str:
         where = r["argmax"] if r["argmax"] is not None else "–"
         out.append(f"| {r['model']} | {r['layers']} | {r['params']:,} | {_num(r['AGmax'], '.3e')} | "
                    f"{where} | {_num(max(r['V'] or [float('nan')]), '.3e')} | "
-                   f"{_num(r['per_example_max'], '.3e')} | {flag} | {loss} |")
+                   f"{_num(r['per_example_max'], '.3e')} | {flag} | {_test(r['test'])} | {loss} |")
     split = next((r["split"] for r in rows if r["split"]), None)
     if split:
         out.append(f"\nMeasured on {split}: never trained on. l = 0 is the stream entering layer 1, l = L the last "
                    "layer's output (before the final norm).")
     return "\n".join(out)
+
+
+def _test(t: dict | None) -> str:
+    """The separated test's decision with its threshold δ + t."""
+    if not t or not t.get("decision"):
+        return "–"
+    return f"{t['decision']} (δ + t = {t['delta']:.0e} + {t['margin']:.1e})"
 
 
 def pretrained_figure(doc: dict, path: Path, low_signal: float) -> None:

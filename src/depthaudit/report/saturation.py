@@ -24,6 +24,7 @@ def saturation_rows(doc: dict) -> list[dict]:
                      "AGmax_credit": c.get("AGmax"), "Vmax_credit": max(c.get("V") or [nan]) if c else None,
                      "method": c.get("method"), "low_signal_credit": c.get("low_signal"),
                      "matched_min": min((rec.get("matched") or {}).get("delta") or [nan]),
+                     "test": s.get("test"), "split": s.get("split"),
                      "test_loss": rec["final"]["test_loss"]})
     return sorted(rows, key=lambda r: r["blocks"])
 
@@ -41,7 +42,10 @@ def saturation_md(doc: dict) -> str:
     rows = saturation_rows(doc)
     credit = any(r["AGmax_credit"] is not None for r in rows)
     method = next((r["method"] for r in rows if r["method"]), "method")
+    tested = any(r["test"] for r in rows)
     head = ("| blocks (base + N) | params | AGmax | max V_l | low signal | "
+            + ("separated test (AGmax vs δ + t) | " if tested else "")
+            + ""
             + (f"AGmax from {method}'s credit | max V_l ({method}) | low signal ({method}) | " if credit else "")
             + "best matched Δ train loss | test loss | test acc |")
     out = [head, "|" + "---|" * head.count(" | ") + "---|"]
@@ -49,6 +53,10 @@ def saturation_md(doc: dict) -> str:
         flag = "–" if r["low_signal"] is None else "yes" if r["low_signal"] else "no"
         cells = [f"{r['blocks']} (N={r['extra']})", f"{r['params']:,}", _num(r["AGmax"], ".3e"), _num(r["Vmax"], ".3e"),
                  flag]
+        if tested:
+            t = r["test"] or {}
+            cells.append("–" if not t.get("decision") else
+                         f"{t['decision']} ({_num(t['statistic'], '.2e')} vs {t['delta']:.0e} + {t['margin']:.1e})")
         if credit:
             cflag = "–" if r["low_signal_credit"] is None else "yes" if r["low_signal_credit"] else "no"
             cells += [_num(r["AGmax_credit"], ".3e"), _num(r["Vmax_credit"], ".3e"), cflag]
@@ -61,6 +69,13 @@ def saturation_md(doc: dict) -> str:
         out.append("\nV = AG at every depth: each analysis batch has no more positions than the candidate block has "
                    "features, so the features span the batch and V adds nothing to AG here (a larger --batch-size, "
                    "or a family with spatial/token positions, makes V informative).")
+    if tested:
+        t = next(r["test"] for r in rows if r["test"])
+        split = {"test": "held-out (test split) batches, never trained on", "train": "training batches"}.get(
+            next((r["split"] for r in rows if r["split"]), "train"), "?")
+        out.append(f"\nAG measured on {split}. Separated test per depth: H0 Γ ≤ δ (saturated) against H1 Γ ≥ δ + 2t, "
+                   f"decided at AGmax > δ + t; δ = {t['delta']:g}, t: {t['margin_rule']}, n = {t['n_examples']} "
+                   "examples per depth.")
     if any(r["status"] == "diverged" for r in rows):
         out.append("\nA **diverged** run (non-finite loss) is recorded but not measured: no AG, V or insertion.")
     return "\n".join(out)
