@@ -140,3 +140,34 @@ def test_download_verifies_checksum(tmp_path):
 def test_download_failure_is_usage_error(tmp_path):
     with pytest.raises(UsageError, match="download of"):
         download((tmp_path / "missing.tar.gz").as_uri(), "0" * 32, tmp_path / "x.tar.gz")
+
+
+def test_image_trees_of_mixed_sizes_resized_and_a_wider_resnet(tmp_path, capsys):
+    from PIL import Image
+
+    from depthaudit.cli import main
+    from depthaudit.models.resnet import ResNetCIFAR
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 4), ("test", 2)):
+        for c in ("a", "b"):
+            d = tmp_path / "tree" / split / c
+            d.mkdir(parents=True)
+            for j in range(n):  # ImageNet-like: every image its own size
+                w, h = rng.integers(40, 90, 2)
+                Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(d / f"{j}.png")
+    with pytest.raises(UsageError, match="imagefolder-32"):
+        load_data("imagefolder", str(tmp_path / "tree"), False, torch.device("cpu"))
+    b = load_data("imagefolder-32", str(tmp_path / "tree"), False, torch.device("cpu"))
+    assert b.input_shape == (3, 32, 32) and b.num_classes == 2 and b.x_train.shape[0] == 8
+    assert load_data("imagefolder-64", str(tmp_path / "tree"), False, torch.device("cpu")).input_shape == (3, 64, 64)
+    m = ResNetCIFAR(2, 1, 0, 3, base_width=32)
+    assert m.widths == (32, 64, 128) and m(b.x_train[:2]).shape == (2, 2)
+    out = tmp_path / "sat"
+    assert main(["saturation", "--dataset", "imagefolder-32", "--data-dir", str(tmp_path / "tree"), "--extra", "0",
+                 "--epochs", "1", "--batch-size", "4", "--base-width", "32", "--analysis-batches", "1",
+                 "--out", str(out)]) == 0
+    import json
+
+    doc = json.loads((out / "saturation_resnet_imagefolder-32.json").read_text())
+    assert doc["identity"]["base_width"] == 32 and doc["runs"]["N0"]["config"]["base_width"] == 32

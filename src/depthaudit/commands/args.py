@@ -53,7 +53,7 @@ RANGES = {
     "penalty": NONNEG_FLOAT, "alphas": number(float, 0, 1), "pre_epochs": NONNEG_INT, "k_values": NONNEG_INT,
     "gpu": NONNEG_INT, "context": POS_INT, "base_blocks": POS_INT, "extra": NONNEG_INT, "analysis_batches": POS_INT,
     "low_signal": POS_FLOAT, "alpha": POS_FLOAT, "insert_at": POS_INT, "continue_steps": NONNEG_INT,
-    "delta": NONNEG_FLOAT, "margin": NONNEG_FLOAT,
+    "delta": NONNEG_FLOAT, "margin": NONNEG_FLOAT, "base_width": POS_INT,
     "continue_lr": POS_FLOAT,
 }
 

@@ -56,7 +56,7 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     specs = [RunSpec(f"N{n}", SaturationRun(a.dataset, a.data_dir, n, a.epochs, a.batch_size, a.lr, a.weight_decay,
                                             a.seed, a.analysis_batches, a.low_signal, a.alpha, device, a.family,
                                             a.text, a.context, d_hidden, a.base_blocks, method, a.arch,
-                                            a.analysis_split, a.delta, a.margin),
+                                            a.analysis_split, a.delta, a.margin, a.base_width),
                      runner=run_depth) for n in dict.fromkeys(a.extra)]
     if a.family == "resmlp":
         check_recipe(specs[0].cfg.recipe(), data)
@@ -66,6 +66,8 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
              "analysis_batches": a.analysis_batches}
     if a.family == "gpt":
         ident.update(context=a.context, d_hidden=d_hidden, base_blocks=a.base_blocks)
+    if a.family == "resnet" and a.base_width != 16:  # (absent at the default: earlier files stay the same file)
+        ident["base_width"] = a.base_width
     family = a.family
     if a.family == "resmlp":
         ident.update(arch=a.arch, d_hidden=d_hidden, base_blocks=a.base_blocks, method=method)
@@ -151,11 +153,13 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
                          "(--family resmlp takes any dataset)")
     specs = [RunSpec(arm, GrowRun(arm, a.dataset, a.data_dir, a.extra, a.epochs, sched, a.batch_size, a.lr,
                                   a.weight_decay, a.seed, device, a.family, method, a.arch, d_hidden or 256,
-                                  a.base_blocks),
+                                  a.base_blocks, a.base_width),
                      runner=run_arm) for arm in ("grown", "scratch")]
     ident = {"dataset": a.dataset, "data_sha256": data.sha256, "extra": a.extra, "epochs": a.epochs,
              "insert_at": list(sched), "seed": a.seed}
     name = f"resnet8+{a.extra}"
+    if a.family == "resnet" and a.base_width != 16:
+        ident["base_width"] = a.base_width
     if a.family == "resmlp":
         check_recipe(specs[1].cfg.recipe(), data)
         ident.update(family="resmlp", arch=a.arch, d_hidden=d_hidden, base_blocks=a.base_blocks, method=method)
@@ -209,9 +213,11 @@ def slug(spec: str) -> str:
 
 
 def family_args(p) -> None:
-    """``--method`` and ``--arch`` of the resmlp family (depth under a credit method)."""
+    """``--method`` and ``--arch`` of the resmlp family (depth under a credit method); ``--base-width`` of resnet."""
     from ..models import MODELS
 
+    p.add_argument("--base-width", type=int, default=16, metavar="W",
+                   help="resnet: stage widths W, 2W, 4W (default: 16; the paper's ImageNet-100 runs use 32)")
     p.add_argument("--method", default=None, metavar="SPEC",
                    help="resmlp: credit method, any registered one with options, e.g. fa, dfa, fa-stream:identity "
                    "(default: bp)")

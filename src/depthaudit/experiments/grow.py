@@ -46,6 +46,7 @@ class GrowRun:
     arch: str = "resmlp"
     d_hidden: int = 256
     base_blocks: int = 1
+    base_width: int = 16  # resnet: stage widths w, 2w, 4w
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -62,7 +63,8 @@ class GrowRun:
 
     def same_as(self, stored: dict) -> bool:
         """Equality with a stored config (one stored before the families existed was a ResNet arm)."""
-        legacy = {"family": "resnet", "method": None, "arch": "resmlp", "d_hidden": 256, "base_blocks": 1}
+        legacy = {"family": "resnet", "method": None, "arch": "resmlp", "d_hidden": 256, "base_blocks": 1,
+                  "base_width": 16}
         return {**legacy, **stored} == self.to_dict()
 
     def recipe(self):
@@ -95,7 +97,8 @@ def run_arm(spec, data=None, log=None, argv=None) -> dict:
     grown = cfg.arm == "grown"
     if cfg.family == "resmlp":
         return _recipe_arm(cfg, data, log, argv, t0)
-    model = ResNetCIFAR(data.num_classes, 0 if grown else cfg.extra, cfg.seed, data.input_shape[0]).to(device)
+    model = ResNetCIFAR(data.num_classes, 0 if grown else cfg.extra, cfg.seed, data.input_shape[0],
+                        cfg.base_width).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     inserted = 0
 

@@ -51,6 +51,7 @@ class SaturationRun:
     analysis_split: str = "test"  # where AG is measured: test = held out, never fitted on | train
     delta: float | None = None  # separated test's δ (None = low_signal)
     margin: float | None = None  # separated test's t (None = 2 standard errors over the analysis batches, ours)
+    base_width: int = 16  # resnet: stage widths w, 2w, 4w (16 = ResNet-CIFAR's; the paper's ImageNet-100 uses 32)
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -66,7 +67,8 @@ class SaturationRun:
 
     def same_as(self, stored: dict) -> bool:
         """Equality with a stored config (fields added later: what that version ran — plain BP, training batches)."""
-        legacy = {"method": None, "arch": "resmlp", "analysis_split": "train", "delta": None, "margin": None}
+        legacy = {"method": None, "arch": "resmlp", "analysis_split": "train", "delta": None, "margin": None,
+                  "base_width": 16}
         return {**legacy, **stored} == self.to_dict()
 
     def recipe(self):
@@ -128,7 +130,7 @@ def run_depth(spec, data=None, log=None, argv=None) -> dict:
         model, method, hist, status = run.model, run.method, run.history, run.status
     else:
         if cfg.family == "resnet":
-            model = ResNetCIFAR(data.num_classes, cfg.extra, cfg.seed, in_ch=data.input_shape[0]).to(device)
+            model = ResNetCIFAR(data.num_classes, cfg.extra, cfg.seed, data.input_shape[0], cfg.base_width).to(device)
         hist, status = train_plain(model, data, cfg.epochs, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.seed,
                                    device, log, loss_fn=loss_fn)
     rec = {"schema": "depthaudit.saturation_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,

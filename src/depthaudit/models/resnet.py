@@ -57,19 +57,20 @@ class BasicBlock(nn.Module):
 class ResNetCIFAR(nn.Module):
     """Stem conv → stages of BasicBlocks → global average pool → linear."""
 
-    def __init__(self, num_classes: int = 10, extra: int = 0, seed: int = 0, in_ch: int = 3):
+    def __init__(self, num_classes: int = 10, extra: int = 0, seed: int = 0, in_ch: int = 3, base_width: int = 16):
         super().__init__()
         torch.manual_seed(seed)  # conv/linear default init under the run's seed
+        self.widths = widths = tuple(base_width * m for m in (1, 2, 4))  # 16/32/64 by default
         per_stage = [1 + sum(1 for i in range(extra) if i % 3 == s) for s in range(3)]
-        self.stem = nn.Sequential(nn.Conv2d(in_ch, WIDTHS[0], 3, 1, 1, bias=False), nn.BatchNorm2d(WIDTHS[0]),
+        self.stem = nn.Sequential(nn.Conv2d(in_ch, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]),
                                   nn.ReLU())
-        blocks, cin = [], WIDTHS[0]
-        for s, (w, n) in enumerate(zip(WIDTHS, per_stage, strict=True)):
+        blocks, cin = [], widths[0]
+        for s, (w, n) in enumerate(zip(widths, per_stage, strict=True)):
             for j in range(n):
                 blocks.append(BasicBlock(cin, w, 2 if (s > 0 and j == 0) else 1))
                 cin = w
         self.blocks = nn.ModuleList(blocks)
-        self.head = nn.Linear(WIDTHS[-1], num_classes)
+        self.head = nn.Linear(widths[-1], num_classes)
         self.extra = extra
 
     def forward(self, x: torch.Tensor, return_states: bool = False):
@@ -88,11 +89,11 @@ class ResNetCIFAR(nn.Module):
 
     def width_at(self, pos: int) -> int:
         """Channels of h_pos."""
-        return WIDTHS[0] if pos == 0 else self.blocks[pos - 1].conv2.out_channels
+        return self.widths[0] if pos == 0 else self.blocks[pos - 1].conv2.out_channels
 
     def stage_end(self, stage: int) -> int:
         """The stream position after the last block of ``stage`` (0, 1, 2)."""
-        return max(i + 1 for i, b in enumerate(self.blocks) if b.conv2.out_channels == WIDTHS[stage])
+        return max(i + 1 for i, b in enumerate(self.blocks) if b.conv2.out_channels == self.widths[stage])
 
     @torch.no_grad()
     def zero_block(self, position: int, seed: int = 0) -> BasicBlock:
