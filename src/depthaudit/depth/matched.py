@@ -19,8 +19,15 @@ from .insert import block_features, insert_zero_block
 
 
 def _loss(model, batches, loss_fn) -> float:
+    """Mean loss over the batches, evaluated on a float64 copy of the model.
+
+    The insertion's change (~α·B·V², often 1e-8) is below float32's resolution of a loss near 1 (ulp 1.2e-7).
+    """
+    import copy
+
+    m = copy.deepcopy(model).double().eval()
     with torch.no_grad():
-        return sum(loss_fn(model(x), y).item() for x, y in batches) / len(batches)
+        return sum(loss_fn(m(x.double() if x.is_floating_point() else x), y).item() for x, y in batches) / len(batches)
 
 
 def _lstsq(psi: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
