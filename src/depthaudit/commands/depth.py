@@ -16,8 +16,6 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     """Depth sweep of ResNet-CIFAR: train each depth, measure AG/AGmax/V, table + figure."""
     from ..data import load_data
     from ..experiments.saturation import SaturationRun, run_depth
-    from ..io import write_text
-    from ..report.saturation import saturation_figure, saturation_md, saturation_title
     from ..sweep import FileStore, RunSpec, run_sweep
 
     device = resolve_device(a.device)
@@ -78,8 +76,16 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
     run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], opts=opts)
+    return _write_saturation(store, a.low_signal)
+
+
+def _write_saturation(store, low_signal: float) -> int:
+    """The sweep's table, figure and .md next to its JSON (every family; the report functions pick the layout)."""
+    from ..io import write_text
+    from ..report.saturation import saturation_figure, saturation_md, saturation_title
+
     table = saturation_md(store.doc)
-    saturation_figure(store.doc, store.path.with_suffix(".png"), a.low_signal)
+    saturation_figure(store.doc, store.path.with_suffix(".png"), low_signal)
     write_text(store.path.with_suffix(".md"), f"# {saturation_title(store.doc)}"
                f"\n\n{table}\n\n![saturation]({store.path.with_suffix('.png').name})\n")
     print(table)
@@ -90,10 +96,7 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
 def _saturation_hf(a: argparse.Namespace, argv: list[str], device: str) -> int:
     """``--family hf``: one cell per ``--model``; AG/V at every layer boundary; cross-model table + figure."""
     from ..experiments.pretrained import PretrainedRun, run_pretrained
-    from ..io import write_text
     from ..models.hf import require_transformers
-    from ..report.pretrained import pretrained_figure, pretrained_md
-    from ..report.saturation import saturation_title
     from ..sweep import FileStore, RunSpec, run_sweep
 
     require_transformers()
@@ -118,13 +121,7 @@ def _saturation_hf(a: argparse.Namespace, argv: list[str], device: str) -> int:
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
     run_sweep(specs, store, argv=["depthaudit", *argv], opts=opts)
-    table = pretrained_md(store.doc)
-    pretrained_figure(store.doc, store.path.with_suffix(".png"), a.low_signal)
-    write_text(store.path.with_suffix(".md"), f"# {saturation_title(store.doc)}"
-               f"\n\n{table}\n\n![saturation]({store.path.with_suffix('.png').name})\n")
-    print(table)
-    print(f"\nwrote {store.path}, its .md and .png")
-    return 0
+    return _write_saturation(store, a.low_signal)
 
 
 def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
