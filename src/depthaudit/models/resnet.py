@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-WIDTHS = (16, 32, 64)
 
 
 class BasicBlock(nn.Module):
