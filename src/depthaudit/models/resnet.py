@@ -15,7 +15,6 @@ import torch.nn.functional as F
 from torch import nn
 
 
-
 class BasicBlock(nn.Module):
     """``relu(bn2(conv2(relu(bn1(conv1(h))))) + skip(h))``."""
 
