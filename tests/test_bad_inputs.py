@@ -81,7 +81,7 @@ CASES = [
     (["ladder", "--probe-batches", "0"], ">= 1"),
     (["identity", "--probe-batch-size", "1"], ">= 2"),
     (["audit", "--num-blocks", "0"], "at least 1"),
-    (["audit", "--methods", "fa:head=sideways"], "--fa-head"),
+    (["audit", "--methods", "fa:head=sideways"], "not one of feedback, exact"),
     (["probes", "--alphas", "1.5"], "<= 1"),
     (["train", "--seed", "-3"], ">= 0"),
     (["intervene", "--lambdas", "-1"], ">= 0"),
@@ -100,7 +100,7 @@ CASES = [
     # a second walk: 49 more cases found, these are their table entries
     (["saturation", "--family", "gpt", "--text", "big.npy"], "would make a"),
     (["saturation", "--family", "gpt", "--text", "two.npy"], "1-D"),
-    (["audit", "--methods", "cb:sigma=inf"], "sigma='inf' is not a valid float"),
+    (["audit", "--methods", "cb:sigma=inf"], "sigma: inf is not finite"),
     (["audit", "--methods", "cb:sigma=-1"], "must be >= 0"),
     (["--plugin", "plugin_exits", "train"], "sys.exit(3)"),
     (["--plugin", "./foo/bar.py", "train"], "not a path"),

@@ -26,7 +26,7 @@ def _write_archive(path, payload: bytes):
 
 
 CASES = {
-    "unknown method": (["train", "--method", "nope"], "invalid choice: 'nope'"),
+    "unknown method": (["train", "--method", "nope"], "unknown method 'nope'; choose one of"),
     "unknown arch": (["train", "--arch", "nope"], "--arch"),
     "unknown dataset": (["train", "--dataset", "nope"], "--dataset"),
     "k > L": (["train", "--num-blocks", "4", "--train-blocks", "last:5"], "k=5 exceeds --num-blocks 4"),

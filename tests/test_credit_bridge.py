@@ -95,7 +95,7 @@ def test_state_round_trips_and_cli_trains_cb(tmp_path):
     rec = json.loads((out / "result.json").read_text())
     stats = [h["method"] for h in rec["history"]]
     print("cb value losses per epoch:", stats)
-    assert rec["config"]["cb_sigma"] == 0.05 and rec["status"] == "ok"
+    assert rec["config"]["method_options"]["sigma"] == 0.05 and rec["status"] == "ok"
     assert set(stats[0]) == {"value_consistency", "value_terminal", "value_terminal_grad_nmse"}
     assert stats[1]["value_terminal_grad_nmse"] < stats[0]["value_terminal_grad_nmse"]
     ck = torch.load(out / "checkpoint.pt", weights_only=True)

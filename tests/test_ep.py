@@ -59,7 +59,7 @@ def test_ep_trains_through_the_cli_and_records_its_options(tmp_path):
     assert main(["train", "--method", "ep", "--ep-beta", "0.5", "--ep-steps", "5", "--epochs", "1", "--d-hidden", "32",
                  "--num-blocks", "2", "--out", str(out)]) == 0
     rec = json.loads((out / "result.json").read_text())
-    assert rec["status"] == "ok" and rec["config"]["ep_steps"] == 5 and rec["final"]["test_acc"] > 0.15
+    assert rec["status"] == "ok" and rec["config"]["method_options"]["steps"] == 5 and rec["final"]["test_acc"] > 0.15
     assert main(["train", "--method", "ep", "--ep-beta", "0", "--out", str(tmp_path / "bad")]) == 2
     assert not (tmp_path / "bad").exists()
     m = build_method("ep", build_model("resmlp", (7,), 5, 8, 1, None, 0), 0)

@@ -82,9 +82,11 @@ def test_fa_family_through_the_cli(tmp_path):
                  "--probe-batches", "1", "--probe-batch-size", "64", "--fa-stream-identity", "--fa-head", "exact",
                  "--out", str(out)]) == 0
     rep = json.loads((out / "report.json").read_text())
-    assert [m["method"] for m in rep["methods"]] == ["fa", "fa-stream"]
-    base = rep["config"]["base"]
-    assert base["fa_stream_identity"] is True and base["fa_head"] == "exact"
+    # a flag sets the option of every chosen method that declares it; the row's label names it
+    assert [m["method"] for m in rep["methods"]] == ["fa:head=exact", "fa-stream:identity"]
+    opts = {json.loads(p.read_text())["config"]["method"]: json.loads(p.read_text())["config"]["method_options"]
+            for p in (out / "runs").glob("*/result.json")}
+    assert opts == {"fa": {"head": "exact"}, "fa-stream": {"identity": True, "scale": 1.0}}
     m = build_method("fa-stream", build_model("resmlp", (7,), 5, 8, 2, None, 0), 0)
     assert isinstance(m, FAStream) and not m.identity
 
@@ -98,7 +100,8 @@ def test_fa_family_side_by_side_in_the_ladder(tmp_path):
                  "--probe-batches", "1", "--probe-batch-size", "64", "--out", str(out)]) == 0
     doc = json.loads((out / "ladder_d24_L2_mnist1d.json").read_text())
     cfgs = {key: rec["config"] for key, rec in doc["runs"].items()}
-    assert cfgs["fa:head=exact/k2/s1"]["fa_head"] == "exact" and cfgs["fa:head=exact/k2/s1"]["method"] == "fa"
-    assert cfgs["fa-stream:identity/k0/s1"]["fa_stream_identity"] is True
+    assert cfgs["fa:head=exact/k2/s1"]["method_options"] == {"head": "exact"}
+    assert cfgs["fa:head=exact/k2/s1"]["method"] == "fa"
+    assert cfgs["fa-stream:identity/k0/s1"]["method_options"]["identity"] is True
     table = (out / "ladder_d24_L2_mnist1d.md").read_text()
     assert "| k (last blocks trained) | fa:head=exact | fa-stream:identity |" in table  # the variant names each column

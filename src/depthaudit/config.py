@@ -1,7 +1,7 @@
 """The frozen run configuration: built once by the CLI, passed down, serialised into every result."""
 
 import os
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .errors import UsageError
@@ -27,15 +27,8 @@ class TrainConfig:
     train_blocks: str = "all"
     credit_mix: float | None = None  # credit mix (ours): (1-α)·method credit + α·BP credit
     warm_start: str | None = None  # BP warm start (ours): start from this checkpoint's weights
-    fa_head: str = "feedback"  # fa and relatives: feedback = Lillicrap's rule | exact = true readout gradient
-    fa_stream_identity: bool = False  # fa-stream: keep the residual identity path, c_{l-1} = c_l + c_l B_lᵀ
-    fa_stream_scale: float = 1.0  # fa-stream: B_l ~ N(0, s²/d)
-    ep_beta: float = 0.5  # EP (method ep): nudging strength β
-    ep_steps: int = 20  # EP: gradient steps T of the nudged phase
-    ep_step_size: float = 0.5  # EP: step size η of those steps (ours; SPEC gives none)
-    ep_credit: str = "state"  # EP: state = −Δh/β (the protocol's) | error = −r/β (ours)
-    cb_sigma: float = 0.1  # Credit Bridge (cb): noise σ of the bridge-consistency target (SPEC ≈ 0.1)
-    cb_draws: int = 4  # Credit Bridge: noise draws K of the soft-min (ours; SPEC gives none)
+    # the method's own options, every declared one resolved (its defaults filled in): see methods/options.py
+    method_options: dict[str, Any] = field(default_factory=dict)
     # recipe
     epochs: int = 20  # the budget: the cosine schedule spans it
     stop_after: int | None = None  # train only the first N epochs of that schedule
@@ -77,26 +70,50 @@ class TrainConfig:
                 raise UsageError(f"--warm-start {self.warm_start}: is a folder; give the checkpoint file in it"
                                  + (f" ({inside})" if os.path.isfile(inside) else ""))
             raise UsageError(f"--warm-start {self.warm_start}: no such file; give a checkpoint.pt path")
-        if not self.ep_beta > 0 or self.ep_steps < 1 or not self.ep_step_size > 0:
-            raise UsageError("--ep-beta and --ep-step-size must be > 0 and --ep-steps >= 1")
         if self.penalty_form not in ("abs", "rel"):
             raise UsageError(f"--penalty-form {self.penalty_form!r} not known; use abs or rel")
         if self.scale_penalty == 0:  # the form of a zero penalty is meaningless: one canonical value
             object.__setattr__(self, "penalty_form", "abs")
-        if self.fa_head not in ("feedback", "exact"):
-            raise UsageError(f"--fa-head {self.fa_head!r} not known; use feedback or exact")
-        if not self.fa_stream_scale >= 0:
-            raise UsageError(f"--fa-stream-scale must be >= 0, got {self.fa_stream_scale}")
-        if not self.cb_sigma >= 0 or self.cb_draws < 1:
-            raise UsageError("--cb-sigma must be >= 0 and --cb-draws >= 1")
-        if self.ep_credit not in ("state", "error"):
-            raise UsageError(f"--ep-credit {self.ep_credit!r} not known; use state or error")
+        from .methods import METHODS
+        from .methods.options import resolve
+
+        # one place validates a method's options: the method's own declarations (types, ranges, choices)
+        object.__setattr__(self, "method_options",
+                           resolve(self.method, METHODS.get(self.method), dict(self.method_options or {})))
         if self.credit_mix is not None and not 0.0 <= self.credit_mix <= 1.0:
             raise UsageError(f"--credit-mix must be in [0, 1], got {self.credit_mix}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every field."""
         return asdict(self)
+
+    def identity_dict(self) -> dict[str, Any]:
+        """The dict that names this run in stores (folder hashes, file identities), stable across versions.
+
+        Options that 0.2 kept as flat fields (``fa_head``, ``ep_beta``, …) are written back in that form, every
+        one (at its default when this method does not read it), so runs stored before the options moved into
+        ``method_options`` keep their names; only options without such a field stay under ``method_options``.
+        """
+        from .methods.options import legacy_fields
+
+        d = self.to_dict()
+        opts = dict(d.pop("method_options"))
+        flat = {f: default for f, (_, _, default) in legacy_fields().items()}
+        for f, (_, key, _) in legacy_fields().items():
+            if key in opts and _legacy_owner(self.method, f):
+                flat[f] = opts.pop(key)
+        order = list(d)  # 0.2's field order: the options stood after warm_start
+        at = order.index("warm_start") + 1
+        out = {k: d[k] for k in order[:at]} | flat | {k: d[k] for k in order[at:]}
+        from .methods import METHODS
+        from .methods.options import declared
+
+        # an option with no 0.2 field names the run only when set away from its default (older names stay)
+        decl = declared(METHODS.get(self.method)) if self.method in METHODS else {}
+        opts = {k: v for k, v in opts.items() if k not in decl or v != decl[k].default}
+        if opts:
+            out["method_options"] = opts
+        return out
 
     def describe(self) -> str:
         """One line for progress logs: method and trained blocks."""
@@ -110,8 +127,16 @@ class TrainConfig:
         today's default: a 0.1 result reads as ``variant=v0.1, augment=none``, so it is never mistaken
         for (or reused as) a run of the reference model.
         """
+        from .methods.options import legacy_fields
+
         names = {f.name for f in fields(cls)}
         d = {RENAMED.get(k, k): v for k, v in d.items()}
+        opts = dict(d.get("method_options") or {})
+        method = d.get("method", "bp")
+        for f, (_, key, _) in legacy_fields().items():  # 0.2's flat option fields → the method's own options
+            if f in d and key not in opts and _legacy_owner(method, f):
+                opts[key] = d[f]
+        d["method_options"] = opts
         return cls(**{**LEGACY, **{k: v for k, v in d.items() if k in names}})
 
     @property
@@ -134,6 +159,14 @@ class TrainConfig:
     def trainable(self) -> tuple[int, ...]:
         """1-based indices of the blocks that train (see :func:`trainable_blocks`)."""
         return trainable_blocks(self.train_blocks, self.num_blocks)
+
+
+def _legacy_owner(method: str, flat: str) -> bool:
+    """Whether ``method`` declares an option stored as the 0.2 flat field ``flat``."""
+    from .methods import METHODS
+    from .methods.options import declared
+
+    return method in METHODS and any(o.legacy == flat for o in declared(METHODS.get(method)).values())
 
 
 # what a stored config that lacks a field ran with (fields added after 0.1.0)

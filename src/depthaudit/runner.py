@@ -38,7 +38,7 @@ def save_run(out: Path, rec: dict, run: RunOutput, checkpoint: bool = True) -> N
 
 def run_slug(cfg: TrainConfig, tracking: dict | None = None) -> str:
     """A readable, unique folder name for a config (+ a hash of everything, tracking included)."""
-    blob = json.dumps([cfg.to_dict(), tracking], sort_keys=True).encode()
+    blob = json.dumps([cfg.identity_dict(), tracking], sort_keys=True).encode()
     tb = cfg.train_blocks.replace(":", "")
     stop = f"to{cfg.stop_after}" if cfg.stop_after is not None else ""
     return (f"{cfg.dataset}_{cfg.arch}_d{cfg.d_hidden}_L{cfg.num_blocks}_{cfg.method}_{tb}_e{cfg.epochs}{stop}"

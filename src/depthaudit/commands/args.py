@@ -48,8 +48,7 @@ RANGES = {
     "slurm_parallelism": POS_INT,
     "track_every": NONNEG_INT, "probe_batches": POS_INT, "probe_batch_size": number(int, 2),
     "fresh_b_draws": NONNEG_INT, "rho_max": POS_FLOAT, "eps": POS_FLOAT, "ref_factor": POS_FLOAT,
-    "gap_min": number(float), "ep_beta": POS_FLOAT, "ep_steps": POS_INT, "ep_step_size": POS_FLOAT,
-    "cb_sigma": NONNEG_FLOAT, "cb_draws": POS_INT, "fa_stream_scale": NONNEG_FLOAT, "lambdas": NONNEG_FLOAT,
+    "gap_min": number(float), "lambdas": NONNEG_FLOAT,
     "penalty": NONNEG_FLOAT, "alphas": number(float, 0, 1), "pre_epochs": NONNEG_INT, "k_values": NONNEG_INT,
     "gpu": NONNEG_INT, "context": POS_INT, "base_blocks": POS_INT, "extra": NONNEG_INT, "analysis_batches": POS_INT,
     "low_signal": POS_FLOAT, "alpha": POS_FLOAT, "insert_at": POS_INT, "continue_steps": NONNEG_INT,
@@ -59,8 +58,7 @@ RANGES = {
 
 
 # shown by --help-all only: method options, model variants, the cluster executors' resources, live-log folders
-ADVANCED = {"fa_head", "fa_stream_identity", "fa_stream_scale", "cb_sigma", "cb_draws", "ep_beta", "ep_steps",
-            "ep_step_size", "ep_credit", "variant", "mlp_ratio", "download", "augment", "stop_after", "penalty_form",
+ADVANCED = {"variant", "mlp_ratio", "download", "augment", "stop_after", "penalty_form",
             "ray_address", "cpus_per_run", "gpus_per_run", "slurm_partition", "slurm_time", "slurm_gpus",
             "slurm_parallelism", "log_dir", "d1_stat", "ref_factor", "fresh_b_draws", "verbose", "replace_report",
             "continue_lr", "shallow_blocks", "batch_runs", "warm_start", "credit_mix", "no_checkpoint"}
@@ -130,7 +128,8 @@ class Parser(argparse.ArgumentParser):
     def format_help(self) -> str:
         """The help; a subcommand's advanced flags (:data:`ADVANCED`) only with ``--help-all``."""
         hidden = [] if getattr(self, "_show_all", True) else [
-            a for a in self._actions if a.dest in ADVANCED and a.help is not argparse.SUPPRESS]
+            a for a in self._actions if (a.dest in ADVANCED or a.dest in _option_dests())
+            and a.help is not argparse.SUPPRESS]
         saved = [a.help for a in hidden]
         for a in hidden:
             a.help = argparse.SUPPRESS
@@ -196,7 +195,8 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
     flag(g, "mlp_ratio", type=int, default=None, help="MLP expansion (default: the variant's; ResMLP ref 1)")
     g = p.add_argument_group("credit and recipe")
     if per_run:
-        flag(g, "method", default=_defaults().method, choices=METHODS.names(), help="credit method")
+        flag(g, "method", default=_defaults().method, metavar="M",
+             help=f"credit method, from {{{','.join(METHODS.names())}}}, with options as name:key=value")
         flag(g, "train_blocks", default=_defaults().train_blocks, help="all | none | last:k | first:k")
         flag(g, "credit_mix", type=float, default=None, help="credit mix (ours): (1-α)·method + α·BP credit")
         flag(g, "warm_start", default=None, metavar="PT", help="BP warm start (ours): start from these weights")
@@ -205,17 +205,7 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
               help=f"credit methods, from {{{','.join(METHODS.names())}}}; a variant as a row of its own: "
               "name:key=value (e.g. fa:head=exact, fa-stream:identity)")
         flag(g, "seeds", nargs="+", type=int, default=[42], metavar="S", help="seeds (mean ± std, ddof 1)")
-    flag(g, "fa_head", default=_defaults().fa_head, choices=["feedback", "exact"],
-          help="fa & relatives: readout by feedback (Lillicrap) or exact")
-    flag(g, "fa_stream_identity", action="store_true", help="fa-stream: keep the identity, c + c·Bᵀ")
-    flag(g, "fa_stream_scale", type=float, default=_defaults().fa_stream_scale, help="fa-stream: B ~ N(0, s²/d)")
-    flag(g, "cb_sigma", type=float, default=_defaults().cb_sigma, help="cb: noise σ of the consistency target")
-    flag(g, "cb_draws", type=int, default=_defaults().cb_draws, help="cb: noise draws of the soft-min (ours)")
-    flag(g, "ep_beta", type=float, default=_defaults().ep_beta, help="ep: nudging strength β")
-    flag(g, "ep_steps", type=int, default=_defaults().ep_steps, help="ep: nudged-phase steps T")
-    flag(g, "ep_step_size", type=float, default=_defaults().ep_step_size, help="ep: step size η (ours)")
-    flag(g, "ep_credit", default=_defaults().ep_credit, choices=["state", "error"],
-          help="ep: state = -Δh/β (protocol) | error = -r/β (ours)")
+    method_option_flags(p)
     flag(g, "epochs", type=int, default=None,
           help="budget: the cosine schedule spans it (default: the dataset's; CIFAR 100, others 20)")
     flag(g, "stop_after", type=int, default=None, help="train only the first N epochs of that schedule")
@@ -228,6 +218,54 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
     if per_run:
         flag(g, "seed", type=int, default=_defaults().seed, help="seed (init, feedback, shuffle)")
     flag(g, "device", default="auto", metavar="DEV", help="cpu | cuda | cuda:N | auto = cuda if available")
+
+
+def _option_dests() -> set[str]:
+    """The destinations of the generated method-option flags (shown by ``--help-all`` only)."""
+    from ..methods.options import option_flags
+
+    return {f.replace("-", "_") for f in option_flags()}
+
+
+def method_option_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per declared method option (``--fa-head``, ``--ep-beta``, a plug-in's ``--mine-x``), generated.
+
+    Each sets that option of every chosen method declaring it, unless a ``--methods`` entry sets it itself;
+    its default is each method's own (``None`` here), its type, range and choices are the declaration's.
+    """
+    from ..methods.options import option_flags
+
+    g = p.add_argument_group("method options (each method's own; also name:key=value in a method spec)")
+    for f, (opt, owners) in option_flags().items():
+        help_text = f"{', '.join(owners)}: {opt.help} ({opt.describe()}; default: {_fmt_default(opt.default)})"
+        if opt.type is bool:
+            flag(g, f.replace("-", "_"), action="store_const", const=True, default=None, help=help_text)
+            continue
+        flag(g, f.replace("-", "_"), type=_option_type(opt), default=None, help=help_text,
+             metavar="X" if opt.type is float else "N" if opt.type is int else "|".join(opt.choices or ("S",)))
+
+
+def _fmt_default(v) -> str:
+    return ("yes" if v else "no") if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _option_type(opt):
+    def conv(text: str):
+        try:
+            return opt.check(opt.parse(text))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{exc} ({opt.describe()})") from None
+
+    conv.__name__ = opt.type.__name__
+    return conv
+
+
+def method_flag_values(a: argparse.Namespace) -> dict:
+    """``{flag: value}`` of the method-option flags the user gave."""
+    from ..methods.options import option_flags
+
+    return {f: getattr(a, f.replace("-", "_")) for f in option_flags()
+            if getattr(a, f.replace("-", "_"), None) is not None}
 
 
 def audit_args(ap: argparse.ArgumentParser, out_default: str) -> None:
@@ -284,8 +322,7 @@ def hide_flags(p: argparse.ArgumentParser, dests: set[str]) -> None:
 
 
 # the flags of training alone: a command that never trains (identity) or trains one method (probes) hides them
-TRAINING_ONLY = {"methods", "fa_head", "fa_stream_identity", "fa_stream_scale", "cb_sigma", "cb_draws", "ep_beta",
-                 "ep_steps", "ep_step_size", "ep_credit", "epochs", "stop_after", "batch_size", "lr", "weight_decay",
+TRAINING_ONLY = {"methods", "epochs", "stop_after", "batch_size", "lr", "weight_decay",
                  "scale_penalty", "penalty_form", "augment"}
 
 
@@ -451,40 +488,41 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
         raise UsageError("--epochs 0 trains nothing (trained would equal frozen); give --epochs >= 1")
     if a.epochs == 0:
         _note("--epochs 0: nothing is trained; the record and checkpoint hold the initial (or --warm-start) weights")
-    unused_option_note(a)
+    from ..methods import parse_spec, with_flags
+
+    flags = method_flag_values(a)
+    unused_option_note(a, flags)
+    opts = {}
+    if getattr(a, "methods", None):  # parsed once, here: each entry a MethodSpec (its canonical label)
+        a.methods = list(dict.fromkeys(with_flags(parse_spec(m), flags) for m in a.methods))
+    if getattr(a, "method", None):
+        a.method_spec = with_flags(parse_spec(a.method), flags)
+        a.method, opts = a.method_spec.name, dict(a.method_spec.given)
     return TrainConfig(
         dataset=a.dataset, data_dir=a.data_dir, download=a.download, augment=a.augment, arch=a.arch,
         variant=a.variant, d_hidden=a.d_hidden, num_blocks=a.num_blocks, mlp_ratio=a.mlp_ratio,
         method=getattr(a, "method", _defaults().method),
         train_blocks=getattr(a, "train_blocks", _defaults().train_blocks),
         epochs=a.epochs if a.epochs is not None else default_epochs(a.dataset), stop_after=a.stop_after,
-        batch_size=a.batch_size, ep_beta=a.ep_beta, ep_steps=a.ep_steps, ep_step_size=a.ep_step_size,
-        ep_credit=a.ep_credit, cb_sigma=a.cb_sigma, cb_draws=a.cb_draws, fa_head=a.fa_head,
-        fa_stream_identity=a.fa_stream_identity, fa_stream_scale=a.fa_stream_scale,
+        batch_size=a.batch_size, method_options=opts,
         credit_mix=getattr(a, "credit_mix", None), warm_start=getattr(a, "warm_start", None),
         lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty, penalty_form=a.penalty_form,
         seed=getattr(a, "seed", (getattr(a, "seeds", None) or [_defaults().seed])[0]), device=resolve_device(a.device))
 
 
-def unused_option_note(a: argparse.Namespace) -> None:
-    """A method option set away from its default that none of the chosen methods reads: say so on stderr."""
+def unused_option_note(a: argparse.Namespace, flags: dict) -> None:
+    """A method-option flag that none of the chosen methods declares: say so on stderr (it has no effect)."""
     import sys
 
-    from ..methods import METHODS
+    from ..methods.options import option_flags
 
     names = [getattr(a, "method", None)] if getattr(a, "method", None) else list(getattr(a, "methods", []) or [])
-    used = set()
-    for spec in names:
-        name = spec.partition(":")[0]
-        if name in METHODS:
-            used |= set((getattr(METHODS.get(name), "options", None) or {}).values())
-    d = _defaults()
-    for field in ("fa_head", "fa_stream_identity", "fa_stream_scale", "ep_beta", "ep_steps", "ep_step_size",
-                  "ep_credit", "cb_sigma", "cb_draws"):
-        if getattr(a, field, getattr(d, field)) != getattr(d, field) and field not in used:
-            flag = "--" + field.replace("_", "-")
-            print(f"depthaudit: note: {flag} is an option of another method; none of {', '.join(names)} reads it",
-                  file=sys.stderr)
+    chosen = {str(n).partition(":")[0] for n in names}
+    owners = option_flags()
+    for f in flags:
+        if not chosen & set(owners[f][1]):
+            print(f"depthaudit: note: --{f} is an option of {', '.join(owners[f][1])}; none of {', '.join(names)} "
+                  "reads it", file=sys.stderr)
 
 
 def _note(text: str) -> None:

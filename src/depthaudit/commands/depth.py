@@ -186,9 +186,9 @@ def family_method(a: argparse.Namespace, command: str) -> tuple[str | None, int 
             raise UsageError(f"--method {a.method}: the {a.family} family trains with plain backprop (a credit method "
                              f"needs one residual stream); use {command} --family resmlp --method {a.method}")
         return None, (a.d_hidden or 64) if a.family == "gpt" else a.d_hidden
-    method = a.method or "bp"
-    if method.partition(":")[0] not in METHODS:
-        raise UsageError(f"--method {method}: not a registered method; use one of {', '.join(METHODS)}")
+    from ..methods import parse_spec
+
+    method = str(parse_spec(a.method or "bp"))  # a misspelt method or option: one line naming the known ones
     if command == "grow" and not METHODS.get(method.partition(":")[0]).growable:
         able = ", ".join(n for n in METHODS.names() if METHODS.get(n).growable)
         raise UsageError(f"--method {method}: its state is built for a fixed depth and cannot grow; use one of {able}")

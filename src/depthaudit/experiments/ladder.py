@@ -70,9 +70,9 @@ def ladder_filename(base: TrainConfig) -> str:
 
 def ladder_identity(base: TrainConfig, data_sha256: str, probe: tuple[int, int], eps: float) -> dict:
     """What every run in one ladder file shares: the recipe and model (not method/k/seed/device/path)."""
-    d = base.to_dict()
-    for k in ("method", "seed", "train_blocks", "device", "data_dir", "download"):
-        d.pop(k)
+    d = base.identity_dict()
+    for k in ("method", "seed", "train_blocks", "device", "data_dir", "download", "method_options"):
+        d.pop(k, None)
     return {**d, "data_sha256": data_sha256, "probe_batches": probe[0], "probe_batch_size": probe[1], "eps": eps}
 
 
@@ -80,7 +80,7 @@ def open_store(out_dir: Path, lc: LadderConfig, data_sha256: str) -> FileStore:
     """The ladder's results file (refusing one written under a different configuration)."""
     return FileStore(Path(out_dir) / ladder_filename(lc.base), SCHEMA,
                      ladder_identity(lc.base, data_sha256, (lc.probe_batches, lc.probe_batch_size), lc.eps),
-                     defaults={**TrainConfig().to_dict(), **LEGACY})
+                     defaults={**TrainConfig().identity_dict(), **LEGACY})
 
 
 def _final_probe(rec: dict) -> dict:

@@ -32,12 +32,12 @@ def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, d
     tracking = tracking_plan(*probe, 0, Thresholds(eps=eps))
     specs = [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, credit_mix=float(a)), tracking)
              for a in alphas for s in seeds]
-    ident = {k: v for k, v in base.to_dict().items() if k not in ("seed", "device", "data_dir", "download",
+    ident = {k: v for k, v in base.identity_dict().items() if k not in ("seed", "device", "data_dir", "download",
                                                                    "method", "credit_mix")}
     name = f"credit_mix_{method}_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
     store = FileStore(Path(out) / name, "depthaudit.credit_mix.v1",
                       {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe)},
-                      defaults={**TrainConfig().to_dict(), **LEGACY})
+                      defaults={**TrainConfig().identity_dict(), **LEGACY})
     recs = run_sweep(specs, store, data=data, jobs=jobs, log=log, argv=argv, opts=opts)
     rows = []
     for a in alphas:
@@ -72,7 +72,8 @@ def warm_start_probe(base: TrainConfig, method: str, pre_epochs: int, seeds, out
     root = Path(out) / "warm_start"
     store = FolderStore(root / "runs", getattr(data, "sha256", None))
     track = tracking_plan(*probe, 1, Thresholds(eps=eps))
-    pre = [RunSpec(f"bp_pre/s{s}", replace(base, method="bp", seed=s, epochs=pre_epochs, stop_after=None), track,
+    pre = [RunSpec(f"bp_pre/s{s}", replace(base, method="bp", method_options={}, seed=s, epochs=pre_epochs,
+                                           stop_after=None), track,
                    checkpoint=str(root / f"bp_pre_s{s}.pt")) for s in seeds]
     for spec in pre:  # a reused pre-run still needs its checkpoint on disk
         if store.get(spec) is not None and not Path(spec.checkpoint).exists():
@@ -82,7 +83,7 @@ def warm_start_probe(base: TrainConfig, method: str, pre_epochs: int, seeds, out
     for s, spec in zip(seeds, pre, strict=True):
         arms[f"{method}_from_bp/s{s}"] = replace(base, method=method, seed=s, warm_start=spec.checkpoint)
         arms[f"{method}_scratch/s{s}"] = replace(base, method=method, seed=s)
-        arms[f"bp_continued/s{s}"] = replace(base, method="bp", seed=s, warm_start=spec.checkpoint)
+        arms[f"bp_continued/s{s}"] = replace(base, method="bp", method_options={}, seed=s, warm_start=spec.checkpoint)
     recs = run_sweep([RunSpec(k, c, track) for k, c in arms.items()], store, data=data, log=log, argv=argv)
     rows = []
     for arm in (f"{method}_from_bp", f"{method}_scratch", "bp_continued"):

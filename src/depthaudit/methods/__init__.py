@@ -8,77 +8,51 @@ from .ep import EP
 from .fa import FA
 from .fa_stream import FAStream
 from .kp import KolenPollack
+from .options import MethodSpec, Option, parse_spec, with_flags
 from .sign import BRSF, FRSF, USF
 from .state_bridge import StateBridge
 
 __all__ = ["METHODS", "CreditMethod", "BP", "FA", "DFA", "USF", "FRSF", "BRSF", "KolenPollack", "EP", "FAStream",
-           "StateBridge", "CreditBridge", "build_method", "parse_method_spec"]
+           "StateBridge", "CreditBridge", "build_method", "parse_method_spec",
+           "MethodSpec", "Option", "parse_spec", "with_flags"]
 
 
-def build_method(name: str, model, seed: int, credit_mix: float | None = None, cfg=None) -> CreditMethod:
-    """Build a registered method for ``model``; ``seed`` is the run's seed (a feedback seed is derived).
+def build_method(name: str, model, seed: int, credit_mix: float | None = None, cfg=None,
+                 options: dict | None = None) -> CreditMethod:
+    """Build a registered method for ``model``: ``METHODS.get(name)(model, feedback_seed, **options)``.
 
-    A method class with a ``from_config(model, seed, cfg)`` classmethod reads its own options from the
-    run's config ``cfg`` (e.g. EP's β and steps). With ``credit_mix`` the method is wrapped in a
-    :class:`CreditMix` toward BP.
+    ``seed`` is the run's seed (the feedback seed is derived from it); ``options`` are the method's own
+    (validated against its declaration, defaults filled in), or those of the run config ``cfg``. With
+    ``credit_mix`` the method is wrapped in a :class:`CreditMix` toward BP.
     """
     from ..config import derive_seed
     from .credit_mix import CreditMix
+    from .options import resolve
 
     cls = METHODS.get(name)
-    fseed = derive_seed(seed, "feedback")
-    configurable = cfg is not None and hasattr(cls, "from_config")
-    method = cls.from_config(model, fseed, cfg) if configurable else cls(model, fseed)
+    given = options if options is not None else (cfg.method_options if cfg is not None else {})
+    method = cls(model, derive_seed(seed, "feedback"), **resolve(name, cls, dict(given)))
     device = next(model.parameters()).device
     if hasattr(method, "to"):
         method.to(device)
     return method if credit_mix is None else CreditMix(method, credit_mix)
 
 
+def parse_method_spec(spec, base, flags: dict | None = None):
+    """A ``--methods`` entry → ``(name, cfg)``: ``base`` running that method with its options.
 
-def parse_method_spec(spec: str, base):
-    """``name`` or ``name:key=value,key=value`` → ``(name, cfg)``: ``base`` with the method and its options set.
-
-    The keys are the method class's ``options`` (e.g. ``fa:head=exact``, ``fa-stream:identity=1,scale=0.5``,
-    ``ep:beta=0.1``); a bare key means ``=1`` for a yes/no option (``fa-stream:identity``). This is how the
-    audit and the ladder put variants of one method side by side, each row with its own frozen baseline.
+    ``spec`` is a string (``fa:head=exact``, ``fa-stream:identity``, ``ep:beta=0.1``; a bare key means yes for
+    a yes/no option) or an already parsed :class:`MethodSpec`. ``flags`` are options set by generated flags
+    (``{"fa-head": "exact"}``), applied to every method that declares them unless the spec sets them itself.
     """
-    import dataclasses
-    import math
+    from dataclasses import replace
 
     from ..errors import UsageError
 
-    name, _, rest = spec.partition(":")
-    cls = METHODS.get(name)
-    opts = getattr(cls, "options", {}) or {}
-    types = {f.name: f.type for f in dataclasses.fields(base)}
-    changes = {"method": name}
-    for item in filter(None, rest.split(",")):
-        key, eq, val = item.partition("=")
-        if key not in opts:
-            known = ", ".join(opts) or "none"
-            raise UsageError(f"method spec {spec!r}: {name} has no option {key!r} (its options: {known}); "
-                             f"write e.g. {name}:{next(iter(opts), 'key')}=value")
-        field = opts[key]
-        current = getattr(base, field)
-        try:
-            if isinstance(current, bool):
-                v = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}[
-                    (val if eq else "1").lower()]
-            elif isinstance(current, int):
-                v = int(val)
-            elif isinstance(current, float):
-                v = float(val)
-                if not math.isfinite(v):
-                    raise ValueError
-            else:
-                v = val
-        except (KeyError, ValueError):
-            raise UsageError(f"method spec {spec!r}: {key}={val!r} is not a valid {type(current).__name__} "
-                             f"({types.get(field)}{'; it must be finite' if isinstance(current, float) else ''})"
-                             ) from None
-        changes[field] = v
-    try:  # the run config checks each option's range (e.g. cb:sigma=-1) as it does for the flag form
-        return name, dataclasses.replace(base, **changes)
+    ms = spec if isinstance(spec, MethodSpec) else parse_spec(spec)
+    if flags:
+        ms = with_flags(ms, flags)
+    try:  # the run config resolves and checks every option (one place)
+        return ms.name, replace(base, method=ms.name, method_options=dict(ms.given))
     except UsageError as exc:
-        raise UsageError(f"method spec {spec!r}: {exc}") from None
+        raise UsageError(f"method spec {str(spec)!r}: {exc}") from None

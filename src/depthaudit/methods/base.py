@@ -8,6 +8,7 @@ import torch
 from ..models.base import ResidualModel
 from ..recipe import Trace, local_update, output_error, readout_pass, trace_forward
 from ..registry import Registry
+from .options import Option, declared
 
 METHODS: Registry = Registry("method")
 
@@ -41,8 +42,10 @@ class CreditMethod:
     stackable: ClassVar[bool] = False
     # growth can insert a block mid-training (see :meth:`grown`); False for state built for a fixed depth
     growable: ClassVar[bool] = True
-    # spec options: ``name:key=value`` in ``--methods`` sets the run-config field ``options[key]`` for that row
-    options: ClassVar[dict[str, str]] = {}
+    # the method's own options (methods/options.py): ``name:key=value`` in ``--methods``, a generated flag
+    # ``--{name}-{key}``, validated from the declaration, passed to ``__init__`` as keywords, stored in every
+    # result's ``method_options``; each is kept on the instance as the attribute of the same name
+    options: ClassVar[dict[str, Option]] = {}
 
     def __init__(self, model: ResidualModel, seed: int):
         self.seed = seed
@@ -79,7 +82,11 @@ class CreditMethod:
 
     def redrawn(self, model: ResidualModel, seed: int) -> "CreditMethod":
         """The same method and options with feedback drawn from ``seed`` (the fresh-B null)."""
-        return type(self)(model, seed)
+        return type(self)(model, seed, **self.option_values())
+
+    def option_values(self) -> dict:
+        """This instance's options, by name (each is the attribute of that name)."""
+        return {k: getattr(self, k) for k in declared(type(self))}
 
     def grown(self, model: ResidualModel, position: int, seed: int) -> "CreditMethod":
         """This method for ``model`` after a block was inserted as block ``position`` (1-based; growth).

@@ -27,6 +27,7 @@ from torch import nn
 from ..models.base import ResidualModel
 from ..recipe import Trace
 from .base import METHODS, CreditMethod
+from .options import Option
 from .state_bridge import ConditionedMLP
 
 
@@ -56,7 +57,11 @@ class CreditBridge(CreditMethod):
 
     name = "cb"
     needs_input_grad = True  # terminal gradient matching needs the exact ∂ℓ/∂h_L (Trace.gL)
-    options = {"sigma": "cb_sigma", "draws": "cb_draws"}
+    options = {"sigma": Option(0.1, "noise σ of the bridge-consistency target (SPEC ≈ 0.1)", lo=0, legacy="cb_sigma"),
+               "draws": Option(4, "noise draws K of the soft-min (ours)", lo=1, legacy="cb_draws"),
+               "tau": Option(0.1, "soft-min temperature τ (ours)", lo=0, lo_open=True),
+               "lr": Option(1e-3, "value network's Adam learning rate (ours)", lo=0, lo_open=True),
+               "polyak": Option(0.01, "target network's Polyak rate (ours)", lo=0, hi=1)}
 
     def __init__(self, model: ResidualModel, seed: int, sigma: float = 0.1, draws: int = 4, tau: float = 0.1,
                  lr: float = 1e-3, polyak: float = 0.01):
@@ -66,15 +71,6 @@ class CreditBridge(CreditMethod):
         self.target: nn.Module | None = None
         self.opt, self.gen = None, None
         self._sums, self._steps = None, 0
-
-    @classmethod
-    def from_config(cls, model, seed, cfg):
-        """σ and K from the run's config."""
-        return cls(model, seed, sigma=cfg.cb_sigma, draws=cfg.cb_draws)
-
-    def redrawn(self, model, seed):
-        """Same options, another seed."""
-        return type(self)(model, seed, self.sigma, self.draws, self.tau, self.lr, self.polyak)
 
     def _build(self, states: list[torch.Tensor], num_classes: int) -> None:
         h = states[0]

@@ -24,6 +24,7 @@ from ..errors import UsageError
 from ..models.base import ResidualModel
 from ..recipe import Trace
 from .base import METHODS, CreditMethod
+from .options import Option
 
 CREDITS = ("state", "error")
 
@@ -34,7 +35,11 @@ class EP(CreditMethod):
 
     name = "ep"
     stackable = True  # the energy is a sum over examples (and stacked runs): each run relaxes on its own
-    options = {"beta": "ep_beta", "steps": "ep_steps", "step_size": "ep_step_size", "credit": "ep_credit"}
+    options = {"beta": Option(0.5, "nudging strength β", lo=0, lo_open=True, legacy="ep_beta"),
+               "steps": Option(20, "nudged-phase steps T", lo=1, legacy="ep_steps"),
+               "step_size": Option(0.5, "step size η of those steps (ours)", lo=0, lo_open=True, legacy="ep_step_size"),
+               "credit": Option("state", "state = -Δh/β (protocol) | error = -r/β (ours)", choices=CREDITS,
+                                legacy="ep_credit")}
 
     def __init__(self, model: ResidualModel, seed: int, beta: float = 0.5, steps: int = 20, step_size: float = 0.5,
                  credit: str = "state"):
@@ -44,11 +49,6 @@ class EP(CreditMethod):
         if credit not in CREDITS:
             raise UsageError(f"--ep-credit {credit!r} not known; use one of {', '.join(CREDITS)}")
         self.beta, self.steps, self.step_size, self.credit = float(beta), int(steps), float(step_size), credit
-
-    @classmethod
-    def from_config(cls, model, seed, cfg) -> "EP":
-        """Built from the run's ``ep_beta``, ``ep_steps``, ``ep_step_size`` and ``ep_credit``."""
-        return cls(model, seed, cfg.ep_beta, cfg.ep_steps, cfg.ep_step_size, cfg.ep_credit)
 
     def _energy(self, model: ResidualModel, h0: torch.Tensor, hs: list[torch.Tensor], y: torch.Tensor):
         e, prev = 0.0, h0

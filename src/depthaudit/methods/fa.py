@@ -7,6 +7,7 @@ from ..models.base import ResidualModel
 from ..models.functional import feedback_like
 from ..recipe import Trace
 from .base import METHODS, CreditMethod
+from .options import Option
 
 
 @METHODS.register("fa")
@@ -21,10 +22,11 @@ class FA(CreditMethod):
     name = "fa"
     random_feedback = True
     stackable = True
-    options = {"head": "fa_head"}
+    options = {"head": Option("feedback", "readout credit: feedback = Lillicrap's rule | exact = true gradient",
+                              choices=("feedback", "exact"), flag="fa-head", legacy="fa_head")}
     needs_cache = True
 
-    def __init__(self, model: ResidualModel, seed: int):
+    def __init__(self, model: ResidualModel, seed: int, head: str = "feedback"):
         super().__init__(model, seed)
         for where, mod in [*((f"block {i}", b) for i, b in enumerate(model.blocks, 1)), ("readout", model.readout)]:
             missing = [m for m in ("feedback_weights", "fa_vjp") + (("forward_cached",) if where != "readout" else ())
@@ -40,15 +42,9 @@ class FA(CreditMethod):
                 self.feedback[f"block{i}.{k}"] = feedback_like(w, gen)
         for k, w in model.readout.feedback_weights().items():
             self.feedback[f"readout.{k}"] = feedback_like(w, gen)
+        self.set_head(head)
 
     head: str = "feedback"  # "exact": the true gradient through the readout (--fa-head exact)
-
-    @classmethod
-    def from_config(cls, model, seed, cfg) -> "FA":
-        """The method with the run's ``fa_head`` (``feedback`` = Lillicrap's rule, ``exact`` = true readout VJP)."""
-        method = cls(model, seed)
-        method.set_head(cfg.fa_head)
-        return method
 
     def set_head(self, head: str) -> None:
         """``feedback`` (default) or ``exact``: the latter passes the true loss gradient through the readout."""
@@ -56,12 +52,6 @@ class FA(CreditMethod):
             raise UsageError(f"--fa-head {head!r} not known; use feedback or exact")
         self.head = head
         self.needs_input_grad = head == "exact"  # the exact c_L comes from the readout's own backward
-
-    def redrawn(self, model, seed: int) -> "FA":
-        """Fresh feedback, same readout head."""
-        fresh = type(self)(model, seed)
-        fresh.set_head(self.head)
-        return fresh
 
     def feedback_for(self, prefix: str, module) -> dict[str, torch.Tensor]:
         """The feedback matrices of one module, keyed as its ``feedback_weights()``."""

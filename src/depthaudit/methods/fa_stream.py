@@ -15,6 +15,7 @@ from ..errors import UsageError
 from ..models.base import ResidualModel
 from ..recipe import Trace
 from .base import METHODS, CreditMethod
+from .options import Option
 
 
 @METHODS.register("fa-stream")
@@ -25,7 +26,8 @@ class FAStream(CreditMethod):
     needs_input_grad = True  # c_L is the exact readout gradient (Trace.gL)
     random_feedback = True
     stackable = True
-    options = {"identity": "fa_stream_identity", "scale": "fa_stream_scale"}
+    options = {"identity": Option(False, "keep the residual identity path, c + c·Bᵀ", legacy="fa_stream_identity"),
+               "scale": Option(1.0, "B_l ~ N(0, s²/d)", lo=0, legacy="fa_stream_scale")}
 
     def __init__(self, model: ResidualModel, seed: int, identity: bool = False, scale: float = 1.0):
         super().__init__(model, seed)
@@ -34,15 +36,6 @@ class FAStream(CreditMethod):
         self.identity, self.scale, self.dim = bool(identity), float(scale), getattr(model, "feature_dim", -1)
         self.feedback: dict[str, torch.Tensor] = {}
         self.num_blocks = len(model.blocks)
-
-    @classmethod
-    def from_config(cls, model, seed, cfg) -> "FAStream":
-        """The variant the run's config names."""
-        return cls(model, seed, cfg.fa_stream_identity, cfg.fa_stream_scale)
-
-    def redrawn(self, model, seed: int) -> "FAStream":
-        """Fresh matrices, same variant."""
-        return type(self)(model, seed, self.identity, self.scale)
 
     def _draw(self, states: list[torch.Tensor]) -> None:
         widths = {h.shape[self.dim] for h in states}

@@ -19,8 +19,8 @@ class KolenPollack(FA):
 
     name = "kp"
 
-    def __init__(self, model: ResidualModel, seed: int):
-        super().__init__(model, seed)
+    def __init__(self, model: ResidualModel, seed: int, head: str = "feedback"):
+        super().__init__(model, seed, head)
         self._weights = {}
         for i, blk in enumerate(model.blocks, start=1):
             for k, w in blk.feedback_weights().items():

@@ -44,8 +44,8 @@ class BRSF(FA):
     name = "brsf"
     stackable = False  # one magnitude stream per run, drawn in run order: stacked runs would draw differently
 
-    def __init__(self, model: ResidualModel, seed: int):
-        super().__init__(model, seed)
+    def __init__(self, model: ResidualModel, seed: int, head: str = "feedback"):
+        super().__init__(model, seed, head)
         self._gen = torch.Generator().manual_seed(seed + 1)
         self._fresh: dict[str, torch.Tensor] = {}
 

@@ -1,0 +1,256 @@
+"""A method's own options: declared once on the method class, parsed once at the edge (timm's way).
+
+A credit method declares what it accepts::
+
+    @METHODS.register("mine")
+    class Mine(CreditMethod):
+        options = {"beta": Option(0.5, "nudging strength β", lo=0, lo_open=True),
+                   "mode": Option("a", "which variant", choices=("a", "b"))}
+
+        def __init__(self, model, seed, beta=0.5, mode="a"): ...
+
+and every command then takes ``--methods mine:beta=0.1,mode=b`` (a row of its own), a flag ``--mine-beta``
+(generated from the declaration, listed under ``--help-all``), the same validation in both spellings, and
+stores ``method="mine"``, ``method_options={"beta": 0.1, "mode": "b"}`` in every result. The method is built
+as ``METHODS.get(name)(model, seed, **options)``.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+
+_BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a method: its default, help, type (from the default) and valid values.
+
+    Args:
+        default: the value when the option is not given; its type is the option's type (bool, int, float, str).
+        help: one line for ``--help-all``.
+        choices: the allowed values of a str option.
+        lo: lower bound of a number (``lo_open``: exclusive); ``hi``: upper bound (inclusive).
+        flag: the flag's name without ``--`` (default ``{method}-{option}``); methods sharing a flag (``fa-head``
+            for fa and its relatives) are set together by it.
+        legacy: the flat field of ``TrainConfig`` that held this option before 0.3 (stored results read back).
+    """
+
+    default: Any
+    help: str = ""
+    choices: tuple[str, ...] | None = None
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    flag: str | None = None
+    legacy: str | None = None
+
+    @property
+    def type(self) -> type:
+        """bool, int, float or str: the default's type."""
+        return type(self.default)
+
+    def parse(self, text: str | None) -> Any:
+        """The value of ``text`` (``None``: a bare key, meaning yes for a yes/no option); ValueError if bad."""
+        if self.type is bool:
+            if text is None:
+                return True
+            if text.lower() not in _BOOL:
+                _raise(f"{text!r} is not yes/no (1, 0, true, false)")
+            return _BOOL[text.lower()]
+        if text is None:
+            _raise("needs a value (key=value)")
+        if self.type is int:
+            try:
+                return int(text)
+            except ValueError:
+                _raise(f"{text!r} is not an integer")
+        if self.type is float:
+            try:
+                return float(text)
+            except ValueError:
+                _raise(f"{text!r} is not a number")
+        return text
+
+    def check(self, value: Any) -> Any:
+        """``value`` validated (and coerced: an int for a float option) or ValueError naming the valid range."""
+        if self.type is bool:
+            if not isinstance(value, bool):
+                _raise(f"{value!r} is not yes/no")
+            return value
+        if self.type in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                _raise(f"{value!r} is not a number")
+            if self.type is int and not float(value).is_integer():
+                _raise(f"{value!r} is not an integer")
+            value = self.type(value)
+            if not math.isfinite(value):
+                _raise(f"{value!r} is not finite")
+            if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
+                _raise(f"{value!r} must be {'>' if self.lo_open else '>='} {self.lo:g}")
+            if self.hi is not None and value > self.hi:
+                _raise(f"{value!r} must be <= {self.hi:g}")
+            return value
+        if not isinstance(value, str):
+            _raise(f"{value!r} is not a string")
+        if self.choices is not None and value not in self.choices:
+            _raise(f"{value!r} is not one of {', '.join(self.choices)}")
+        return value
+
+    def describe(self) -> str:
+        """Type and valid values for help and errors, e.g. ``float > 0`` or ``one of state, error``."""
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        if self.type is bool:
+            return "yes/no"
+        t = self.type.__name__
+        if self.lo is not None and self.hi is not None:
+            return f"{t} in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}]"
+        if self.lo is not None:
+            return f"{t} {'>' if self.lo_open else '>='} {self.lo:g}"
+        return f"{t} <= {self.hi:g}" if self.hi is not None else t
+
+
+def _raise(msg: str):
+    raise ValueError(msg)
+
+
+def declared(cls) -> dict[str, Option]:
+    """The options a method class declares (``{}`` for none)."""
+    return dict(getattr(cls, "options", None) or {})
+
+
+def flag_name(method: str, key: str, opt: Option) -> str:
+    """The flag (without ``--``) that sets ``key`` of ``method``: the option's own, else ``{method}-{key}``."""
+    return opt.flag or f"{method}-{key}".replace("_", "-")
+
+
+def resolve(name: str, cls, given: dict[str, Any], where: str | None = None) -> dict[str, Any]:
+    """Every declared option of ``cls`` in declaration order: ``given`` (validated) over the defaults.
+
+    An unknown key or a bad value is one UsageError naming the method, the option and its valid values.
+    """
+    opts = declared(cls)
+    what = where or f"method {name}"
+    unknown = [k for k in given if k not in opts]
+    if unknown:
+        known = ", ".join(opts) or "none"
+        raise UsageError(f"{what}: {name} has no option {unknown[0]!r} (its options: {known})")
+    out = {}
+    for key, opt in opts.items():
+        value = given.get(key, opt.default)
+        try:
+            out[key] = opt.check(value)
+        except ValueError as exc:
+            raise UsageError(f"{what}: option {key}={value!r}: {exc} ({opt.describe()})") from None
+    return out
+
+
+class MethodSpec(str):
+    """A parsed ``--methods`` entry: a ``str`` (its canonical label) that also knows its method and options.
+
+    The label keys the row in tables and stores: ``name`` plus the options set away from their defaults, in
+    declaration order (``fa:head=exact``; a yes/no option set to yes as its bare key, ``fa-stream:identity``;
+    ``fa:`` and ``fa:head=feedback`` are ``fa``), so one configuration has one label. ``given`` are the options
+    the entry sets (explicit defaults included, so a flag cannot override them); the rest are the defaults.
+    """
+
+    name: str
+    given: tuple[tuple[str, Any], ...]
+
+    def __new__(cls, name: str, given=()):  # noqa: D102 (the class docstring says it)
+        from .base import METHODS
+
+        opts = declared(METHODS.get(name))
+        given = tuple(given)
+        parts = [k if v is True else f"{k}={_fmt(v)}" for k, v in sorted(given, key=lambda kv: list(opts).index(kv[0]))
+                 if v != opts[k].default]
+        obj = super().__new__(cls, name + (":" + ",".join(parts) if parts else ""))
+        obj.name, obj.given = name, given
+        return obj
+
+    def __getnewargs__(self):  # pickling (worker processes) rebuilds from the parts, not the label
+        return (self.name, self.given)
+
+    @property
+    def label(self) -> str:
+        """The canonical label as a plain str."""
+        return str(self)
+
+
+def parse_spec(spec: str) -> MethodSpec:
+    """``name`` or ``name:key=value,key=value`` → :class:`MethodSpec` (validated against the declarations).
+
+    A repeated key is refused (``fa:head=exact,head=feedback`` would be one label for two runs).
+    """
+    from .base import METHODS
+
+    if isinstance(spec, MethodSpec):
+        return spec
+    name, _, rest = spec.strip().partition(":")
+    cls = METHODS.get(name)
+    opts = declared(cls)
+    given: dict[str, Any] = {}
+    for item in (s.strip() for s in rest.split(",")):
+        if not item:
+            continue
+        key, eq, val = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if key not in opts:
+            known = ", ".join(opts) or "none"
+            example = next(iter(opts), "key")
+            raise UsageError(f"method spec {spec!r}: {name} has no option {key!r} (its options: {known}); "
+                             f"write e.g. {name}:{example}=value")
+        if key in given:
+            raise UsageError(f"method spec {spec!r}: option {key!r} is given twice; give it once")
+        opt = opts[key]
+        try:
+            given[key] = opt.check(opt.parse(val.strip() if eq else None))
+        except ValueError as exc:
+            hint = "" if opt.choices else f" ({opt.describe()})"
+            raise UsageError(f"method spec {spec!r}: {key}: {exc}{hint}") from None
+    return MethodSpec(name, given.items())
+
+
+def with_flags(ms: MethodSpec, flags: dict[str, Any]) -> MethodSpec:
+    """``ms`` with the options that generated flags set (``{"fa-head": "exact"}``) where the entry sets none."""
+    from .base import METHODS
+
+    given = dict(ms.given)
+    for key, opt in declared(METHODS.get(ms.name)).items():
+        f = flag_name(ms.name, key, opt)
+        if f in flags and flags[f] is not None and key not in given:
+            given[key] = flags[f]
+    return MethodSpec(ms.name, given.items())
+
+
+def option_flags() -> dict[str, tuple[Option, list[str]]]:
+    """Every generated flag (without ``--``): the first declaring option and the methods it sets."""
+    from .base import METHODS
+
+    out: dict[str, tuple[Option, list[str]]] = {}
+    for name in METHODS.names():
+        for key, opt in declared(METHODS.get(name)).items():
+            f = flag_name(name, key, opt)
+            out.setdefault(f, (opt, []))[1].append(name)
+    return out
+
+
+def legacy_fields() -> dict[str, tuple[str, str, Any]]:
+    """``{flat TrainConfig field of 0.2: (method, option, default)}`` over every registered method."""
+    from .base import METHODS
+
+    out = {}
+    for name in METHODS.names():
+        for key, opt in declared(METHODS.get(name)).items():
+            if opt.legacy:
+                out.setdefault(opt.legacy, (name, key, opt.default))
+    return out
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return f"{value:g}" if isinstance(value, float) else str(value)
