@@ -63,6 +63,25 @@ def _fenced(path: Path, prefix: str) -> list[tuple[str, str]]:
     return [(w, c) for w, c in out if not _is_synopsis(c)]
 
 
+def _synopses() -> list[tuple[str, str]]:
+    """``(where, line)`` for fenced ``depthaudit COMMAND [--flag …]`` synopses: their flags are checked by name."""
+    out = []
+    for page in PAGES:
+        inside, current = False, None
+        for no, raw in enumerate([*page.read_text().splitlines(), ""], 1):
+            if current and inside and raw.startswith(" ") and not FENCE.match(raw):  # an indented continuation
+                current[1] += " " + raw.strip()
+                continue
+            if current:
+                out.append(tuple(current))
+                current = None
+            if FENCE.match(raw):
+                inside = not inside
+            elif inside and raw.startswith("depthaudit ") and "[" in raw:
+                current = [f"{page.relative_to(ROOT)}:{no}", raw.strip()]
+    return out
+
+
 def _prose(path: Path) -> str:
     """The page with its fenced blocks blanked (line numbers kept)."""
     lines, inside = [], False
@@ -150,6 +169,15 @@ def test_documented_script_flags_exist(where, line):
     for tok in argv[2:]:
         if tok.startswith("--"):
             assert tok.split("=")[0] in p.stdout, f"{tok} is not a flag of {argv[1]}"
+
+
+@pytest.mark.parametrize(("where", "line"), _params(_synopses()))
+def test_documented_synopsis_flags_exist(where, line):
+    sub = line.split()[1]
+    p = build_parser([sub])
+    sp = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices[sub]
+    for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", line):
+        assert flag in sp._option_string_actions, f"{where}: {flag} is not a flag of depthaudit {sub}"
 
 
 def _slug(heading: str) -> str:
