@@ -16,7 +16,7 @@ from bench_engine import interleaved_times  # benchmarks/ is on sys.path when ru
 from depthaudit.config import TrainConfig
 from depthaudit.data import load_data
 from depthaudit.data.augment import augment_batch
-from depthaudit.train import Stepper, build
+from depthaudit.loop import Stepper, build
 
 
 def main():

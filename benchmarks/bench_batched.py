@@ -2,7 +2,7 @@
 
 Both engines train the same runs on the same CIFAR-shaped batches in one process, interleaved in chunks
 (order rotated every round) so machine noise hits both alike: "one by one" is R ordinary
-:class:`depthaudit.train.Stepper` s stepped in turn (what ``--batch-runs 1`` does inside one worker);
+:class:`depthaudit.loop.Stepper` s stepped in turn (what ``--batch-runs 1`` does inside one worker);
 "stacked" is one :class:`depthaudit.batched.StackedStepper` over all R runs (what ``--batch-runs R`` does).
 Reported: seconds per step of all R runs, the ratio, and the projected runs per hour at 100 epochs.
 
@@ -21,7 +21,7 @@ from depthaudit.batched import StackedStepper
 from depthaudit.config import TrainConfig
 from depthaudit.data import load_data
 from depthaudit.data.base import DataBundle
-from depthaudit.train import Stepper, build, cosine_lr
+from depthaudit.loop import Stepper, build, cosine_lr
 
 
 def cifar_shaped(device: str, n: int = 50000) -> DataBundle:

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from depthaudit.config import TrainConfig, derive_seed
 from depthaudit.data import load_data
+from depthaudit.loop import Stepper, build, cosine_lr
 from depthaudit.models import build_model
-from depthaudit.train import Stepper, build, cosine_lr
 
 
 class Bare:

@@ -14,8 +14,8 @@ import torch
 from depthaudit.config import TrainConfig
 from depthaudit.data import load_data
 from depthaudit.diagnostics import audit_tracker
+from depthaudit.loop import build, train
 from depthaudit.runner import probe_batches
-from depthaudit.train import build, train
 
 
 def main():

@@ -171,8 +171,8 @@ def test_monitor_records_first_firing_and_stop_on_flag_ends_the_run(tmp_path):
     from depthaudit.config import TrainConfig
     from depthaudit.data import load_data
     from depthaudit.diagnostics import audit_tracker
+    from depthaudit.loop import train
     from depthaudit.runner import probe_batches
-    from depthaudit.train import train
 
     data = load_data("mnist1d", None, False, torch.device("cpu"))
     cfg = TrainConfig(d_hidden=32, num_blocks=2, epochs=3, method="dfa")

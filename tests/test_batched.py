@@ -9,9 +9,9 @@ from depthaudit.batched import MaskedAdamW, StackedStepper, group_key, train_sta
 from depthaudit.config import TrainConfig
 from depthaudit.data.base import DataBundle
 from depthaudit.errors import UsageError
+from depthaudit.loop import Stepper, fit, train
 from depthaudit.methods import build_method
 from depthaudit.models import build_model
-from depthaudit.train import Stepper, fit, train
 
 TOL = 1e-10
 

@@ -90,7 +90,7 @@ def test_augment_default_follows_the_dataset_and_refuses_non_images(tmp_path, ca
 
 def test_stop_after_trains_the_first_epochs_of_the_full_schedule():
     from depthaudit.data import load_data
-    from depthaudit.train import train
+    from depthaudit.loop import train
 
     data = load_data("mnist1d", None, False, torch.device("cpu"))
     cfg = TrainConfig(d_hidden=32, num_blocks=2, epochs=4, method="fa")

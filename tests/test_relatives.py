@@ -5,9 +5,9 @@ import torch
 
 from depthaudit.config import TrainConfig
 from depthaudit.data import load_data
+from depthaudit.loop import Stepper, build
 from depthaudit.methods import BP, build_method
 from depthaudit.models import build_model
-from depthaudit.train import Stepper, build
 
 
 def _model(seed=0):

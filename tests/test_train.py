@@ -7,7 +7,7 @@ import torch
 from depthaudit.cli import main
 from depthaudit.config import TrainConfig
 from depthaudit.data import load_data
-from depthaudit.train import build, train
+from depthaudit.loop import build, train
 
 
 def _data():
@@ -86,7 +86,7 @@ def test_diverging_run_is_recorded_not_crashed(tmp_path):
 
 
 def test_grouped_optimizer_equals_one_optimizer_per_block():
-    from depthaudit.train import make_optimizer
+    from depthaudit.loop import make_optimizer
 
     data = _data()
     cfg = TrainConfig(method="fa", d_hidden=16, num_blocks=3, epochs=1, train_blocks="last:2")

@@ -1,5 +1,15 @@
-"""depthaudit: does a credit-assignment method train depth, and is a residual network deep enough."""
+"""depthaudit: does a credit-assignment method train depth, and is a residual network deep enough.
 
+The Python API (one function per command, the config objects the CLI builds; see docs/python-api.md)::
+
+    import depthaudit as da
+
+    report = da.audit(da.AuditConfig(base=da.TrainConfig(dataset="mnist1d"), methods=("bp", "fa")), "out/audit")
+
+Names are imported on first use, so ``import depthaudit`` (and ``depthaudit --help``) stays light.
+"""
+
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 
 try:
@@ -7,4 +17,25 @@ try:
 except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+unknown"
 
-__all__ = ["__version__"]
+# public name → module that defines it (PEP 562 lazy attributes: torch is imported only when one is used)
+_LAZY = {
+    "audit": "api", "ladder": "api", "intervene": "api", "identity": "api", "train": "api", "Result": "api",
+    "TrainConfig": "config", "AuditConfig": "experiments.audit", "LadderConfig": "experiments.ladder",
+    "Thresholds": "verdicts", "SweepOptions": "sweep", "load_data": "data",
+    "METHODS": "methods", "MODELS": "models", "DATASETS": "data", "CreditMethod": "methods", "Option": "methods",
+    "ResidualAdapter": "models",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'depthaudit' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

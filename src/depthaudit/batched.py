@@ -7,7 +7,7 @@ so they can share every kernel launch. Each parameter is stacked along a leading
 module is called under ``torch.func.vmap`` (batched matmuls, no Python loop over runs). The recipe
 (``recipe.py``) sees ``Trace.runs = R``: the loss is the sum of the runs' mean losses, so each run's
 parameters get exactly their own gradient, and ``rms`` is taken per run. Each run keeps its own data
-order (:func:`depthaudit.train.fit`), augmentation stream, feedback (its method's state, stacked), frozen
+order (:func:`depthaudit.loop.fit`), augmentation stream, feedback (its method's state, stacked), frozen
 mask and tracker.
 
 AdamW is elementwise, so one optimizer over stacked parameters is R independent ones — except that
@@ -33,10 +33,10 @@ from .config import TrainConfig, derive_seed
 from .data import DataBundle
 from .data.augment import augment_batch
 from .errors import UsageError
+from .loop import RunOutput, build, fit
 from .methods import METHODS, CreditMethod
 from .models import MODELS, ResidualModel
 from .recipe import Penalty
-from .train import RunOutput, build, fit
 
 
 class _Call(nn.Module):
@@ -227,10 +227,10 @@ def evaluate_stacked(model: StackedModel, x: torch.Tensor, y: torch.Tensor, batc
 
 def train_stacked(cfgs: list[TrainConfig], data: DataBundle, log=None, trackers=None,
                   monitors=None, watches=None) -> list[RunOutput]:
-    """Train R runs stacked; returns what :func:`depthaudit.train.train` would return for each, in order.
+    """Train R runs stacked; returns what :func:`depthaudit.loop.train` would return for each, in order.
 
     Every run is built exactly as when it trains alone (same init, same feedback), stacked, trained by
-    :func:`depthaudit.train.fit`, and written back into its own model and method, which the trackers read
+    :func:`depthaudit.loop.fit`, and written back into its own model and method, which the trackers read
     (at init, and after each epoch the schedule measures) and the results keep.
     """
     log = log or (lambda m: None)

@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .errors import UsageError
+from .seeds import derive_seed  # noqa: F401  (re-exported: its home before 0.3)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class TrainConfig:
         one (at its default when this method does not read it), so runs stored before the options moved into
         ``method_options`` keep their names; only options without such a field stay under ``method_options``.
         """
-        from .methods.options import legacy_fields
+        from .methods.specs import legacy_fields
 
         d = self.to_dict()
         opts = dict(d.pop("method_options"))
@@ -127,7 +128,7 @@ class TrainConfig:
         today's default: a 0.1 result reads as ``variant=v0.1, augment=none``, so it is never mistaken
         for (or reused as) a run of the reference model.
         """
-        from .methods.options import legacy_fields
+        from .methods.specs import legacy_fields
 
         names = {f.name for f in fields(cls)}
         d = {RENAMED.get(k, k): v for k, v in d.items()}
@@ -196,14 +197,3 @@ def trainable_blocks(spec: str, num_blocks: int) -> tuple[int, ...]:
             return tuple(range(num_blocks - k + 1, num_blocks + 1))
         return tuple(range(1, k + 1))
     raise UsageError(f"--train-blocks {spec!r} not understood; use all, none, last:k or first:k")
-
-
-def derive_seed(seed: int, tag: str) -> int:
-    """An independent 63-bit seed for one use of the run's seed (``"feedback"``, ``"shuffle"``, …).
-
-    Model init uses ``seed`` itself; every other random stream is derived here so streams never
-    share numbers (a feedback matrix must not repeat the embedding's weights).
-    """
-    import hashlib
-
-    return int.from_bytes(hashlib.sha256(f"{seed}:{tag}".encode()).digest()[:8], "little") >> 1

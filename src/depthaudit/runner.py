@@ -10,8 +10,8 @@ from .config import TrainConfig, derive_seed
 from .data import DataBundle
 from .errors import UsageError
 from .io import finite_json, save_torch, write_json
+from .loop import RunOutput
 from .provenance import provenance
-from .train import RunOutput
 
 SCHEMA = "depthaudit.train.v1"
 
@@ -87,7 +87,7 @@ def run_recipe(spec, data: DataBundle | None = None, log=None, argv=None, watch=
     Loads the data when not given (a worker process), saves a checkpoint when the spec asks for one.
     """
     from .data import load_data
-    from .train import train
+    from .loop import train
 
     cfg = spec.cfg
     if data is None:

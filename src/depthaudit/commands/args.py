@@ -222,7 +222,7 @@ def add_train_args(p: argparse.ArgumentParser, per_run: bool = True) -> None:
 
 def _option_dests() -> set[str]:
     """The destinations of the generated method-option flags (shown by ``--help-all`` only)."""
-    from ..methods.options import option_flags
+    from ..methods.specs import option_flags
 
     return {f.replace("-", "_") for f in option_flags()}
 
@@ -233,7 +233,7 @@ def method_option_flags(p: argparse.ArgumentParser) -> None:
     Each sets that option of every chosen method declaring it, unless a ``--methods`` entry sets it itself;
     its default is each method's own (``None`` here), its type, range and choices are the declaration's.
     """
-    from ..methods.options import option_flags
+    from ..methods.specs import option_flags
 
     g = p.add_argument_group("method options (each method's own; also name:key=value in a method spec)")
     for f, (opt, owners) in option_flags().items():
@@ -262,7 +262,7 @@ def _option_type(opt):
 
 def method_flag_values(a: argparse.Namespace) -> dict:
     """``{flag: value}`` of the method-option flags the user gave."""
-    from ..methods.options import option_flags
+    from ..methods.specs import option_flags
 
     return {f: getattr(a, f.replace("-", "_")) for f in option_flags()
             if getattr(a, f.replace("-", "_"), None) is not None}
@@ -426,13 +426,6 @@ def check_probe_args(a: argparse.Namespace) -> tuple[int, int]:
     return a.probe_batches, a.probe_batch_size
 
 
-def check_probe_fits(a: argparse.Namespace, data) -> None:
-    """A probe batch must fit the held-out split (checked once the data is loaded, before any run starts)."""
-    n = data.x_test.shape[0]
-    if a.probe_batch_size > n:
-        raise UsageError(f"--probe-batch-size {a.probe_batch_size} exceeds the {n} held-out examples; use at most {n}")
-
-
 def plain_args(p: argparse.ArgumentParser, out: str) -> None:
     """Flags of the plain-backprop depth commands (saturation, grow)."""
     p.add_argument("--dataset", default="cifar10", help="an image dataset (default: %(default)s)")
@@ -514,7 +507,7 @@ def unused_option_note(a: argparse.Namespace, flags: dict) -> None:
     """A method-option flag that none of the chosen methods declares: say so on stderr (it has no effect)."""
     import sys
 
-    from ..methods.options import option_flags
+    from ..methods.specs import option_flags
 
     names = [getattr(a, "method", None)] if getattr(a, "method", None) else list(getattr(a, "methods", []) or [])
     chosen = {str(n).partition(":")[0] for n in names}

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from ..api import check_probe_fits
 from ..errors import UsageError
 from ..io import check_output_dir
 from . import COMMANDS
@@ -14,7 +15,6 @@ from .args import (
     add_train_args,
     audit_args,
     check_probe_args,
-    check_probe_fits,
     config_from_args,
     dedup_note,
     hide_flags,
@@ -58,66 +58,24 @@ def _audit_config(a: argparse.Namespace):
 
 
 def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
-    """Run the audit protocol and write report.md, report.json and figures into ``--out``."""
-    from ..data import load_data
-    from ..experiments.audit import audit_specs, run_audit
-    from ..io import write_json, write_text
-    from ..report import audit_markdown, audit_terminal
-    from ..report.figures import audit_figures
-    from ..sweep import pick_cell
+    """Run the audit protocol (:func:`depthaudit.audit`) and write report.md, report.json and figures."""
+    from .. import api
 
     acfg = _audit_config(a)
-    base = acfg.base
     out = Path(a.out)
-    _same_audit(out, acfg, a.replace_report)
-    opts = sweep_options(a, out, base.device)  # bad sweep flags or cell id: one line, before any training
-    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
-    check_probe_fits(a, data)
-    if opts.cell is not None:
-        pick_cell(audit_specs(acfg, data), opts.cell)
-    if not opts.list_cells:
-        print(f"depthaudit audit: {', '.join(acfg.methods)} × seeds {list(acfg.seeds)} on {base.dataset} "
-              f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}",
-              file=sys.stderr)
+    api.same_audit(out, acfg, a.replace_report)
+    opts = sweep_options(a, out, acfg.base.device)  # bad sweep flags or cell id: one line, before any training
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
-    report = run_audit(acfg, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
-                       argv=["depthaudit", *argv], opts=opts)
-    figures = audit_figures(report, out)
-    report["figures"] = figures
-    write_json(out / "report.json", report)
-    write_text(out / "report.md", audit_markdown(report, figures))
-    print(audit_terminal(report))
-    print(f"\nwrote {out / 'report.md'}, {out / 'report.json'} and {len(figures)} figures")
+    res = api.audit(acfg, out, sweep=opts, replace_report=a.replace_report, argv=["depthaudit", *argv])
+    print(res.card)
+    print(f"\nwrote {out / 'report.md'}, {out / 'report.json'} and {len(res.figures)} figures")
     return 0
 
 
-def _same_audit(out: Path, acfg, replace: bool) -> None:
-    """Refuse to overwrite the report of a different audit configuration in ``out`` (its runs are kept anyway)."""
-    import json
-
-    try:
-        old = json.loads((out / "report.json").read_text()).get("config")
-    except (OSError, ValueError, AttributeError):
-        return  # no report (or an unreadable one, which the report command names): nothing to protect
-    new = json.loads(json.dumps(acfg.to_dict()))
-    if not isinstance(old, dict) or replace:
-        return
-    where = lambda d: {k: v for k, v in d.items() if k not in ("data_dir", "download")}  # noqa: E731
-    diff = sorted({k for k in set(old) | set(new) if k != "base" and old.get(k) != new.get(k)}
-                  | {k for k in set(where(old.get("base") or {})) | set(where(new["base"]))
-                     if (old.get("base") or {}).get(k) != new["base"].get(k)})
-    if diff:
-        raise UsageError(f"{out}/report.json is the report of another audit (differs in {', '.join(diff[:6])}); "
-                         "use another --out, or --replace-report to overwrite it (the runs of both stay in runs/)")
-
-
 def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
-    """The audit over a grid of scale-penalty λ, side by side (table, JSON, figure)."""
-    from ..data import load_data
-    from ..experiments.intervene import run_intervention
-    from ..io import write_json, write_text
-    from ..report.probes import intervention_figure, intervention_md
+    """The audit over a grid of scale-penalty λ, side by side (:func:`depthaudit.intervene`)."""
+    from .. import api
 
     if a.penalty is not None and a.lambdas is not None:
         raise UsageError(f"--penalty {a.penalty} is shorthand for --lambdas 0 {a.penalty}; give one of them")
@@ -129,22 +87,12 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     lambdas = list(dict.fromkeys(float(x) for x in lambdas))
     if any(not x >= 0 for x in lambdas):
         raise UsageError(f"--lambdas must be >= 0, got {lambdas}")
-    data = load_data(acfg.base.dataset, acfg.base.data_dir, acfg.base.download, torch.device(acfg.base.device))
-    check_probe_fits(a, data)
     out = Path(a.out)
     opts = sweep_options(a, out, acfg.base.device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
-    res = run_intervention(acfg, lambdas, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
-                           argv=["depthaudit", *argv], opts=opts)
-    table = intervention_md(res)
-    intervention_figure(res, out / "intervention.png")
-    write_json(out / "intervention.json", res)
-    b = acfg.base
-    write_text(out / "intervention.md", f"# Scale-penalty intervention ({b.penalty_form} form, λ ∈ "
-               f"{', '.join(f'{x:g}' for x in lambdas)}; {b.dataset} {b.arch} d={b.d_hidden} L={b.num_blocks}, "
-               f"{b.epochs} epochs)\n\n{table}\n\n![checks vs λ](intervention.png)\n")
-    print(table)
+    res = api.intervene(acfg, out, lambdas, sweep=opts, argv=["depthaudit", *argv])
+    print(res.card)
     print(f"\nwrote {out / 'intervention.md'}, {out / 'intervention.json'} and {out / 'intervention.png'}")
     return 0
 
@@ -168,7 +116,7 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     if any(not 0 <= x <= 1 for x in a.alphas):
         raise UsageError("--alphas must lie in [0, 1]")
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
-    check_probe_fits(a, data)
+    check_probe_fits(a.probe_batch_size, data)
     out = Path(a.out)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     seeds = tuple(dict.fromkeys(a.seeds))
@@ -196,50 +144,18 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
-    """Frozen-init identity check over seeds; prints a table beside SPEC §1's calibration, JSON with ``--out``."""
-    from ..data import load_data
-    from ..diagnostics.identity import identity_over_seeds
-    from ..experiments.audit import identity_summary
-    from ..io import write_json
-    from ..report import fmt_ms
-    from ..runner import probe_batch
+    """Frozen-init identity check over seeds (:func:`depthaudit.identity`); JSON with ``--out``."""
+    from .. import api
 
     base = config_from_args(a)
     nb, bs = check_probe_args(a)
-    if base.num_blocks < 1:
-        raise UsageError("--num-blocks 0: the identity check measures residual blocks; give at least 1")
     dedup_note(a.seeds, "--seeds")
     if a.out and Path(a.out).is_dir():
         raise UsageError(f"--out {a.out} is a folder; give a .json file path")
     if a.out:
         check_output_dir(Path(a.out).parent or Path("."))
-    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
-    check_probe_fits(a, data)
-    seeds = list(dict.fromkeys(a.seeds))
-    if nb * bs > data.x_test.shape[0]:
-        raise UsageError(f"--probe-batches {nb} × --probe-batch-size {bs} = {nb * bs} exceeds the "
-                         f"{data.x_test.shape[0]} held-out examples of {base.dataset}; ask for fewer")
-    x, y = probe_batch(data, seeds[0], nb * bs)
-    res = identity_over_seeds(base, data.input_shape, data.num_classes, seeds, x, y, bs)
-    summ = identity_summary(res["per_seed"], base.num_blocks)
-    ref = base.arch == "resmlp" and base.variant == "ref" and base.dataset == "cifar10"
-    rows = [(f"block {i + 1}: |f_l(h_(l-1))|/|h_(l-1)|", v, "~0.10") for i, v in enumerate(summ["block_ratio"])]
-    rows += [("stack: |h_L - h_0|/|h_0|", summ["stack_rel_change"], "0.196 ± 0.003"),
-             ("stack: cos(h_L, h_0)", summ["stack_cos"], "0.981 ± 0.001")]
-    rows += [("per example, mean: |h_L - h_0|/|h_0| (ours)", summ["per_example_stack_rel_change"], ""),
-             ("per example, mean: cos(h_L, h_0) (ours)", summ["per_example_stack_cos"], "")]
-    rows += [(f"median per-example |h_{i}|", v, "~9") for i, v in enumerate(summ["stream_median_norm"])]
-    if "g_L_median" in summ:
-        rows.append((f"D2 |g_L| (mean loss, batch {bs}), median", summ["g_L_median"], "~8e-3"))
-    print(f"identity at init: {base.arch} ({base.variant}) d={base.d_hidden} L={base.num_blocks}, {base.dataset}, "
-          f"{x.shape[0]} held-out examples, seeds {seeds}")
-    print("  block and stack ratios over the whole held-out tensor (the calibration's form); per-example means below")
-    print(f"  {'quantity':44s} {'measured (mean ± std over seeds)':34s}" + (" SPEC §1 reference" if ref else ""))
-    for name, ms, spec in rows:
-        fmt = ".2e" if name.startswith("D2") else ".4f"
-        print(f"  {name:44s} {fmt_ms(ms, fmt):34s}" + (f" {spec}" if ref else ""))
-    if a.out:
-        write_json(Path(a.out), {"config": base.to_dict(), **res, "summary": summ})
+    res = api.identity(base, a.seeds, probe_batches=nb, probe_batch_size=bs, out=a.out)
+    print(res.card)
     return 0
 
 

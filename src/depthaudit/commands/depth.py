@@ -199,7 +199,7 @@ def check_recipe(cfg, data) -> None:
     """Build the model and method once on the CPU so an incompatible pair fails here, before any training."""
     from dataclasses import replace
 
-    from ..train import build
+    from ..loop import build
 
     build(replace(cfg, device="cpu"), data)  # reads only the data's shapes
 

@@ -5,15 +5,12 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
-
 from ..errors import UsageError
 from ..io import check_output_dir
 from . import COMMANDS
 from .args import (
     add_train_args,
     check_probe_args,
-    check_probe_fits,
     config_from_args,
     dedup_note,
     out_arg,
@@ -27,11 +24,9 @@ from .args import (
 
 
 def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
-    """Depth-utility ladder: train the last k blocks for every k, method and seed; resumable JSON."""
-    from ..data import load_data
-    from ..experiments.ladder import LadderConfig, ladder_specs, open_store
-    from ..report.ladder import ladder_report
-    from ..sweep import pick_cell, run_sweep
+    """Depth-utility ladder (:func:`depthaudit.ladder`): the last k blocks for every k, method and seed."""
+    from .. import api
+    from ..experiments.ladder import LadderConfig
 
     if a.gpu is not None:
         if a.device not in ("auto", f"cuda:{a.gpu}"):
@@ -58,23 +53,12 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
                       seeds=tuple(dict.fromkeys(a.seeds)), probe_batches=nb, probe_batch_size=bs,
                       shallow_blocks=shallow)
     opts = sweep_options(a, a.output_dir, base.device)  # bad sweep flags: one line, before any work
-    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
-    check_probe_fits(a, data)
-    specs = ladder_specs(lc, data)
-    if opts.cell is not None:
-        pick_cell(specs, opts.cell)
-    store = open_store(Path(a.output_dir), lc, data.sha256)  # refuses a file of another configuration
-    if not opts.list_cells:
-        print(f"depthaudit ladder: {len(specs)} runs ({len(lc.methods)} methods × {len(ks)} k × "
-              f"{len(lc.seeds)} seeds), {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
-              f"{base.epochs} epochs, {base.device}, jobs {a.jobs} → {store}", file=sys.stderr)
     if opts.cell is not None:
         opts = remember_sweep(opts, a.output_dir, argv)
-    run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], opts=opts,
-              run_log=(lambda m: print("    " + m, file=sys.stderr, flush=True)) if a.verbose else None)
-    _, table = ladder_report(store.path, Path(a.audit_dir) if a.audit_dir else None)
-    print(table)
-    print(f"\nwrote {store.path}, {store.path.with_suffix('.md')} and {store.path.with_suffix('.png')}")
+    res = api.ladder(lc, a.output_dir, sweep=opts, audit_dir=a.audit_dir, verbose=a.verbose,
+                     argv=["depthaudit", *argv])
+    print(res.card)
+    print(f"\nwrote {res.path}, {res.path.with_suffix('.md')} and {res.path.with_suffix('.png')}")
     return 0
 
 

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..config import derive_seed
+from ..loop import evaluate, fit, plain_step
 from ..models.resnet import ResNetCIFAR
 from ..provenance import provenance
-from ..train import evaluate, fit, plain_step
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def run_arm(spec, data=None, log=None, argv=None) -> dict:
 def _recipe_arm(cfg: GrowRun, data, log, argv, t0) -> dict:
     """One arm of the resmlp family: the audit's recipe under the method, growth from an epoch-start hook."""
     from ..depth.insert import insert_zero_block
-    from ..train import train
+    from ..loop import train
 
     grown, inserted = cfg.arm == "grown", 0
 

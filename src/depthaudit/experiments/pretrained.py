@@ -2,7 +2,7 @@
 
 Per model (one sweep cell each, resumable): load it (Hub name or local folder, ``--revision``), optionally
 continue pretraining for ``continue_steps`` AdamW steps on the text's training split through the one loop
-(:func:`depthaudit.train.fit`), freeze it, then measure on **held-out** windows (the text's test split, never
+(:func:`depthaudit.loop.fit`), freeze it, then measure on **held-out** windows (the text's test split, never
 trained on): AG_l, the per-example maxima, AGmax, and V_l for an MLP-family insertion — a zero-output pre-LN
 MLP block ``h + fc2(GELU(fc1(LN(h))))`` of expansion ``mlp_ratio`` with ``fc2 = 0``, whose tangent features are
 ``[ψ(h), 1]`` (drawn per position from the run's seed). The held-out next-token loss is reported beside them.
@@ -96,9 +96,9 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
     """Sweep runner for one model: load, (continue), measure on held-out windows, return the record."""
     from ..data.text import load_text
     from ..depth.growth import activation_gradients, separated_test
+    from ..loop import evaluate, fit, plain_step
     from ..models.gpt import lm_loss
     from ..models.hf import HFStream, load_causal_lm
-    from ..train import evaluate, fit, plain_step
 
     cfg: PretrainedRun = spec.cfg
     device = torch.device(cfg.device)

@@ -1,10 +1,10 @@
 """``depthaudit saturation``: train base + N blocks for each N, then measure AG, AGmax and V per candidate.
 
 Each depth is one run of the shared sweep runner (resumable, one JSON file), trained by the one loop
-(:func:`depthaudit.train.fit`). Families: ``resnet`` (ResNet-8 + N) and ``gpt`` (a decoder of base + N
+(:func:`depthaudit.loop.fit`). Families: ``resnet`` (ResNet-8 + N) and ``gpt`` (a decoder of base + N
 blocks) train with plain backprop (AdamW, cosine, the recipe's defaults); ``resmlp`` (any registered
 residual model, default the reference ResMLP, base + N blocks) trains **under a credit method** with the
-audit's recipe (:func:`depthaudit.train.train`), and AG/V are then measured twice: from the true gradient and
+audit's recipe (:func:`depthaudit.loop.train`), and AG/V are then measured twice: from the true gradient and
 from the method's own credit (:func:`depthaudit.depth.growth.credit_signal`).
 
 Measurement uses ``analysis_batches`` training batches of the trained model in eval mode (mean loss).
@@ -85,7 +85,7 @@ class SaturationRun:
 def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed: int, device, log=None,
                 loss_fn=F.cross_entropy):
     """Plain backprop (AdamW, the recipe's cosine schedule) through the one training loop: ``(history, status)``."""
-    from ..train import evaluate, fit, plain_step
+    from ..loop import evaluate, fit, plain_step
 
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
     model.train()
@@ -123,7 +123,7 @@ def run_depth(spec, data=None, log=None, argv=None) -> dict:
     elif data is None:
         data = load_data(cfg.dataset, cfg.data_dir, False, device)
     if cfg.family == "resmlp":  # the audit's recipe under the credit method
-        from ..train import train
+        from ..loop import train
 
         recipe = cfg.recipe()
         run = train(recipe, data, log=log or (lambda m: None))

@@ -8,8 +8,9 @@ from .ep import EP
 from .fa import FA
 from .fa_stream import FAStream
 from .kp import KolenPollack
-from .options import MethodSpec, Option, parse_spec, with_flags
+from .options import Option
 from .sign import BRSF, FRSF, USF
+from .specs import MethodSpec, parse_spec, with_flags
 from .state_bridge import StateBridge
 
 __all__ = ["METHODS", "CreditMethod", "BP", "FA", "DFA", "USF", "FRSF", "BRSF", "KolenPollack", "EP", "FAStream",
@@ -25,7 +26,7 @@ def build_method(name: str, model, seed: int, credit_mix: float | None = None, c
     (validated against its declaration, defaults filled in), or those of the run config ``cfg``. With
     ``credit_mix`` the method is wrapped in a :class:`CreditMix` toward BP.
     """
-    from ..config import derive_seed
+    from ..seeds import derive_seed
     from .credit_mix import CreditMix
     from .options import resolve
 

@@ -1,0 +1,296 @@
+"""The Python API: one function per command, taking the config objects the CLI builds, writing the same stores.
+
+    import depthaudit as da
+
+    cfg = da.AuditConfig(base=da.TrainConfig(dataset="mnist1d", epochs=20), methods=("bp", "fa", "dfa"))
+    report = da.audit(cfg, "results/audit")      # trains (or reuses) every run, writes report.json/.md + figures
+    report                                       # in Jupyter: the card and the figures
+    print(report.card)                           # the terminal card; report.markdown, report.record, report.figures
+
+The CLI is a thin layer over these functions (``depthaudit audit`` parses flags into an :class:`AuditConfig` and
+calls :func:`audit`), so a run started from Python and one started from the shell are the same run: same store,
+same names, reused by each other. Method specs in ``methods`` (``"fa:head=exact"``) are parsed here once.
+Progress goes to stderr (``progress=False`` silences it).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .config import TrainConfig
+from .errors import UsageError
+from .experiments.audit import AuditConfig
+from .experiments.ladder import LadderConfig
+
+
+@dataclass
+class Result:
+    """What a command wrote: its record (the JSON), the text card, the Markdown, the figures and where they are.
+
+    In Jupyter a result displays itself (the card, then every figure inline).
+    """
+
+    path: Path
+    record: dict
+    card: str
+    markdown: str = ""
+    figures: list[Path] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return self.card
+
+    def _repr_html_(self) -> str:
+        imgs = "".join(f'<div><img src="data:image/png;base64,{base64.b64encode(Path(f).read_bytes()).decode()}" '
+                       f'style="max-width:100%"></div>' for f in self.figures if Path(f).is_file())
+        return f"<pre>{html.escape(self.card)}</pre>{imgs}<p><code>{html.escape(str(self.path))}</code></p>"
+
+
+def _log(progress: bool):
+    return (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
+
+
+def _data(cfg: TrainConfig, data):
+    import torch
+
+    from .data import load_data
+
+    return data if data is not None else load_data(cfg.dataset, cfg.data_dir, cfg.download, torch.device(cfg.device))
+
+
+def _methods(methods) -> tuple:
+    """Each entry parsed once into its canonical :class:`~depthaudit.methods.MethodSpec` (duplicates counted once)."""
+    from .methods import parse_spec
+
+    if isinstance(methods, str):
+        methods = (methods,)
+    return tuple(dict.fromkeys(parse_spec(m) for m in methods))
+
+
+def _audit_form(config: AuditConfig) -> AuditConfig:
+    """Specs parsed, seeds deduplicated, and the base's seed the first of them (as the CLI builds it)."""
+    seeds = tuple(dict.fromkeys(config.seeds))
+    return replace(config, methods=_methods(config.methods), seeds=seeds, base=replace(config.base, seed=seeds[0]))
+
+
+def _sweep(sweep, out: Path, device: str):
+    from .sweep import SweepOptions, batch_cap
+
+    if sweep is not None:
+        return sweep
+    return SweepOptions(batch_runs=batch_cap(None, device), log_dir=str(Path(out) / "logs"))
+
+
+def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool = True, force: bool = False,
+          progress: bool = True, argv: list[str] | None = None) -> Result:
+    """Train one run under ``config`` and write ``out/result.json`` (+ ``checkpoint.pt``)."""
+    from .io import check_output_dir
+    from .loop import Stepper, build, read_checkpoint
+    from .loop import train as train_run
+    from .runner import result_record, save_run
+
+    out = Path(out)
+    check_output_dir(out)
+    if (out / "result.json").exists() and not force:
+        raise UsageError(f"{out}/result.json already exists; pass --force (force=True) to overwrite or choose "
+                         "another output folder")
+    if config.warm_start:  # a damaged checkpoint is refused before any work
+        read_checkpoint(config.warm_start)
+    data = _data(config, data)
+    Stepper(config, data, *build(config, data))  # model, warm start and augmentation fit the data: refused here
+    log = _log(progress)
+    log(f"depthaudit train: {config.method} on {config.arch} d={config.d_hidden} L={config.num_blocks} "
+        f"train_blocks={config.train_blocks}, {config.dataset} ({data.x_train.shape[0]} train), "
+        f"{config.epochs} epochs on {config.device}")
+    run = train_run(config, data, log=log)
+    record = result_record(config, data, run, argv or ["depthaudit.train"])
+    save_run(out, record, run, checkpoint=checkpoint)
+    card = f"{run.status}: final test_acc {run.final['test_acc']}  → {out / 'result.json'}"
+    return Result(out / "result.json", record, card)
+
+
+def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
+          replace_report: bool = False, argv: list[str] | None = None) -> Result:
+    """The audit protocol: every trained/frozen pair (trained or reused), the card, report.json/.md and figures."""
+    from .experiments.audit import audit_specs, run_audit
+    from .io import check_output_dir, write_json, write_text
+    from .report import audit_markdown, audit_terminal
+    from .report.figures import audit_figures
+    from .sweep import pick_cell
+
+    config = _audit_form(config)
+    out = Path(out)
+    check_output_dir(out, subdirs=("runs",))
+    same_audit(out, config, replace_report)
+    base = config.base
+    opts = _sweep(sweep, out, base.device)
+    data = _data(base, data)
+    check_probe_fits(config.probe_batch_size, data)
+    if opts.cell is not None:
+        pick_cell(audit_specs(config, data), opts.cell)
+    log = _log(progress)
+    if not opts.list_cells:
+        log(f"depthaudit audit: {', '.join(config.methods)} × seeds {list(config.seeds)} on {base.dataset} "
+            f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}")
+    report = run_audit(config, data, out, log=log, argv=argv or ["depthaudit.audit"], opts=opts)
+    figures = audit_figures(report, out)
+    report["figures"] = figures
+    write_json(out / "report.json", report)
+    md = audit_markdown(report, figures)
+    write_text(out / "report.md", md)
+    return Result(out / "report.json", report, audit_terminal(report), md,
+                  [out / f for f in (figures.values() if isinstance(figures, dict) else figures)])
+
+
+def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
+           audit_dir: str | Path | None = None, verbose: bool = False, argv: list[str] | None = None) -> Result:
+    """The depth-utility ladder: train the last k blocks for every k, method and seed; table and figure."""
+    from .experiments.ladder import ladder_specs, open_store
+    from .io import check_output_dir
+    from .report.ladder import ladder_report
+    from .sweep import pick_cell, run_sweep
+
+    config = replace(config, methods=_methods(config.methods))
+    base = config.base
+    bad = [k for k in config.k_values if k < 0 or k > base.num_blocks]
+    if bad:
+        raise UsageError(f"--k_values {bad}: each k must be in 0..{base.num_blocks} (--num_blocks)")
+    out = Path(out)
+    check_output_dir(out, "--output_dir")
+    opts = _sweep(sweep, out, base.device)
+    data = _data(base, data)
+    check_probe_fits(config.probe_batch_size, data)
+    specs = ladder_specs(config, data)
+    if opts.cell is not None:
+        pick_cell(specs, opts.cell)
+    store = open_store(out, config, data.sha256)  # refuses a file of another configuration
+    log = _log(progress)
+    if not opts.list_cells:
+        log(f"depthaudit ladder: {len(specs)} runs ({len(config.methods)} methods × {len(config.k_values)} k × "
+            f"{len(config.seeds)} seeds), {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
+            f"{base.epochs} epochs, {base.device}, jobs {opts.jobs} → {store}")
+    run_sweep(specs, store, data=data if opts.jobs == 1 else None, argv=argv or ["depthaudit.ladder"], opts=opts,
+              log=log, run_log=(lambda m: log("    " + m)) if verbose else None)
+    doc, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None)
+    md_path = store.path.with_suffix(".md")
+    return Result(store.path, doc, table, md_path.read_text() if md_path.exists() else table,
+                  [store.path.with_suffix(".png")])
+
+
+def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e-1), *, data=None, sweep=None,
+              progress: bool = True, argv: list[str] | None = None) -> Result:
+    """The audit over a grid of scale-penalty λ, side by side: intervention.json/.md and its figure."""
+    from .experiments.intervene import run_intervention
+    from .io import check_output_dir, write_json, write_text
+    from .report.probes import intervention_figure, intervention_md
+
+    config = _audit_form(config)
+    lambdas = list(dict.fromkeys(float(x) for x in lambdas))
+    if any(not x >= 0 for x in lambdas):
+        raise UsageError(f"--lambdas must be >= 0, got {lambdas}")
+    out = Path(out)
+    check_output_dir(out, subdirs=("runs",))
+    data = _data(config.base, data)
+    check_probe_fits(config.probe_batch_size, data)
+    opts = _sweep(sweep, out, config.base.device)
+    res = run_intervention(config, lambdas, data, out, log=_log(progress), argv=argv or ["depthaudit.intervene"],
+                           opts=opts)
+    table = intervention_md(res)
+    intervention_figure(res, out / "intervention.png")
+    write_json(out / "intervention.json", res)
+    b = config.base
+    md = (f"# Scale-penalty intervention ({b.penalty_form} form, λ ∈ {', '.join(f'{x:g}' for x in lambdas)}; "
+          f"{b.dataset} {b.arch} d={b.d_hidden} L={b.num_blocks}, {b.epochs} epochs)\n\n{table}\n\n"
+          "![checks vs λ](intervention.png)\n")
+    write_text(out / "intervention.md", md)
+    return Result(out / "intervention.json", res, table, md, [out / "intervention.png"])
+
+
+def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 10, probe_batch_size: int = 128,
+             data=None, out: str | Path | None = None) -> Result:
+    """The frozen-init identity check over seeds (SPEC §1's calibration), optionally written to ``out`` (.json)."""
+    from .diagnostics.identity import identity_over_seeds
+    from .experiments.audit import identity_summary
+    from .io import write_json
+    from .runner import probe_batch
+
+    if config.num_blocks < 1:
+        raise UsageError("--num-blocks 0: the identity check measures residual blocks; give at least 1")
+    data = _data(config, data)
+    check_probe_fits(probe_batch_size, data)
+    seeds = list(dict.fromkeys(seeds))
+    n = probe_batches * probe_batch_size
+    if n > data.x_test.shape[0]:
+        raise UsageError(f"--probe-batches {probe_batches} × --probe-batch-size {probe_batch_size} = {n} exceeds the "
+                         f"{data.x_test.shape[0]} held-out examples of {config.dataset}; ask for fewer")
+    x, y = probe_batch(data, seeds[0], n)
+    res = identity_over_seeds(config, data.input_shape, data.num_classes, seeds, x, y, probe_batch_size)
+    res["summary"] = identity_summary(res["per_seed"], config.num_blocks)
+    card = identity_card(config, res["summary"], x.shape[0], seeds, probe_batch_size)
+    record = {"config": config.to_dict(), **res}
+    if out is not None:
+        write_json(Path(out), record)
+    return Result(Path(out) if out is not None else Path("."), record, card)
+
+
+def identity_card(cfg: TrainConfig, summ: dict, n: int, seeds: list, bs: int) -> str:
+    """The identity table beside SPEC §1's calibration figures (the reference model on CIFAR-10)."""
+    from .report import fmt_ms
+
+    ref = cfg.arch == "resmlp" and cfg.variant == "ref" and cfg.dataset == "cifar10"
+    rows = [(f"block {i + 1}: |f_l(h_(l-1))|/|h_(l-1)|", v, "~0.10") for i, v in enumerate(summ["block_ratio"])]
+    rows += [("stack: |h_L - h_0|/|h_0|", summ["stack_rel_change"], "0.196 ± 0.003"),
+             ("stack: cos(h_L, h_0)", summ["stack_cos"], "0.981 ± 0.001")]
+    rows += [("per example, mean: |h_L - h_0|/|h_0| (ours)", summ["per_example_stack_rel_change"], ""),
+             ("per example, mean: cos(h_L, h_0) (ours)", summ["per_example_stack_cos"], "")]
+    rows += [(f"median per-example |h_{i}|", v, "~9") for i, v in enumerate(summ["stream_median_norm"])]
+    if "g_L_median" in summ:
+        rows.append((f"D2 |g_L| (mean loss, batch {bs}), median", summ["g_L_median"], "~8e-3"))
+    lines = [f"identity at init: {cfg.arch} ({cfg.variant}) d={cfg.d_hidden} L={cfg.num_blocks}, {cfg.dataset}, "
+             f"{n} held-out examples, seeds {seeds}",
+             "  block and stack ratios over the whole held-out tensor (the calibration's form); "
+             "per-example means below",
+             f"  {'quantity':44s} {'measured (mean ± std over seeds)':34s}" + (" SPEC §1 reference" if ref else "")]
+    lines += [f"  {name:44s} {fmt_ms(ms, '.2e' if name.startswith('D2') else '.4f'):34s}" + (f" {spec}" if ref else "")
+              for name, ms, spec in rows]
+    return "\n".join(lines)
+
+
+def check_probe_fits(batch_size: int, data) -> None:
+    """A probe batch must fit the held-out split (checked once the data is loaded, before any run starts)."""
+    n = data.x_test.shape[0]
+    if batch_size > n:
+        raise UsageError(f"--probe-batch-size {batch_size} exceeds the {n} held-out examples; use at most {n}")
+
+
+def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
+    """Refuse to overwrite the report of a different audit configuration in ``out`` (its runs are kept anyway)."""
+    import json
+
+    try:
+        old = json.loads((out / "report.json").read_text()).get("config")
+    except (OSError, ValueError, AttributeError):
+        return  # no report (or an unreadable one, which the report command names): nothing to protect
+    new = json.loads(json.dumps(acfg.to_dict()))
+    if not isinstance(old, dict) or replace_report:
+        return
+    where = lambda d: {k: v for k, v in d.items() if k not in ("data_dir", "download")}  # noqa: E731
+    old_base = _comparable_base(old.get("base") or {})
+    new_base = _comparable_base(new["base"])
+    diff = sorted({k for k in set(old) | set(new) if k != "base" and old.get(k) != new.get(k)}
+                  | {k for k in set(where(old_base)) | set(where(new_base)) if old_base.get(k) != new_base.get(k)})
+    if diff:
+        raise UsageError(f"{out}/report.json is the report of another audit (differs in {', '.join(diff[:6])}); "
+                         "use another --out, or --replace-report to overwrite it (the runs of both stay in runs/)")
+
+
+def _comparable_base(d: dict[str, Any]) -> dict[str, Any]:
+    """A stored base config in today's form (0.2's flat option fields read back into ``method_options``)."""
+    try:
+        return TrainConfig.from_dict(d).to_dict()
+    except (TypeError, UsageError):
+        return d
