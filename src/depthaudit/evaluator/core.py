@@ -178,6 +178,17 @@ class _MeasuredProbe(Probe):
         self.__dict__.update(states=cat(states), credits=cat(credits), _reference=(cat(reference), None))
 
 
+def _rng_state():
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
+
+
 @contextlib.contextmanager
 def untouched(model: nn.Module, eval_mode: bool = True):
     """Leave the run as it was: RNG streams, train/eval flags, buffers and ``.grad`` restored; parameters checked.
@@ -185,8 +196,7 @@ def untouched(model: nn.Module, eval_mode: bool = True):
     A parameter changed in place inside the block is an error (the evaluator never writes one; a model whose
     forward does cannot be measured without changing the run).
     """
-    cpu_rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    rng = _rng_state()
     flags = [(m, m.training) for m in model.modules()]
     params = list(model.parameters())
     versions = [p._version for p in params]
@@ -197,14 +207,12 @@ def untouched(model: nn.Module, eval_mode: bool = True):
     try:
         yield
     finally:
-        torch.set_rng_state(cpu_rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state_all(cuda_rng)
+        _set_rng_state(rng)
         for m, t in flags:
             m.training = t
         with torch.no_grad():
-            for b, v, saved in buffers:
-                if b._version != v:
+            for b, v, saved in buffers:  # (a train-mode BatchNorm updates its statistics without a version bump)
+                if b._version != v or not torch.equal(b, saved):
                     b.copy_(saved)
         for p, (g, _) in zip(params, grads, strict=True):
             if p.grad is not g:
@@ -294,6 +302,7 @@ class CreditEvaluator:
     def _measure(self) -> dict:
         states, credits, refs, kinds, nodes_seen, diffs = [], [], [], set(), set(), []
         for x, y in self.batches:
+            rng = _rng_state()  # every pass over this batch sees the same random draws (train-mode dropout)
             if self.credit == "capture":
                 st, logits, cs, nodes = capture_credits(self.model, x, y, self.loss_fn)
             else:
@@ -302,6 +311,7 @@ class CreditEvaluator:
                     nodes = custom_backward_nodes(_loss(self.loss_fn, logits, y))
                 st, logits = [h.detach() for h in st], logits.detach()
                 cs = _call_user(self.credit, "credit", st, logits, y)
+            _set_rng_state(rng)
             kind, ref, diff = self._reference_for(x, y, st, logits, nodes)
             if kind == "autograd":
                 ref = cs if self.credit == "capture" else capture_credits(self.model, x, y, self.loss_fn)[2]

@@ -1,0 +1,458 @@
+"""The drop-in evaluator and the user-loop monitor (depthaudit.evaluator): laws against independent references."""
+
+import copy
+import json
+import math
+from importlib.resources import files
+
+import jsonschema
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from depthaudit.config import TrainConfig, derive_seed
+from depthaudit.data.base import DataBundle
+from depthaudit.diagnostics import (
+    CreditCosine,
+    Probe,
+    ReferenceNorm,
+    RobustCosine,
+    StreamNorms,
+    audit_monitor,
+    audit_tracker,
+    robust_cosine,
+)
+from depthaudit.errors import UsageError
+from depthaudit.evaluator import CreditEvaluator, TrainingMonitor, capture_credits, frozen_twin
+from depthaudit.methods import build_method
+from depthaudit.models import ResidualAdapter, build_model
+from depthaudit.runner import probe_batches, tracking_plan
+from depthaudit.train import build, cosine_lr, make_optimizer, train
+from depthaudit.verdicts import Thresholds
+
+
+def _batches(n=2, b=64, din=40, seed=0, classes=10):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(b, din, generator=g), torch.randint(0, classes, (b,), generator=g)) for _ in range(n)]
+
+
+# ---- a user's own networks, written without depthaudit -------------------------------------------------------
+
+
+class FAFunction(torch.autograd.Function):
+    """Linear ``y = x Wᵀ + b`` whose backward sends ``g B`` to the input instead of ``g W`` (Lillicrap's FA)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, feedback):
+        ctx.save_for_backward(x, feedback)
+        return x @ weight.T + bias
+
+    @staticmethod
+    def backward(ctx, g):
+        x, feedback = ctx.saved_tensors
+        return g @ feedback, g.T @ x, g.sum(0), None
+
+
+class FALinear(nn.Linear):
+    """An ``nn.Linear`` subclass with a fixed feedback matrix (the biotorch design)."""
+
+    def __init__(self, fin, fout):
+        super().__init__(fin, fout)
+        self.register_buffer("feedback", torch.zeros(fout, fin))
+
+    def forward(self, x):
+        return FAFunction.apply(x, self.weight, self.bias, self.feedback)
+
+
+class FAOnly(nn.Module):
+    """The same FA linear, but not an ``nn.Linear`` subclass: no BP twin can be derived from it."""
+
+    def __init__(self, lin: FALinear):
+        super().__init__()
+        self.lin = lin
+
+    def forward(self, x):
+        return FAFunction.apply(x, self.lin.weight, self.lin.bias, self.lin.feedback)
+
+
+class UserBlock(nn.Module):
+    def __init__(self, d, linear=nn.Linear):
+        super().__init__()
+        self.ln, self.fc1, self.fc2 = nn.LayerNorm(d), linear(d, d), linear(d, d)
+
+    def forward(self, h):
+        return self.fc2(F.gelu(self.fc1(self.ln(h))))
+
+
+class UserResMLP(nn.Module):
+    """The reference ResMLP's architecture as a user writes it; ``forward`` is the user's own."""
+
+    def __init__(self, din, d, L, classes, linear=nn.Linear):
+        super().__init__()
+        self.embed = linear(din, d)
+        self.blocks = nn.ModuleList(UserBlock(d, linear) for _ in range(L))
+        self.out_ln, self.out_head = nn.LayerNorm(d), linear(d, classes)
+
+    def forward(self, x):
+        h = self.embed(x)
+        for b in self.blocks:
+            h = h + b(h)
+        return self.out_head(self.out_ln(h))
+
+
+def _user_fa_twin_of(ref_model, method, linear=FALinear):
+    """A UserResMLP with ``ref_model``'s weights and ``method``'s (depthaudit fa) feedback in its FA layers."""
+    d, L = ref_model.embed.proj.out_features, len(ref_model.blocks)
+    net = UserResMLP(ref_model.embed.proj.in_features, d, L, ref_model.readout.out_head.out_features, linear)
+    with torch.no_grad():
+        net.embed.weight.copy_(ref_model.embed.proj.weight)
+        net.embed.bias.copy_(ref_model.embed.proj.bias)
+        for i, (mine, theirs) in enumerate(zip(net.blocks, ref_model.blocks, strict=True), start=1):
+            mine.ln.load_state_dict(theirs.ln.state_dict())
+            for k in ("fc1", "fc2"):
+                getattr(mine, k).weight.copy_(getattr(theirs, k).weight)
+                getattr(mine, k).bias.copy_(getattr(theirs, k).bias)
+                getattr(mine, k).feedback.copy_(method.feedback[f"block{i}.{k}"])
+        net.out_ln.load_state_dict(ref_model.readout.out_ln.state_dict())
+        net.out_head.weight.copy_(ref_model.readout.out_head.weight)
+        net.out_head.bias.copy_(ref_model.readout.out_head.bias)
+        net.out_head.feedback.copy_(method.feedback["readout.out_head"])
+    return net
+
+
+def _adapt(net):
+    return ResidualAdapter(net, embed="embed", blocks="blocks", readout=["out_ln", "out_head"])
+
+
+class ConvBlock(nn.Module):
+    """A conv block that adds its own skip connection, with BatchNorm and dropout (state and randomness)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.norm, self.conv, self.drop = nn.BatchNorm1d(c), nn.Conv1d(c, c, 3, padding=1), nn.Dropout(0.2)
+
+    def forward(self, h):
+        return h + self.drop(self.conv(torch.relu(self.norm(h))))
+
+
+class ConvNet(nn.Module):
+    def __init__(self, c=8, L=3, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Unflatten(1, (1, -1)), nn.Conv1d(1, c, 3, padding=1))
+        self.layers = nn.ModuleList(ConvBlock(c) for _ in range(L))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(c, classes))
+
+    def forward(self, x):
+        h = self.stem(x)
+        for b in self.layers:
+            h = b(h)
+        return self.head(h)
+
+
+def _conv_adapter(net):
+    return ResidualAdapter(net, embed="stem", blocks="layers", readout="head", block_includes_residual=True)
+
+
+def _independent_bp(model, x, y):
+    """Per-example BP credits by plain autograd: ∂(Σ_b ℓ_b)/∂h_l through the model's own forward."""
+    logits, states = model(x, return_states=True)
+    return torch.autograd.grad(F.cross_entropy(logits, y, reduction="sum"), states)
+
+
+# ---- laws ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["resmlp", "user_conv"])
+def test_bp_captured_credit_equals_autograd_and_gamma_is_one(kind):
+    torch.manual_seed(0)
+    if kind == "resmlp":
+        model, batches = build_model("resmlp", (40,), 10, 32, 4, None, 0), _batches()
+    else:
+        model, batches = _conv_adapter(ConvNet()), _batches(din=24)
+    ev = CreditEvaluator(model, batches)  # credit captured from the model's own (BP) backward
+    out = ev()
+    assert out["evaluator"]["reference"] == "autograd" and out["evaluator"]["custom_backward"] == []
+    model.eval()  # the evaluator measures in eval mode (BatchNorm's running statistics)
+    ind = [torch.cat(t) for t in zip(*(_independent_bp(model, x, y) for x, y in batches), strict=True)]
+    got = ev.last_probe.credits
+    diff = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(got, ind, strict=True))
+    gam = out["credit_cosine"]["per_layer"]
+    print(f"{kind}: captured vs autograd credit, max rel diff {diff:.2e}; Γ_l {gam}; "
+          f"max |Γ_l - 1| {max(abs(g - 1) for g in gam):.2e}")
+    assert diff < 1e-5
+    assert max(abs(g - 1) for g in gam) < 1e-6
+    assert max(abs(g - 1) for g in out["robust_cosine"]["per_layer"]) < 1e-12
+    if kind == "resmlp":  # D1/D2 as the CLI's diagnostics measure them on depthaudit's own BP probe
+        p = Probe(model, build_method("bp", model, 0), batches)
+        bp_ref = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(got, p.reference, strict=True))
+        s, r = StreamNorms().compute(p), ReferenceNorm().compute(p)
+        print(f"vs depthaudit bp_credits: max rel diff {bp_ref:.2e}; ρ {out['stream']['rho']} vs {s['rho']}; "
+              f"‖g_L‖ {out['reference']['g_L']:.6e} vs {r['g_L']:.6e}")
+        assert bp_ref < 1e-5
+        assert out["stream"]["norms"] == s["norms"]  # same states, bit for bit
+        assert out["reference"]["g_L"] == pytest.approx(r["g_L"], rel=1e-6)
+
+
+def test_fa_as_custom_autograd_layers_gives_depthaudits_fa_gamma_on_the_same_weights():
+    ref_model = build_model("resmlp", (40,), 10, 32, 4, None, 0)
+    method = build_method("fa", ref_model, 0)
+    batches = _batches()
+    net = _user_fa_twin_of(ref_model, method)
+    user = _adapt(net)
+    x0 = batches[0][0]
+    assert torch.allclose(net(x0), ref_model(x0), atol=1e-6)  # same weights, same function
+    out = CreditEvaluator(user, batches)()  # captured through FAFunction's backward; reference: the BP twin
+    ev = out["evaluator"]
+    assert ev["reference"] == "twin" and ev["custom_backward"] == ["FAFunctionBackward"]
+    p = Probe(ref_model, method, batches)  # depthaudit's own audit measurement of method fa
+    theirs, theirs_rob = CreditCosine().compute(p)["per_layer"], RobustCosine().compute(p)["per_layer"]
+    mine, mine_rob = out["credit_cosine"]["per_layer"], out["robust_cosine"]["per_layer"]
+    d_gam = max(abs(a - b) for a, b in zip(mine, theirs, strict=True))
+    d_rob = max(abs(a - b) for a, b in zip(mine_rob, theirs_rob, strict=True))
+    print(f"Γ_l captured {[round(v, 5) for v in mine]}\nΓ_l depthaudit fa {[round(v, 5) for v in theirs]}\n"
+          f"max |ΔΓ_l| {d_gam:.2e}, max |Δrobust_l| {d_rob:.2e}, twin logits rel diff {ev['twin_logits_max_diff']:.1e}")
+    assert d_gam < 1e-5 and d_rob < 1e-5
+    assert min(mine[:-1]) < 0.9  # a real FA: not BP below the top
+    assert out["reference"]["g_L"] == pytest.approx(ReferenceNorm().compute(p)["g_L"], rel=1e-5)
+    assert out["stream"]["rho"] == pytest.approx(StreamNorms().compute(p)["rho"], rel=1e-6)
+
+
+def test_custom_backward_without_a_derivable_twin_is_refused_then_a_reference_callable_audits_it():
+    ref_model = build_model("resmlp", (40,), 10, 16, 2, None, 1)
+    method = build_method("fa", ref_model, 1)
+    net = _user_fa_twin_of(ref_model, method)
+    net.blocks[0].fc1 = FAOnly(net.blocks[0].fc1)  # one FA layer the twin cannot switch to its base class
+    batches = _batches()
+    with pytest.raises(UsageError, match=r"FAFunctionBackward.*reference="):
+        CreditEvaluator(_adapt(net), batches)()
+
+    def exact(states, logits, y):  # the user's own exact reference: BP through depthaudit's model, same weights
+        h = states[0].clone().requires_grad_()
+        hs = [h]
+        for blk in ref_model.blocks:
+            h = h + blk(h)
+            hs.append(h)
+        return [g * y.shape[0] for g in torch.autograd.grad(F.cross_entropy(ref_model.readout(h), y), hs)]
+
+    out = CreditEvaluator(_adapt(net), batches, reference=exact)()
+    theirs = CreditCosine().compute(Probe(ref_model, method, batches))["per_layer"]
+    d = max(abs(a - b) for a, b in zip(out["credit_cosine"]["per_layer"], theirs, strict=True))
+    print("reference callable: max |ΔΓ_l| vs depthaudit fa", d)
+    assert out["evaluator"]["reference"] == "callable" and d < 1e-5
+
+
+def test_callable_credit_is_measured_like_the_clis_method():
+    model = build_model("resmlp", (40,), 10, 16, 3, None, 0)
+    method = build_method("dfa", model, 5)
+    batches = _batches()
+    # DFA from its definition, written here: c_l = B_l e with depthaudit's fixed B_l (drawn on first use)
+    _ = Probe(model, method, batches).credits
+
+    def dfa(states, logits, y):
+        e = torch.softmax(logits, -1) - F.one_hot(y, logits.shape[-1]).to(logits)
+        return [(e @ method.feedback[f"B{i}"].T).view_as(h) for i, h in enumerate(states)]
+
+    out = CreditEvaluator(model, batches, credit=dfa)()
+    theirs = CreditCosine().compute(Probe(model, method, batches))["per_layer"]
+    d = max(abs(a - b) for a, b in zip(out["credit_cosine"]["per_layer"], theirs, strict=True))
+    print("callable DFA vs depthaudit dfa: max |ΔΓ_l|", d)
+    assert d < 1e-6
+
+
+def _snapshot(model, opt):
+    return {"params": [p.detach().clone() for p in model.parameters()],
+            "grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
+            "buffers": [b.clone() for b in model.buffers()], "opt": copy.deepcopy(opt.state_dict()),
+            "rng": torch.get_rng_state().clone(), "training": [m.training for m in model.modules()]}
+
+
+def _same(a, b) -> list[str]:
+    bad = []
+    for k in ("params", "grads", "buffers"):
+        for i, (u, v) in enumerate(zip(a[k], b[k], strict=True)):
+            if (u is None) != (v is None) or (u is not None and not torch.equal(u, v)):
+                bad.append(f"{k}[{i}]")
+    sa, sb = a["opt"]["state"], b["opt"]["state"]
+    bad += [f"opt[{i}].{n}" for i in sa for n in sa[i] if not torch.equal(torch.as_tensor(sa[i][n]),
+                                                                          torch.as_tensor(sb[i][n]))]
+    if not torch.equal(a["rng"], b["rng"]):
+        bad.append("rng")
+    if a["training"] != b["training"]:
+        bad.append("train/eval flags")
+    return bad
+
+
+@pytest.mark.parametrize("eval_mode", [True, False])
+def test_evaluator_changes_no_parameter_grad_buffer_optimizer_state_or_rng(eval_mode):
+    # a user's model with BatchNorm (buffers) and dropout (RNG), mid-training: grads and AdamW state populated
+    def run(measure: bool):
+        torch.manual_seed(0)
+        net = ConvNet()
+        model = _conv_adapter(net)
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+        batches = _batches(din=24, seed=1)
+        mon = TrainingMonitor(model, batches, eval_mode=eval_mode, log=None) if measure else None
+        bad = []
+        for step in range(4):
+            x, y = torch.randn(32, 24), torch.randint(0, 10, (32,))
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            if measure:  # between backward and step: .grad must reach the optimizer untouched
+                before = _snapshot(net, opt)
+                mon.step(step)
+                CreditEvaluator(model, batches, reference="twin", eval_mode=eval_mode)()
+                bad += _same(before, _snapshot(net, opt))
+            opt.step()
+        return [p.detach().clone() for p in net.parameters()] + [b.clone() for b in net.buffers()], bad, mon
+
+    plain, _, _ = run(False)
+    measured, bad, mon = run(True)
+    print(f"eval_mode={eval_mode}: changed by the evaluator: {bad or 'nothing'}; measured steps "
+          f"{[h['epoch'] for h in mon.history]}")
+    assert bad == []
+    diff = max((a - b).abs().max().item() for a, b in zip(plain, measured, strict=True))
+    print("params/buffers after 4 steps, with vs without the monitor: max |diff|", diff)
+    assert all(torch.equal(a, b) for a, b in zip(plain, measured, strict=True))  # bitwise: the run is the same run
+
+
+def _tiny_data(seed=0, n_train=512, n_test=384, din=40, classes=10):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(din, classes, generator=g)
+    x = torch.randn(n_train + n_test, din, generator=g)
+    y = (x @ w).argmax(1)
+    return DataBundle("tiny-teacher", x[:n_train], y[:n_train], x[n_train:], y[n_train:], classes, "test", "0" * 64)
+
+
+def _cli_run(cfg, data, th):
+    plan = tracking_plan(3, 128, 1, th)
+    batches = probe_batches(data, cfg.seed, 3, 128)
+    return train(cfg, data, log=lambda m: None, tracker=audit_tracker(batches, 1, th.eps), monitor=audit_monitor(plan))
+
+
+def test_monitor_in_a_plain_user_loop_equals_the_clis_monitor_on_the_same_run():
+    data = _tiny_data()
+    cfg = TrainConfig(dataset="tiny", d_hidden=16, num_blocks=3, method="fa", epochs=4, lr=3e-3, seed=7)
+    first = _cli_run(cfg, data, Thresholds())  # pick thresholds that fire mid-run, from the run itself
+    hist = [first.probe_init] + [h["probe"] for h in first.history]
+    rho = [p["stream"]["rho"] for p in hist]
+    g_l = [p["reference"]["g_L"] for p in hist]
+    print("ρ by epoch", rho, "\n‖g_L‖ by epoch", g_l)
+    rho_max = sorted(rho)[len(rho) // 2] * (1 - 1e-9)
+    g_min = sorted(g_l)[len(g_l) // 2] * (1 + 1e-9)
+    th = Thresholds(rho_max=rho_max, eps=1e-8, ref_factor=g_min / 1e-8)
+    cli = _cli_run(cfg, data, th)
+
+    # the user's loop: the same recipe written out by hand; the monitor is two lines in it
+    model, method = build(cfg, data)
+    opt = make_optimizer(model, cfg)
+    batches = probe_batches(data, cfg.seed, 3, 128)
+    mon = TrainingMonitor(model, batches, credit=method, thresholds=th, name="fa", log=None)
+    mon.step(0)
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "shuffle"))
+    n, steps = data.x_train.shape[0], math.ceil(data.x_train.shape[0] / cfg.batch_size)
+    for epoch in range(1, cfg.epochs + 1):
+        perm = torch.randperm(n, generator=gen)
+        for i in range(steps):
+            idx = perm[i * cfg.batch_size:(i + 1) * cfg.batch_size]
+            for grp in opt.param_groups:
+                grp["lr"] = cosine_lr(cfg.lr, (epoch - 1) * steps + i, cfg.epochs * steps)
+            opt.zero_grad(set_to_none=True)
+            method.step(model, data.x_train[idx], data.y_train[idx])
+            opt.step()
+        mon.step(epoch)
+    mine = [h["probe"] for h in mon.history]
+    theirs = [cli.probe_init] + [h["probe"] for h in cli.history]
+    d1 = max(abs(a["stream"]["rho"] - b["stream"]["rho"]) for a, b in zip(mine, theirs, strict=True))
+    d2 = max(abs(a["reference"]["g_L"] - b["reference"]["g_L"]) for a, b in zip(mine, theirs, strict=True))
+    dg = max(abs(u - v) for a, b in zip(mine, theirs, strict=True)
+             for u, v in zip(a["credit_cosine"]["per_layer"], b["credit_cosine"]["per_layer"], strict=True))
+    print(f"thresholds ρ>{rho_max:.6g}, ‖g_L‖<{g_min:.6g}; user-loop monitor fired {mon.fired}; CLI fired "
+          f"{cli.monitor['fired']}; max |Δρ| {d1}, max |Δ‖g_L‖| {d2}, max |ΔΓ_l| {dg}")
+    assert mon.fired == cli.monitor["fired"]
+    assert mon.monitor.to_dict() == cli.monitor
+    assert d1 == 0 and d2 == 0 and dg == 0
+    assert any(v is not None and v["epoch"] > 0 for v in mon.fired.values())  # fired mid-run, not only at init
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), cli.model.parameters(), strict=True))
+
+
+def test_report_card_json_and_figures_are_the_clis_and_a_diverged_run_is_reported(tmp_path):
+    torch.manual_seed(0)
+    net = ConvNet(L=2)
+    model = _conv_adapter(net)
+    frozen = frozen_twin(net, blocks="layers")
+    assert all(not p.requires_grad for p in frozen.layers.parameters())
+    assert all(p.requires_grad for p in frozen.head.parameters()) and all(p.requires_grad for p in net.parameters())
+    batches = _batches(din=24, seed=2)
+    mon = TrainingMonitor(model, batches, schedule=lambda s: s % 2 == 0, name="bp-user", log=None)
+    for s in range(5):
+        mon.step(s)
+    assert [h["epoch"] for h in mon.history] == [0, 2, 4]
+    report = mon.report(test_acc=0.31, frozen_acc=0.22, dataset="noise", budget=4)
+    mon.write(tmp_path / "out")
+    on_disk = json.loads((tmp_path / "out" / "report.json").read_text())
+    schema = json.loads(files("depthaudit.report").joinpath("audit.schema.json").read_text())
+    jsonschema.validate(on_disk, schema)
+    for f in ("report.md", "cosine_heatmap.png", "scale_checks.png", "depth_utility.png"):
+        assert (tmp_path / "out" / f).stat().st_size > 0
+    card = mon.card()
+    print(card)
+    m = report["methods"][0]
+    assert "Standard pair vs protocol" in card and "bp-user" in card
+    assert m["checks"]["D3"]["value"] == pytest.approx(9.0) and m["checks"]["D3"]["status"] == "PASS"
+    assert max(abs(c["mean"] - 1) for c in m["per_layer_cosine"]) < 1e-6
+
+    with torch.no_grad():  # the run diverges: a result, reported, not a crash
+        net.layers[1].conv.weight.fill_(math.nan)
+    mon.step(6)
+    report = mon.report(test_acc=0.1, frozen_acc=0.22)
+    card = mon.card(report)
+    print("\n".join(card.splitlines()[:5]))
+    assert report["methods"][0]["status"] == ["diverged"] and "DIVERGED" in card
+    assert mon.fired["D1"]["epoch"] == 6  # a non-finite ρ fires D1, as in the CLI's monitor
+    assert math.isnan(mon.history[-1]["probe"]["robust_cosine"]["per_layer"][0])  # never a fake 1
+
+
+def test_robust_cosine_of_non_finite_values_is_nan_not_one():
+    nan = torch.tensor([math.nan, 1.0])
+    assert math.isnan(robust_cosine(nan, torch.ones(2)))
+    assert robust_cosine(torch.ones(2), torch.ones(2)) == pytest.approx(1.0)
+
+
+def test_bad_inputs_get_one_clear_error_naming_the_fix():
+    model = build_model("resmlp", (40,), 10, 16, 2, None, 0)
+    b = _batches()
+    with pytest.raises(UsageError, match="ResidualAdapter"):
+        CreditEvaluator(nn.Linear(3, 3), b)
+    with pytest.raises(UsageError, match="unequal sizes"):
+        CreditEvaluator(model, [b[0], (b[1][0][:10], b[1][1][:10])])
+    with pytest.raises(UsageError, match="no probe batches"):
+        CreditEvaluator(model, [])
+    with pytest.raises(UsageError, match="one per stream position"):
+        CreditEvaluator(model, b, credit=lambda s, lg, y: s[:-1])()
+    with pytest.raises(UsageError, match="shaped like h_1"):
+        CreditEvaluator(model, b, credit=lambda s, lg, y: [s[0], s[1][:, :3], s[2]])()
+    with pytest.raises(UsageError, match="credit="):
+        CreditEvaluator(model, b, credit="fa")
+    with pytest.raises(UsageError, match="blocks='layers'"):
+        frozen_twin(ConvNet())
+    with pytest.raises(UsageError, match="schedule"):
+        TrainingMonitor(model, b, schedule=5, log=None)
+    mon = TrainingMonitor(model, b, log=None)
+    with pytest.raises(UsageError, match="measured nothing"):
+        mon.report(0.5, 0.4)
+    mon.step(3)
+    with pytest.raises(UsageError, match="steps must increase"):
+        mon.step(2)
+    with pytest.raises(UsageError, match="fraction"):
+        mon.report(test_acc=55.0, frozen_acc=0.4)
+
+
+def test_capture_credits_is_the_per_example_convention():
+    model = build_model("studentnet", (40,), 10, 16, 2, None, 0)
+    x, y = _batches(1)[0]
+    states, logits, credits, nodes = capture_credits(model, x, y)
+    ref = _independent_bp(model, x, y)
+    d = max((a - b).abs().max().item() for a, b in zip(credits, ref, strict=True))
+    print("capture_credits vs sum-loss autograd: max |diff|", d)
+    assert nodes == [] and d < 1e-6 and all(not c.requires_grad for c in credits)
