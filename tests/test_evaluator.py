@@ -204,15 +204,15 @@ def test_fa_as_custom_autograd_layers_gives_depthaudits_fa_gamma_on_the_same_wei
     assert torch.allclose(net(x0), ref_model(x0), atol=1e-6)  # same weights, same function
     out = CreditEvaluator(user, batches)()  # captured through FAFunction's backward; reference: the BP twin
     ev = out["evaluator"]
-    assert ev["reference"] == "twin" and ev["custom_backward"] == ["FAFunctionBackward"]
     p = Probe(ref_model, method, batches)  # depthaudit's own audit measurement of method fa
     theirs, theirs_rob = CreditCosine().compute(p)["per_layer"], RobustCosine().compute(p)["per_layer"]
     mine, mine_rob = out["credit_cosine"]["per_layer"], out["robust_cosine"]["per_layer"]
     d_gam = max(abs(a - b) for a, b in zip(mine, theirs, strict=True))
     d_rob = max(abs(a - b) for a, b in zip(mine_rob, theirs_rob, strict=True))
     print(f"Γ_l captured {[round(v, 5) for v in mine]}\nΓ_l depthaudit fa {[round(v, 5) for v in theirs]}\n"
-          f"max |ΔΓ_l| {d_gam:.2e}, max |Δrobust_l| {d_rob:.2e}, twin logits rel diff {ev['twin_logits_max_diff']:.1e}")
+          f"max |ΔΓ_l| {d_gam:.2e}, max |Δrobust_l| {d_rob:.2e}, twin logits rel diff {ev['twin_logits_max_diff']}")
     assert d_gam < 1e-5 and d_rob < 1e-5
+    assert ev["reference"] == "twin" and ev["custom_backward"] == ["FAFunctionBackward"]
     assert min(mine[:-1]) < 0.9  # a real FA: not BP below the top
     assert out["reference"]["g_L"] == pytest.approx(ReferenceNorm().compute(p)["g_L"], rel=1e-5)
     assert out["stream"]["rho"] == pytest.approx(StreamNorms().compute(p)["rho"], rel=1e-6)
@@ -456,3 +456,23 @@ def test_capture_credits_is_the_per_example_convention():
     d = max((a - b).abs().max().item() for a, b in zip(credits, ref, strict=True))
     print("capture_credits vs sum-loss autograd: max |diff|", d)
     assert nodes == [] and d < 1e-6 and all(not c.requires_grad for c in credits)
+
+
+def test_biotorch_fa_is_audited_as_it_is_and_matches_depthaudit_fa_with_the_same_b(tmp_path, capsys):
+    pytest.importorskip("biotorch", reason="pip install --no-deps biotorch==0.0.16")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from examples.biotorch_fa import main
+
+    res = main(["--epochs", "1", "--d-hidden", "16", "--num-blocks", "2", "--out", str(tmp_path / "o")])
+    out = capsys.readouterr().out
+    cmp = res["comparison"]
+    print(out[-900:])
+    assert "Standard pair vs protocol" in out and (tmp_path / "o" / "report.json").exists()
+    assert cmp["evaluator"]["reference"] == "twin" and cmp["evaluator"]["twin_logits_max_diff"] == 0
+    assert cmp["max_abs_gamma_diff_same_B"] < 1e-5 and max(cmp["credit_max_rel_diff_same_B"]) < 1e-5
+    # without the twin the model's own autograd runs biotorch's FA: a "reference" that agrees with FA perfectly
+    assert min(cmp["gamma_depthaudit_fa_same_B_without_twin"]) > 1 - 1e-6
+    assert max(cmp["gamma_biotorch"][:-1]) < 0.9
