@@ -85,6 +85,8 @@ def compare_with_depthaudit_fa(model, batches, seed: int) -> dict:
                "robust_biotorch": mine["robust_cosine"]["per_layer"],
                "robust_depthaudit_fa_same_B": RobustCosine().compute(p_same)["per_layer"],
                "credit_max_rel_diff_same_B": rel, "evaluator": mine["evaluator"]}
+    # the same through the evaluator (a depthaudit method is measured inside the BP twin there)
+    out["gamma_evaluator_fa_same_B"] = CreditEvaluator(model, batches, credit=same_b)()["credit_cosine"]["per_layer"]
     # the pitfall the twin avoids: outside it, the "reference" is biotorch's own FA backward
     out["gamma_depthaudit_fa_same_B_without_twin"] = CreditCosine().compute(Probe(model, same_b, batches))["per_layer"]
     out["max_abs_gamma_diff_same_B"] = max(abs(a - b) for a, b in zip(

@@ -473,6 +473,7 @@ def test_biotorch_fa_is_audited_as_it_is_and_matches_depthaudit_fa_with_the_same
     assert "Standard pair vs protocol" in out and (tmp_path / "o" / "report.json").exists()
     assert cmp["evaluator"]["reference"] == "twin" and cmp["evaluator"]["twin_logits_max_diff"] == 0
     assert cmp["max_abs_gamma_diff_same_B"] < 1e-5 and max(cmp["credit_max_rel_diff_same_B"]) < 1e-5
+    assert cmp["gamma_evaluator_fa_same_B"] == cmp["gamma_depthaudit_fa_same_B"]
     # without the twin the model's own autograd runs biotorch's FA: a "reference" that agrees with FA perfectly
     assert min(cmp["gamma_depthaudit_fa_same_B_without_twin"]) > 1 - 1e-6
     assert max(cmp["gamma_biotorch"][:-1]) < 0.9

@@ -241,7 +241,13 @@ class CreditEvaluator:
 
     Calling the evaluator returns the CLI tracker's measurement dict (``credit_cosine``, ``robust_cosine``,
     ``stream``, ``reference``; ``update_cosine`` for a ``CreditMethod``) plus ``evaluator``: where the credit and
-    the reference came from, the custom backward nodes seen and the BP twin's logits max difference.
+    the reference came from, the custom backward nodes seen and the BP twin's logits max difference. The tensors
+    of the last measurement (``states``, ``credits``, ``reference`` over all probe examples, per-example
+    convention, fp32) stay on ``last_probe``.
+
+    A ``CreditMethod`` is measured by the CLI's own :class:`~depthaudit.diagnostics.Probe`, inside the BP twin (a
+    no-op for a plain model, so the numbers are the CLI's to the bit; on biotorch-converted layers it keeps the
+    reference exact).
     """
 
     def __init__(self, model: ResidualModel, batches, credit="capture", reference="auto", loss_fn=None,
@@ -266,13 +272,29 @@ class CreditEvaluator:
         """Measure now; the run (parameters, buffers, grads, RNG, modes) is left exactly as it was."""
         with untouched(self.model, self.eval_mode):
             if isinstance(self.credit, CreditMethod):
-                probe = Probe(self.model, self.credit, self.batches, self.eps)
-                out = {d.name: d.compute(probe) for d in [*self.diagnostics, UpdateCosine()]}
-                out["evaluator"] = {"credit": f"method:{self.credit.name or type(self.credit).__name__}",
-                                    "reference": "autograd", "custom_backward": [], "twin_logits_max_diff": None}
-                self.last_probe = probe
-                return out
+                return self._measure_method()
             return self._measure()
+
+    def _measure_method(self) -> dict:
+        """A depthaudit method: the CLI tracker's own Probe, inside the BP twin (a no-op for a plain model)."""
+        with bp_twin(self.model) as switched:
+            nodes = []
+            if self.reference == "auto":  # the Probe's reference is the model's autograd: it must be exact
+                x, y = self.batches[0]
+                with torch.enable_grad():
+                    nodes = custom_backward_nodes(_loss(self.loss_fn, forward_states(self.model, x)[0], y))
+                if nodes:
+                    raise UsageError(f"the model's backward runs custom autograd Functions ({', '.join(nodes)}) "
+                                     "even in its BP twin, and a depthaudit method is measured against the model's "
+                                     "autograd; pass reference='autograd' if that backward is exact, or use "
+                                     "credit='capture' / a callable with reference= a callable")
+            probe = Probe(self.model, self.credit, self.batches, self.eps)
+            out = {d.name: d.compute(probe) for d in [*self.diagnostics, UpdateCosine()]}
+        out["evaluator"] = {"credit": f"method:{self.credit.name or type(self.credit).__name__}",
+                            "reference": "twin" if switched else "autograd", "custom_backward": nodes,
+                            "twin_logits_max_diff": None}
+        self.last_probe = probe
+        return out
 
     def _reference_for(self, x, y, states, logits, nodes):
         """``(kind, reference credits, twin max diff)`` for one batch."""
