@@ -324,34 +324,32 @@ def _tiny_data(seed=0, n_train=512, n_test=384, din=40, classes=10):
     return DataBundle("tiny-teacher", x[:n_train], y[:n_train], x[n_train:], y[n_train:], classes, "test", "0" * 64)
 
 
-def _cli_run(cfg, data, th):
-    plan = tracking_plan(3, 128, 1, th)
+def _cli_run(cfg, data, th, stop_on_flag=False):
+    plan = tracking_plan(3, 128, 1, th, stop_on_flag=stop_on_flag)
     batches = probe_batches(data, cfg.seed, 3, 128)
     return train(cfg, data, log=lambda m: None, tracker=audit_tracker(batches, 1, th.eps), monitor=audit_monitor(plan))
 
 
-def test_monitor_in_a_plain_user_loop_equals_the_clis_monitor_on_the_same_run():
-    data = _tiny_data()
-    cfg = TrainConfig(dataset="tiny", d_hidden=16, num_blocks=3, method="fa", epochs=4, lr=3e-3, seed=7)
-    first = _cli_run(cfg, data, Thresholds())  # pick thresholds that fire mid-run, from the run itself
-    hist = [first.probe_init] + [h["probe"] for h in first.history]
-    rho = [p["stream"]["rho"] for p in hist]
-    g_l = [p["reference"]["g_L"] for p in hist]
-    print("ρ by epoch", rho, "\n‖g_L‖ by epoch", g_l)
-    rho_max = sorted(rho)[len(rho) // 2] * (1 - 1e-9)
-    g_min = sorted(g_l)[len(g_l) // 2] * (1 + 1e-9)
-    th = Thresholds(rho_max=rho_max, eps=1e-8, ref_factor=g_min / 1e-8)
-    cli = _cli_run(cfg, data, th)
+def _midpoint_threshold(values):
+    """A threshold halfway between two middle values: no value sits within rounding of it."""
+    v = sorted(values)
+    k = len(v) // 2
+    return (v[k - 1] + v[k]) / 2
 
-    # the user's loop: the same recipe written out by hand; the monitor is two lines in it
+
+def _user_loop(cfg, data, th, credit, stop_on_flag):
+    """The user's loop: the recipe written out by hand, the monitor two lines in it."""
     model, method = build(cfg, data)
     opt = make_optimizer(model, cfg)
     batches = probe_batches(data, cfg.seed, 3, 128)
-    mon = TrainingMonitor(model, batches, credit=method, thresholds=th, name="fa", log=None)
+    mon = TrainingMonitor(model, batches, credit=method if credit == "method" else "capture", thresholds=th,
+                          stop_on_flag=stop_on_flag, name=cfg.method, log=None)
     mon.step(0)
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "shuffle"))
     n, steps = data.x_train.shape[0], math.ceil(data.x_train.shape[0] / cfg.batch_size)
     for epoch in range(1, cfg.epochs + 1):
+        if mon.should_stop:
+            break
         perm = torch.randperm(n, generator=gen)
         for i in range(steps):
             idx = perm[i * cfg.batch_size:(i + 1) * cfg.batch_size]
@@ -361,19 +359,47 @@ def test_monitor_in_a_plain_user_loop_equals_the_clis_monitor_on_the_same_run():
             method.step(model, data.x_train[idx], data.y_train[idx])
             opt.step()
         mon.step(epoch)
+    return model, mon
+
+
+@pytest.mark.parametrize("method,credit,stop", [("fa", "method", False), ("bp", "capture", False),
+                                                ("fa", "method", True)])
+def test_monitor_in_a_plain_user_loop_equals_the_clis_monitor_on_the_same_run(method, credit, stop):
+    data = _tiny_data()
+    cfg = TrainConfig(dataset="tiny", d_hidden=16, num_blocks=3, method=method, epochs=4, lr=3e-3, seed=7)
+    first = _cli_run(cfg, data, Thresholds())  # pick thresholds that fire mid-run, from the run itself
+    hist = [first.probe_init] + [h["probe"] for h in first.history]
+    rho, g_l = [p["stream"]["rho"] for p in hist], [p["reference"]["g_L"] for p in hist]
+    print("ρ by epoch", rho, "\n‖g_L‖ by epoch", g_l)
+    rho_max, g_min = _midpoint_threshold(rho), _midpoint_threshold(g_l)
+    th = Thresholds(rho_max=rho_max, eps=1e-8, ref_factor=g_min / 1e-8)
+    cli = _cli_run(cfg, data, th, stop)
+    model, mon = _user_loop(cfg, data, th, credit, stop)
     mine = [h["probe"] for h in mon.history]
     theirs = [cli.probe_init] + [h["probe"] for h in cli.history]
-    d1 = max(abs(a["stream"]["rho"] - b["stream"]["rho"]) for a, b in zip(mine, theirs, strict=True))
-    d2 = max(abs(a["reference"]["g_L"] - b["reference"]["g_L"]) for a, b in zip(mine, theirs, strict=True))
+    rel = lambda a, b: abs(a - b) / abs(b)  # noqa: E731
+    d1 = max(rel(a["stream"]["rho"], b["stream"]["rho"]) for a, b in zip(mine, theirs, strict=True))
+    d2 = max(rel(a["reference"]["g_L"], b["reference"]["g_L"]) for a, b in zip(mine, theirs, strict=True))
     dg = max(abs(u - v) for a, b in zip(mine, theirs, strict=True)
              for u, v in zip(a["credit_cosine"]["per_layer"], b["credit_cosine"]["per_layer"], strict=True))
-    print(f"thresholds ρ>{rho_max:.6g}, ‖g_L‖<{g_min:.6g}; user-loop monitor fired {mon.fired}; CLI fired "
-          f"{cli.monitor['fired']}; max |Δρ| {d1}, max |Δ‖g_L‖| {d2}, max |ΔΓ_l| {dg}")
-    assert mon.fired == cli.monitor["fired"]
-    assert mon.monitor.to_dict() == cli.monitor
-    assert d1 == 0 and d2 == 0 and dg == 0
+    print(f"{method} credit={credit} stop_on_flag={stop}: thresholds ρ>{rho_max:.6g}, ‖g_L‖<{g_min:.6g}; "
+          f"user-loop monitor fired {mon.fired}; CLI fired {cli.monitor['fired']}; measured epochs "
+          f"{mon.monitor.measured_epochs} vs {cli.monitor['measured_epochs']}; max rel |Δρ| {d1:.1e}, "
+          f"max rel |Δ‖g_L‖| {d2:.1e}, max |ΔΓ_l| {dg:.1e}")
+    assert {k: v and v["epoch"] for k, v in mon.fired.items()} == {k: v and v["epoch"] for k, v in
+                                                                   cli.monitor["fired"].items()}
     assert any(v is not None and v["epoch"] > 0 for v in mon.fired.values())  # fired mid-run, not only at init
+    assert mon.monitor.measured_epochs == cli.monitor["measured_epochs"]
+    if credit == "method":  # the CLI's own Probe: equal to the bit
+        assert mon.monitor.to_dict() == cli.monitor and d1 == 0 and d2 == 0 and dg == 0
+    else:  # captured from the model's backward: same states; the reference through one autograd pass
+        assert d1 == 0 and d2 < 1e-6 and dg < 1e-6
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), cli.model.parameters(), strict=True))
+    if stop:
+        assert cli.status == "stopped_flagged" and mon.should_stop
+        report = mon.report(test_acc=cli.final["test_acc"], frozen_acc=0.1)
+        assert report["methods"][0]["status"] == ["stopped_flagged"]
+        assert report["methods"][0]["monitor"]["stopped_at_epoch"] == [cli.final["stopped_at_epoch"]]
 
 
 def test_report_card_json_and_figures_are_the_clis_and_a_diverged_run_is_reported(tmp_path):
