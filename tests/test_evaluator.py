@@ -503,3 +503,31 @@ def test_biotorch_fa_is_audited_as_it_is_and_matches_depthaudit_fa_with_the_same
     # without the twin the model's own autograd runs biotorch's FA: a "reference" that agrees with FA perfectly
     assert min(cmp["gamma_depthaudit_fa_same_B_without_twin"]) > 1 - 1e-6
     assert max(cmp["gamma_biotorch"][:-1]) < 0.9
+
+
+def test_the_docs_notebook_cells_run_as_written(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "python-api.md").read_text()
+    cells = [c.split("```", 1)[0] for c in text.split("```python\n")[1:3]]
+    torch.manual_seed(0)
+    x, y = torch.randn(1280 + 256, 24), torch.randint(0, 10, (1280 + 256,))
+
+    def train_one_epoch(m):
+        opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.05)
+        for i in range(0, 256, 64):
+            opt.zero_grad()
+            F.cross_entropy(m(x[1280 + i:1280 + i + 64]), y[1280 + i:1280 + i + 64]).backward()
+            opt.step()
+
+    def accuracy(m):
+        with torch.no_grad():
+            return (m.eval()(x[:1280]).argmax(1) == y[:1280]).float().mean().item()
+
+    ns = {"net": ConvNet(), "x_test": x[:1280], "y_test": y[:1280], "epochs": 2, "train_one_epoch": train_one_epoch,
+          "accuracy": accuracy}
+    monkeypatch.chdir(tmp_path)
+    for cell in cells:
+        exec(compile(cell, "docs/python-api.md", "exec"), ns)  # noqa: S102
+    assert (tmp_path / "results" / "my_run" / "report.json").exists()
+    assert [h["epoch"] for h in ns["mon"].history] == [0, 1, 2] and len(ns["out"]["credit_cosine"]["per_layer"]) == 4
