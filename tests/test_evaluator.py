@@ -472,6 +472,8 @@ def test_bad_inputs_get_one_clear_error_naming_the_fix():
         mon.step(2)
     with pytest.raises(UsageError, match="fraction"):
         mon.report(test_acc=55.0, frozen_acc=0.4)
+    with pytest.raises(UsageError, match="frozen_twin"):
+        mon.report(test_acc=0.5, frozen_acc=None)
 
 
 def test_capture_credits_is_the_per_example_convention():

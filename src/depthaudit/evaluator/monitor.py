@@ -163,8 +163,10 @@ class TrainingMonitor:
             raise UsageError("the monitor has measured nothing yet; call mon.step(step) in your loop (or "
                              "mon.step(0, force=True) once) before asking for the report")
         for what, v in (("test_acc", test_acc), ("frozen_acc", frozen_acc)):
-            if v is not None and not (isinstance(v, (int, float)) and (not math.isfinite(v) or 0 <= v <= 1)):
-                raise UsageError(f"{what}={v!r}: give the test accuracy as a fraction in [0, 1]")
+            if not (isinstance(v, (int, float)) and (not math.isfinite(v) or 0 <= v <= 1)):
+                fix = " (train frozen_twin(…)'s copy with the same loop for D3)" if what == "frozen_acc" else ""
+                raise UsageError(f"{what}={v!r}: give the test accuracy as a fraction in [0, 1]{fix}; NaN marks a "
+                                 "diverged run")
         status = status or self._status(test_acc)
         if status not in ("ok", "diverged", "stopped_flagged"):
             raise UsageError(f"status={status!r}: use ok, diverged or stopped_flagged")
