@@ -163,11 +163,13 @@ def _independent_bp(model, x, y):
 # ---- laws ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["resmlp", "user_conv"])
+@pytest.mark.parametrize("kind", ["resmlp", "vit", "user_conv"])
 def test_bp_captured_credit_equals_autograd_and_gamma_is_one(kind):
     torch.manual_seed(0)
     if kind == "resmlp":
         model, batches = build_model("resmlp", (40,), 10, 32, 4, None, 0), _batches()
+    elif kind == "vit":  # token states (B, T, d); D1/D2 on the cls token, as the CLI reads them
+        model, batches = build_model("vit", (40,), 10, 16, 2, 2, 0), _batches()
     else:
         model, batches = _conv_adapter(ConvNet()), _batches(din=24)
     ev = CreditEvaluator(model, batches)  # credit captured from the model's own (BP) backward
@@ -183,14 +185,14 @@ def test_bp_captured_credit_equals_autograd_and_gamma_is_one(kind):
     assert diff < 1e-5
     assert max(abs(g - 1) for g in gam) < 1e-6
     assert max(abs(g - 1) for g in out["robust_cosine"]["per_layer"]) < 1e-12
-    if kind == "resmlp":  # D1/D2 as the CLI's diagnostics measure them on depthaudit's own BP probe
+    if kind != "user_conv":  # D1/D2 as the CLI's diagnostics measure them on depthaudit's own BP probe
         p = Probe(model, build_method("bp", model, 0), batches)
         bp_ref = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(got, p.reference, strict=True))
         s, r = StreamNorms().compute(p), ReferenceNorm().compute(p)
         print(f"vs depthaudit bp_credits: max rel diff {bp_ref:.2e}; ρ {out['stream']['rho']} vs {s['rho']}; "
               f"‖g_L‖ {out['reference']['g_L']:.6e} vs {r['g_L']:.6e}")
         assert bp_ref < 1e-5
-        assert out["stream"]["norms"] == s["norms"]  # same states, bit for bit
+        assert out["stream"]["norms"] == s["norms"] and out["stream"]["view"] == s["view"]  # same states, same view
         assert out["reference"]["g_L"] == pytest.approx(r["g_L"], rel=1e-6)
 
 
