@@ -58,6 +58,10 @@ def frozen_twin(net: nn.Module, blocks: str | None = None) -> nn.Module:
     return twin
 
 
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
 def _finite(v) -> bool:
     return v is not None and math.isfinite(v)
 
@@ -81,7 +85,7 @@ class TrainingMonitor:
     def __init__(self, model: ResidualModel, batches, credit="capture", reference="auto", schedule=None,
                  thresholds: Thresholds | None = None, stop_on_flag: bool = False, loss_fn=None,
                  eps: float | None = None, d1_stat: str = "median", eval_mode: bool = True, name: str = "method",
-                 log=None):
+                 log=_stderr):
         self.thresholds = thresholds or Thresholds()
         eps = self.thresholds.eps if eps is None else eps
         self.evaluator = CreditEvaluator(model, batches, credit, reference, loss_fn, eps, d1_stat, eval_mode)
@@ -92,7 +96,7 @@ class TrainingMonitor:
         th = self.thresholds
         self.monitor = Monitor(th.rho_max, th.ref_factor * eps, stop_on_flag)
         self.name, self.d1_stat = name, d1_stat
-        self.log = (lambda m: print(m, file=sys.stderr, flush=True)) if log is None else log
+        self.log = log
         self.history: list[dict] = []
         self._report: dict | None = None
         self.identity = self._identity()
