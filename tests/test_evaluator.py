@@ -416,7 +416,7 @@ def test_report_card_json_and_figures_are_the_clis_and_a_diverged_run_is_reporte
     for s in range(5):
         mon.step(s)
     assert [h["epoch"] for h in mon.history] == [0, 2, 4]
-    report = mon.report(test_acc=0.31, frozen_acc=0.22, dataset="noise", budget=4)
+    report = mon.report(test_acc=torch.tensor(0.31), frozen_acc=0.22, dataset="noise", budget=4)
     mon.write(tmp_path / "out")
     on_disk = json.loads((tmp_path / "out" / "report.json").read_text())
     schema = json.loads(files("depthaudit.report").joinpath("audit.schema.json").read_text())

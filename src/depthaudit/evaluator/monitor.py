@@ -62,6 +62,11 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _scalar(v):
+    """A one-element tensor as a Python float; anything else as given."""
+    return v.item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v
+
+
 def _finite(v) -> bool:
     return v is not None and math.isfinite(v)
 
@@ -166,6 +171,7 @@ class TrainingMonitor:
         if not self.history:
             raise UsageError("the monitor has measured nothing yet; call mon.step(step) in your loop (or "
                              "mon.step(0, force=True) once) before asking for the report")
+        test_acc, frozen_acc = _scalar(test_acc), _scalar(frozen_acc)
         for what, v in (("test_acc", test_acc), ("frozen_acc", frozen_acc)):
             if not (isinstance(v, (int, float)) and (not math.isfinite(v) or 0 <= v <= 1)):
                 fix = " (train frozen_twin(…)'s copy with the same loop for D3)" if what == "frozen_acc" else ""
@@ -197,8 +203,8 @@ class TrainingMonitor:
                   "evaluator": self.history[-1]["probe"].get("evaluator")}
         digest = hashlib.sha256()
         for x, y in ev.batches:
-            digest.update(x.detach().cpu().contiguous().numpy().tobytes())
-            digest.update(y.detach().cpu().contiguous().numpy().tobytes())
+            for t in (x, y):  # raw bytes, any dtype (bf16 has no numpy view)
+                digest.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
         data = {"name": dataset, "source": "the probe batches given to TrainingMonitor", "sha256": digest.hexdigest()}
         num_classes = self._num_classes()
         identity = {"seeds": [seed], "variant": "user", "per_seed": [self.identity],
