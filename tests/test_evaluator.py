@@ -220,6 +220,52 @@ def test_fa_as_custom_autograd_layers_gives_depthaudits_fa_gamma_on_the_same_wei
     assert out["stream"]["rho"] == pytest.approx(StreamNorms().compute(p)["rho"], rel=1e-6)
 
 
+def _fa_block_grad_by_hand(blk, h, g):
+    """FA's parameter gradient of one reference block (LN → fc1 → GELU → fc2) for output gradient ``g``, by hand.
+
+    Every ``Wᵀ`` on the way down replaced by the block's feedback ``B``; GELU and LN derivatives exact.
+    """
+    n_hat = (h - h.mean(1, keepdim=True)) / torch.sqrt(h.var(1, unbiased=False, keepdim=True) + 1e-5)
+    u = n_hat * blk.ln.weight + blk.ln.bias
+    a1 = u @ blk.fc1.weight.T + blk.fc1.bias
+    z = F.gelu(a1)
+    dgelu = 0.5 * (1 + torch.erf(a1 / math.sqrt(2))) + a1 * torch.exp(-a1 ** 2 / 2) / math.sqrt(2 * math.pi)
+    da1 = (g @ blk.fc2.feedback) * dgelu
+    du = da1 @ blk.fc1.feedback
+    return [(du * n_hat).sum(0), du.sum(0), da1.T @ u, da1.sum(0), g.T @ z, g.sum(0)]
+
+
+def test_update_cosine_of_a_captured_method_is_its_own_parameter_gradient_against_bp():
+    ref_model = build_model("resmlp", (40,), 10, 32, 3, None, 2)
+    method = build_method("fa", ref_model, 2)
+    batches = _batches(seed=3)
+    net = _user_fa_twin_of(ref_model, method)
+    out = CreditEvaluator(_adapt(net), batches)()
+    p = Probe(ref_model, method, batches)  # depthaudit's fa credits and the exact reference, per example
+    want = []
+    for i, (blk, ref_blk) in enumerate(zip(net.blocks, ref_model.blocks, strict=True)):
+        fa, bp, start = None, None, 0
+        for x, _ in batches:
+            n = x.shape[0]
+            h = p.states[i][start:start + n]
+            with torch.no_grad():
+                g = _fa_block_grad_by_hand(blk, h, p.credits[i + 1][start:start + n] / n)
+            bp_g = torch.autograd.grad((ref_blk(h) * p.reference[i + 1][start:start + n] / n).sum(),
+                                       [ref_blk.ln.weight, ref_blk.ln.bias, *ref_blk.fc1.parameters(),
+                                        *ref_blk.fc2.parameters()])
+            fa = g if fa is None else [a + b for a, b in zip(fa, g, strict=True)]
+            bp = bp_g if bp is None else [a + b for a, b in zip(bp, bp_g, strict=True)]
+            start += n
+        want.append(robust_cosine(torch.cat([t.flatten() for t in fa]), torch.cat([t.flatten() for t in bp])))
+    got = out["update_cosine"]["per_block"]
+    d = max(abs(a - b) for a, b in zip(got, want, strict=True))
+    print(f"update cosine per block, evaluator {[round(v, 5) for v in got]}, by hand {[round(v, 5) for v in want]}; "
+          f"max |diff| {d:.1e}")
+    assert d < 1e-5 and min(got) < 0.95  # FA's own within-block update is not BP's
+    bp_out = CreditEvaluator(ref_model, batches)()  # plain autograd (BP): the update is BP's own
+    assert max(abs(c - 1) for c in bp_out["update_cosine"]["per_block"]) < 1e-12
+
+
 def test_custom_backward_without_a_derivable_twin_is_refused_then_a_reference_callable_audits_it():
     ref_model = build_model("resmlp", (40,), 10, 16, 2, None, 1)
     method = build_method("fa", ref_model, 1)
