@@ -212,6 +212,9 @@ class TrainingMonitor:
         defs = {**DEFINITIONS, "monitor": "the first step (your loop's unit) at which D1 / D2 fired; compute saved = "
                 "1 - step / budget", "evaluator": "depthaudit.evaluator: credit captured from the model's own "
                 "backward (or given), reference exact through autograd or a BP twin of the same weights"}
+        if (config["evaluator"] or {}).get("credit") == "capture":
+            defs["update_cosine"] = ("ours: robust cos of block l's parameter gradient under the model's own backward "
+                                     "(the method, captured) vs under the exact backward (the reference)")
         self._report = {"schema": SCHEMA, "config": config, "thresholds": th.to_dict(),
                         "provenance": provenance(x0.device, data, seed, argv), "definitions": defs,
                         "methods": [summary], "identity": identity,
