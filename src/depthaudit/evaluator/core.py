@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..diagnostics.base import EPS, Probe
+from ..diagnostics.base import EPS, Probe, robust_cosine
 from ..diagnostics.credit_cosine import CreditCosine, RobustCosine
 from ..diagnostics.stream import ReferenceNorm, StreamNorms
 from ..diagnostics.update_cosine import UpdateCosine
@@ -146,15 +146,32 @@ def capture_credits(model: ResidualModel, x: torch.Tensor, y: torch.Tensor, loss
     whatever custom backward its layers define; ``nodes`` names the custom autograd Functions it ran. No
     ``.grad`` is touched. States, logits and credits are detached.
     """
-    _check_model(model)
+    return _capture(_check_model(model), x, y, loss_fn)[:4]
+
+
+def _capture(model, x, y, loss_fn, block_params=None):
+    """:func:`capture_credits` and, with ``block_params``, each block's parameter gradient under that backward.
+
+    ``block_params`` is one list per block; its gradient of the mean loss comes back flattened into one fp64
+    vector per block (None for a frozen block).
+    """
+    flat = [p for ps in block_params or [] for p in ps]
     with torch.enable_grad():
         logits, states = forward_states(model, x)
         loss = _loss(loss_fn, logits, y)
         nodes = custom_backward_nodes(loss)
-        grads = torch.autograd.grad(loss, states, allow_unused=True)
+        grads = torch.autograd.grad(loss, [*states, *flat], allow_unused=True)
     n = x.shape[0]
-    credits = [torch.zeros_like(h) if g is None else g.detach() * n for h, g in zip(states, grads, strict=True)]
-    return [h.detach() for h in states], logits.detach(), credits, nodes
+    credits = [torch.zeros_like(h) if g is None else g.detach() * n
+               for h, g in zip(states, grads[:len(states)], strict=True)]
+    pgrads, k = None, len(states)
+    if block_params is not None:
+        pgrads = []
+        for ps in block_params:
+            gs = [torch.zeros_like(p) if g is None else g for p, g in zip(ps, grads[k:k + len(ps)], strict=True)]
+            pgrads.append(torch.cat([g.detach().double().flatten() for g in gs]) if gs else None)
+            k += len(ps)
+    return [h.detach() for h in states], logits.detach(), credits, nodes, pgrads
 
 
 def _call_user(fn, what: str, states, logits, y) -> list[torch.Tensor]:
@@ -296,17 +313,17 @@ class CreditEvaluator:
         self.last_probe = probe
         return out
 
-    def _reference_for(self, x, y, states, logits, nodes):
-        """``(kind, reference credits, twin max diff)`` for one batch."""
+    def _reference_for(self, x, y, states, logits, nodes, block_params):
+        """``(kind, reference credits, twin max diff, exact block parameter gradients)`` for one batch."""
         if callable(self.reference):
-            return "callable", _call_user(self.reference, "reference", states, logits, y), None
+            return "callable", _call_user(self.reference, "reference", states, logits, y), None, None
         kind = self.reference
         if kind == "auto":
             kind = "twin" if nodes else "autograd"
         if kind == "autograd":
-            return kind, None, None
+            return kind, None, None, None
         with bp_twin(self.model) as switched:
-            _, twin_logits, ref, left = capture_credits(self.model, x, y, self.loss_fn)
+            _, twin_logits, ref, left, pgrads = _capture(self.model, x, y, self.loss_fn, block_params)
         if left:
             note = f" (it switched {len(switched)} layers)" if switched else ""
             raise UsageError(f"the model's backward runs custom autograd Functions ({', '.join(left)}) that the BP "
@@ -319,14 +336,20 @@ class CreditEvaluator:
             raise UsageError(f"the BP twin computes another function than the model (relative max |Δlogits| = "
                              f"{diff:.2e} > {TWIN_TOLERANCE:g}): its layers' forward differs from their torch base "
                              "class; pass reference= a callable giving the exact gradient")
-        return "twin", ref, diff
+        return "twin", ref, diff, pgrads
 
     def _measure(self) -> dict:
         states, credits, refs, kinds, nodes_seen, diffs = [], [], [], set(), set(), []
+        block_params = [[p for p in blk.parameters() if p.requires_grad] for blk in self.model.blocks]
+        mine_p, ref_p = None, None  # per block, the parameter gradient summed over the probe batches
+        add = lambda tot, g: g if tot is None else [None if a is None else a + b  # noqa: E731
+                                                     for a, b in zip(tot, g, strict=True)]
         for x, y in self.batches:
             rng = _rng_state()  # every pass over this batch sees the same random draws (train-mode dropout)
+            pg = None
             if self.credit == "capture":
-                st, logits, cs, nodes = capture_credits(self.model, x, y, self.loss_fn)
+                st, logits, cs, nodes, pg = _capture(self.model, x, y, self.loss_fn, block_params)
+                mine_p = add(mine_p, pg)
             else:
                 with torch.enable_grad():
                     logits, st = forward_states(self.model, x)
@@ -334,9 +357,11 @@ class CreditEvaluator:
                 st, logits = [h.detach() for h in st], logits.detach()
                 cs = _call_user(self.credit, "credit", st, logits, y)
             _set_rng_state(rng)
-            kind, ref, diff = self._reference_for(x, y, st, logits, nodes)
+            kind, ref, diff, rpg = self._reference_for(x, y, st, logits, nodes, block_params)
             if kind == "autograd":
-                ref = cs if self.credit == "capture" else capture_credits(self.model, x, y, self.loss_fn)[2]
+                ref, rpg = (cs, pg) if self.credit == "capture" else (_capture(self.model, x, y, self.loss_fn)[2], None)
+            if rpg is not None:
+                ref_p = add(ref_p, rpg)
             kinds.add(kind)
             nodes_seen.update(nodes)
             if diff is not None:
@@ -346,6 +371,11 @@ class CreditEvaluator:
             refs.append(ref)
         probe = _MeasuredProbe(self.model, self.batches, self.eps, states, credits, refs)
         out = {d.name: d.compute(probe) for d in self.diagnostics}
+        if mine_p is not None and ref_p is not None:
+            out["update_cosine"] = {"per_block": [None if m is None else robust_cosine(m, r)
+                                                  for m, r in zip(mine_p, ref_p, strict=True)],
+                                    "kind": "the block's parameter gradient under the model's own backward vs "
+                                            "under the exact one (robust cosine)"}
         out["evaluator"] = {"credit": "capture" if self.credit == "capture" else "callable",
                             "reference": "/".join(sorted(kinds)), "custom_backward": sorted(nodes_seen),
                             "twin_logits_max_diff": max(diffs) if diffs else None}
