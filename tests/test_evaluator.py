@@ -581,3 +581,32 @@ def test_the_docs_notebook_cells_run_as_written(tmp_path, monkeypatch):
         exec(compile(cell, "docs/python-api.md", "exec"), ns)  # noqa: S102
     assert (tmp_path / "results" / "my_run" / "report.json").exists()
     assert [h["epoch"] for h in ns["mon"].history] == [0, 1, 2] and len(ns["out"]["credit_cosine"]["per_layer"]) == 4
+
+
+def test_biotorch_sign_symmetry_captured_equals_depthaudit_usf_and_weight_replacing_forward_is_refused():
+    pytest.importorskip("biotorch", reason="pip install --no-deps biotorch==0.0.16")
+    from biotorch.module.biomodule import BioModule
+
+    from depthaudit.evaluator import bp_twin
+
+    batches = _batches(seed=4)
+    model = build_model("resmlp", (40,), 10, 32, 3, None, 3)
+    # biotorch's uSF with its Kaiming option scales sign(W) by 1/√(3·fan_in): depthaudit's usf rule, no random B
+    opts = {"constrain_weights": False, "gradient_clip": False, "init": "kaiming"}
+    BioModule(model, mode="usf", layer_config={"type": "usf", "options": opts})
+    cap = CreditEvaluator(model, batches)
+    out = cap()
+    with bp_twin(model):  # depthaudit's own measurement of usf, with an exact reference
+        theirs = Probe(model, build_method("usf", model, 0), batches)
+        gam = CreditCosine().compute(theirs)["per_layer"]
+    d = max(abs(a - b) for a, b in zip(out["credit_cosine"]["per_layer"], gam, strict=True))
+    rel = max(((a - b).abs().max() / b.abs().max()).item()
+              for a, b in zip(cap.last_probe.credits, theirs.credits, strict=True))
+    print(f"biotorch usf vs depthaudit usf: Γ_l {[round(v, 4) for v in gam]}, max |ΔΓ_l| {d:.1e}, "
+          f"credits max rel diff {rel:.1e}")
+    assert out["evaluator"]["reference"] == "twin" and d < 1e-5 and rel < 1e-5
+    opts = {**opts, "constrain_weights": True}  # biotorch then replaces each weight Parameter in its forward
+    model = build_model("resmlp", (40,), 10, 16, 2, None, 0)
+    BioModule(model, mode="fa", layer_config={"type": "fa", "options": opts})
+    with pytest.raises(RuntimeError, match="replaced trainable parameters"):
+        CreditEvaluator(model, batches)()

@@ -219,6 +219,7 @@ def untouched(model: nn.Module, eval_mode: bool = True):
     versions = [p._version for p in params]
     grads = [(p.grad, None if p.grad is None else p.grad._version) for p in params]
     buffers = [(b, b._version, b.detach().clone()) for b in model.buffers()]
+    trainable = [id(p) for p in params if p.requires_grad]
     if eval_mode:
         model.eval()
     try:
@@ -234,6 +235,10 @@ def untouched(model: nn.Module, eval_mode: bool = True):
         for p, (g, _) in zip(params, grads, strict=True):
             if p.grad is not g:
                 p.grad = g
+    if [id(p) for p in model.parameters() if p.requires_grad] != trainable:
+        raise RuntimeError("the model's forward replaced trainable parameters during the evaluation (e.g. biotorch's "
+                           "constrain_weights option); the optimizer now holds stale tensors: the evaluator cannot "
+                           "measure such a model without changing the run")
     changed = [i for i, (p, v) in enumerate(zip(params, versions, strict=True)) if p._version != v]
     changed += [i for i, (p, (g, v)) in enumerate(zip(params, grads, strict=True)) if g is not None and g._version != v]
     if changed:
