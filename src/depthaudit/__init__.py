@@ -24,6 +24,8 @@ _LAZY = {
     "Thresholds": "verdicts", "SweepOptions": "sweep", "load_data": "data",
     "METHODS": "methods", "MODELS": "models", "DATASETS": "data", "CreditMethod": "methods", "Option": "methods",
     "ResidualAdapter": "models",
+    "CreditEvaluator": "evaluator", "capture_credits": "evaluator", "TrainingMonitor": "evaluator",
+    "frozen_twin": "evaluator", "bp_twin": "evaluator",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -11,6 +11,7 @@ reference divided by ``B_p``; :attr:`Probe.batch_size` carries ``B_p`` so diagno
 convention (the standard cosine and D2 do).
 """
 
+import math
 from functools import cached_property
 from typing import ClassVar
 
@@ -114,11 +115,15 @@ class Diagnostic:
 def robust_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     """Ours: ``⟨a, b⟩ / (‖a‖·‖b‖)`` over the flattened tensors in fp64, no floor (0 when either is 0).
 
-    Clamped to [−1, 1] so rounding never stores a cosine above 1.
+    Clamped to [−1, 1] so rounding never stores a cosine above 1; NaN when either holds a non-finite value (a
+    diverged model: ``min``/``max`` would otherwise turn NaN into 1).
     """
     a, b = a.double().flatten(), b.double().flatten()
     den = a.norm() * b.norm()
-    return 0.0 if den == 0 else max(-1.0, min(1.0, (a @ b / den).item()))
+    if den == 0:
+        return 0.0
+    v = (a @ b / den).item()
+    return max(-1.0, min(1.0, v)) if math.isfinite(v) else math.nan
 
 
 def median(v: torch.Tensor) -> float:

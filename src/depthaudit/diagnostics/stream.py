@@ -1,10 +1,14 @@
 """Stream norms and ρ (D1), and the norm of the BP reference in the standard cosine's convention (D2)."""
 
+import math
+
 from .base import Diagnostic, Probe, median_norm
 
 
 def _rho(norms: list[float]) -> tuple[list[float], float]:
     ratios = [b / a if a > 0 else float("inf") for a, b in zip(norms, norms[1:], strict=False)]
+    if any(math.isnan(r) for r in ratios):  # a NaN norm (diverged): ρ is NaN, which D1 flags; max() would skip it
+        return ratios, math.nan
     return ratios, (max(ratios) if ratios else 1.0)
 
 
