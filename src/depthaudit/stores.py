@@ -456,13 +456,13 @@ def read_run_files(folder: Path, keys: list[str] | None = None) -> dict[str, dic
 
 
 def check_folder_records(root: Path, slugs: list[str]) -> None:
-    """Every ``root/<slug>/result.json`` named is intact; else one line naming the first damaged one and the fix."""
+    """Every ``root/<slug>/result.json`` named that exists is intact; else one line naming the first damaged one."""
     for slug in slugs:
         p = Path(root) / slug / "result.json"
-        rec, bad = read_record(p)
-        if rec is None:
-            raise UsageError(f"{p} {bad or 'is missing'}; rerun the command that wrote this folder: it trains that "
-                             "run again and rewrites the report")
+        _, bad = read_record(p)
+        if bad:
+            raise UsageError(f"{p} {bad}; rerun the command that wrote this folder: it trains that run again and "
+                             "rewrites the report")
 
 
 # -- a folder's report: one owner --------------------------------------------------------------------------
@@ -507,7 +507,7 @@ def still_owner(folder: Path, claim: dict, flag: str = "--out"):
     folder = Path(folder)
     with file_lock(folder / ".lock"):
         now = _read_claim(folder)
-        if now is not None and now != claim:
+        if claim is not None and now is not None and now != claim:
             raise UsageError(f"{folder} was taken over by another {now.get('kind', 'sweep')} (--replace-report) "
                              f"while this one ran; its runs are stored in {folder / 'runs'}: rerun with another "
                              f"{flag} to get its report")

@@ -61,9 +61,10 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     """Run the audit protocol and write report.md, report.json and figures into ``--out``."""
     from ..data import load_data
     from ..experiments.audit import audit_specs, run_audit
-    from ..io import write_json, write_text
+    from ..io import staged, write_json, write_text
     from ..report import audit_markdown, audit_terminal
     from ..report.figures import audit_figures
+    from ..stores import claim_folder, still_owner
     from ..sweep import pick_cell
 
     acfg = _audit_config(a)
@@ -75,7 +76,9 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     check_probe_fits(a, data)
     if opts.cell is not None:
         pick_cell(audit_specs(acfg, data), opts.cell)
-    if not opts.list_cells:
+    claim = None
+    if not opts.list_cells:  # the folder's report belongs to one audit: claimed before anything trains
+        claim = claim_folder(out, "audit", audit_identity(acfg, data.sha256), a.replace_report)
         print(f"depthaudit audit: {', '.join(acfg.methods)} × seeds {list(acfg.seeds)} on {base.dataset} "
               f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}",
               file=sys.stderr)
@@ -83,13 +86,21 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
         opts = remember_sweep(opts, out, argv)
     report = run_audit(acfg, data, out, log=lambda m: print(m, file=sys.stderr, flush=True),
                        argv=["depthaudit", *argv], opts=opts)
-    figures = audit_figures(report, out)
-    report["figures"] = figures
-    write_json(out / "report.json", report)
-    write_text(out / "report.md", audit_markdown(report, figures))
+    with still_owner(out, claim), staged(out) as tmp:  # report, markdown and figures: all of them or none
+        figures = audit_figures(report, tmp)
+        report["figures"] = figures
+        write_json(tmp / "report.json", report)
+        write_text(tmp / "report.md", audit_markdown(report, figures))
     print(audit_terminal(report))
     print(f"\nwrote {out / 'report.md'}, {out / 'report.json'} and {len(figures)} figures")
     return 0
+
+
+def audit_identity(acfg, data_sha256: str) -> dict:
+    """What an audit folder's report belongs to: the audit config (not where the data was read from) and the data."""
+    d = acfg.to_dict()
+    d["base"] = {k: v for k, v in d["base"].items() if k not in ("data_dir", "download")}
+    return {**d, "data_sha256": data_sha256}
 
 
 def _same_audit(out: Path, acfg, replace: bool) -> None:
