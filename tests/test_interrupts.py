@@ -91,8 +91,13 @@ def test_interrupt_stops_every_worker_within_seconds(tmp_path, cache, jobs, sig,
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     took = time.time() - t0
-    left = [p for p in procs if _alive(p)]
-    for p in left:
+    names = {p: Path(f"/proc/{p}/cmdline").read_text(errors="replace").replace("\0", " ")[:80] for p in procs
+             if _alive(p)}
+    t1 = time.time()
+    while time.time() - t1 < 5 and any(_alive(p) for p in procs):  # the resource tracker follows its driver
+        time.sleep(0.1)
+    left = [(p, names.get(p)) for p in procs if _alive(p)]
+    for p, _ in left:
         os.kill(p, signal.SIGKILL)
     print(f"jobs {jobs}, {signal.Signals(sig).name} to the {target}: exit {proc.returncode} after {took:.1f} s; "
           f"{len(stored)} stored at the signal, {len(_records(out))} after; stderr tail: {err.splitlines()[-1:]}")
