@@ -55,7 +55,11 @@ def _out_of_memory(exc: BaseException) -> str | None:
     if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and (
             "can't allocate memory" in text or "out of memory" in text.lower()
             or "not enough memory" in text.lower())):
-        first = text.strip().splitlines()[0][:160] if text.strip() else type(exc).__name__
+        import re
+
+        asked = re.search(r"tried to allocate (\d+) bytes", text)
+        first = f"tried to allocate {int(asked[1]) / 2**30:,.1f} GiB" if asked else \
+            (text.strip().splitlines()[0][:120] if text.strip() else type(exc).__name__)
         return (f"out of memory ({first}); ask for less: a smaller --d-hidden, --num-blocks, --batch-size or "
                 "--probe-batch-size, fewer --jobs/--batch-runs, or a machine with more memory")
     return None
@@ -98,6 +102,11 @@ def _main(argv: list[str]) -> int:
         return 130
     except Exception as exc:
         line = environment_error(exc) or _out_of_memory(exc)
+        if line is not None and isinstance(exc, OSError) and exc.filename is not None:
+            from .data.base import cache_dir
+
+            if str(exc.filename).startswith(str(cache_dir())):
+                line += " (it is the data cache: set DEPTHAUDIT_CACHE_DIR to a writable folder)"
         if line is not None:
             print(f"depthaudit: error: {line} (nothing half-written; finished runs are stored)", file=sys.stderr)
             return 2

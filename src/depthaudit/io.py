@@ -150,3 +150,13 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
         raise UsageError(f"{flag} {p}: {anc} is a file, so the folder cannot be made; choose another {flag}")
     if not os.access(anc, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {p}: {anc} is not writable; choose another {flag}")
+    if anc != p:  # a folder that does not exist yet: make (and remove) its first level, as the command would
+        first = p
+        while first.parent != anc:
+            first = first.parent
+        try:
+            os.mkdir(first)
+            os.rmdir(first)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise UsageError(f"{flag} {p}: cannot make {first} ({why}); choose another {flag}") from None
