@@ -53,8 +53,12 @@ def parse_method_spec(spec: str, base):
     opts = getattr(cls, "options", {}) or {}
     types = {f.name: f.type for f in dataclasses.fields(base)}
     changes = {"method": name}
+    seen = set()
     for item in filter(None, rest.split(",")):
         key, eq, val = item.partition("=")
+        if key in seen:  # two values for one option: which one trained would be a guess
+            raise UsageError(f"method spec {spec!r}: option {key!r} is given twice; give it once")
+        seen.add(key)
         if key not in opts:
             known = ", ".join(opts) or "none"
             raise UsageError(f"method spec {spec!r}: {name} has no option {key!r} (its options: {known}); "
