@@ -210,3 +210,27 @@ def test_diverged_runs_are_marked_not_averaged(tmp_path, capsys):
     print(card)
     assert m["status"] == ["diverged"] and m["diverged"]["excluded_seeds"] == 1
     assert "DIVERGED (1 of 1 seeds)" in card and "DIVERGED" in (tmp_path / "a" / "report.md").read_text()
+
+
+def test_probe_batches_beyond_the_split_are_recorded_as_measured(tmp_path, capsys):
+    """--probe-batches 100000 × 16 on 2000 held-out examples measures 125 batches: recorded and shown as 125."""
+    assert main(["audit", "--dataset", "mnist1d", "--methods", "bp", "--seeds", "1", "--epochs", "1", "--d-hidden", "8",
+                 "--num-blocks", "1", "--probe-batches", "100000", "--probe-batch-size", "16",
+                 "--out", str(tmp_path / "a")]) == 0
+    cap = capsys.readouterr()
+    assert "measuring (and recording) 125 batches of 16" in cap.err
+    rep = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert rep["config"]["probe_batches"] == 125
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "a" / "runs").glob("*/result.json")]
+    assert {r["tracking"]["probe_batches"] for r in runs} == {125}
+    assert "probe 125×16" in cap.out and "100000" not in cap.out
+
+
+def test_an_empty_option_list_is_the_same_row(capsys):
+    from depthaudit.commands import build_parser
+    from depthaudit.commands.audit import _audit_config
+
+    argv = ["audit", "--methods", "fa", "fa:", "fa:head=exact,", "--out", "unused"]
+    acfg = _audit_config(build_parser(argv).parse_args(argv))
+    assert acfg.methods == ("fa", "fa:head=exact")
+    assert "--methods repeats fa" in capsys.readouterr().err

@@ -2,12 +2,14 @@
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from ..errors import UsageError
 from ..io import check_output_dir
+from ..runner import fitted_probe_batches
 from . import COMMANDS
 from .args import (
     TRAINING_ONLY,
@@ -38,8 +40,9 @@ def _audit_config(a: argparse.Namespace):
         raise UsageError("--track-every must be >= 0, --eps and --rho-max > 0")
     if a.stop_on_flag and a.track_every != 1:
         raise UsageError("--stop-on-flag needs the monitor every epoch; drop --track-every or set it to 1")
-    from ..methods import parse_method_spec
+    from ..methods import canonical_spec, parse_method_spec
 
+    a.methods = [canonical_spec(m) for m in a.methods]  # `fa:` is the row `fa`, not a new one
     for m in a.methods:  # a misspelt method or option is one line here, before any training
         parse_method_spec(m, base)
     if base.num_blocks < 1:
@@ -74,6 +77,7 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     opts = sweep_options(a, out, base.device)  # bad sweep flags or cell id: one line, before any training
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
     check_probe_fits(a, data)
+    acfg = replace(acfg, probe_batches=fitted_probe_batches(data, acfg.probe_batches, acfg.probe_batch_size))
     if opts.cell is not None:
         pick_cell(audit_specs(acfg, data), opts.cell)
     claim = None
@@ -142,6 +146,7 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"--lambdas must be >= 0, got {lambdas}")
     data = load_data(acfg.base.dataset, acfg.base.data_dir, acfg.base.download, torch.device(acfg.base.device))
     check_probe_fits(a, data)
+    acfg = replace(acfg, probe_batches=fitted_probe_batches(data, acfg.probe_batches, acfg.probe_batch_size))
     out = Path(a.out)
     opts = sweep_options(a, out, acfg.base.device)
     if opts.cell is not None:
@@ -184,6 +189,7 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     seeds = tuple(dict.fromkeys(a.seeds))
     probe = check_probe_args(a)
+    probe = (fitted_probe_batches(data, *probe), probe[1])
     opts = sweep_options(a, out, base.device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)

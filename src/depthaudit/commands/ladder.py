@@ -3,6 +3,7 @@
 import argparse
 import sys
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -31,6 +32,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     from ..data import load_data
     from ..experiments.ladder import LadderConfig, ladder_specs, open_store
     from ..report.ladder import ladder_report
+    from ..runner import fitted_probe_batches
     from ..sweep import pick_cell, run_sweep
 
     if a.gpu is not None:
@@ -47,8 +49,9 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     bad = [k for k in ks if k < 0 or k > base.num_blocks]
     if bad:
         raise UsageError(f"--k_values {bad}: each k must be in 0..{base.num_blocks} (--num_blocks)")
-    from ..methods import parse_method_spec
+    from ..methods import canonical_spec, parse_method_spec
 
+    a.methods = [canonical_spec(m) for m in a.methods]  # `fa:` is the row `fa`, not a new one
     for m in a.methods:  # a misspelt method or option: one line, before any training
         parse_method_spec(m, base)
     dedup_note(a.methods, "--methods")
@@ -60,6 +63,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     opts = sweep_options(a, a.output_dir, base.device)  # bad sweep flags: one line, before any work
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
     check_probe_fits(a, data)
+    lc = replace(lc, probe_batches=fitted_probe_batches(data, lc.probe_batches, lc.probe_batch_size))
     specs = ladder_specs(lc, data)
     if opts.cell is not None:
         pick_cell(specs, opts.cell)

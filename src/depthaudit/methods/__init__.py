@@ -36,6 +36,13 @@ def build_method(name: str, model, seed: int, credit_mix: float | None = None, c
 
 
 
+def canonical_spec(spec: str) -> str:
+    """One spelling per method row: ``fa:`` (an empty option list) is ``fa``; stray commas dropped."""
+    name, colon, rest = spec.partition(":")
+    items = [i for i in rest.split(",") if i]
+    return f"{name}:{','.join(items)}" if colon and items else name
+
+
 def parse_method_spec(spec: str, base):
     """``name`` or ``name:key=value,key=value`` → ``(name, cfg)``: ``base`` with the method and its options set.
 
