@@ -115,3 +115,69 @@ def test_interrupt_stops_every_worker_within_seconds(tmp_path, cache, jobs, sig,
     assert not list(out.rglob("*.tmp")), list(out.rglob("*.tmp"))  # no half-written file
     doc = json.loads((out / "ladder_d64_L2_mnist1d.json").read_text())
     assert set(doc["runs"]) <= {p.stem.replace("%2F", "/") for p in after}
+
+
+def test_interrupt_cancels_ray_tasks(tmp_path, cache):
+    """--executor ray: SIGINT cancels the tasks and shuts the local cluster down; one line, exit 130."""
+    pytest.importorskip("ray")
+    out = tmp_path / "o"
+    env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(cache), "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, "--executor", "ray", "--cpus-per-run", "1",
+                             "--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not _records(out):
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()
+    procs = _descendants(proc.pid)
+    stored = _records(out)
+    t0 = time.time()
+    os.kill(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    took = time.time() - t0
+    t1 = time.time()
+    while time.time() - t1 < 15 and any(_alive(p) for p in procs):
+        time.sleep(0.2)
+    left = [p for p in procs if _alive(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    print(f"ray: exit {proc.returncode} after {took:.1f} s; {len(stored)} stored at the signal, "
+          f"{len(_records(out))} after; left {left}")
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("depthaudit: interrupted: every worker stopped"), err
+    assert not left
+    after = _records(out)
+    time.sleep(2)
+    assert _records(out) == after and len(after) < 6
+    assert all(read_record(p)[0] is not None for p in after)
+
+
+def test_interrupt_of_a_slurm_sweep_says_what_is_left_and_how_to_cancel(tmp_path, cache):
+    """--executor slurm: the array is the scheduler's, so it keeps running; the line says so and names scancel."""
+    pytest.importorskip("submitit")
+    out = tmp_path / "o"
+    env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(cache)}
+    proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, "--executor", "slurm", "--slurm-cluster",
+                             "local", "--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and not list((out / "slurm").glob("*")):
+            time.sleep(0.1)
+        time.sleep(2)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the local stand-ins of the array tasks
+        except ProcessLookupError:
+            pass
+    last = err.strip().splitlines()[-1]
+    print(last)
+    assert proc.returncode == 130, err
+    assert last.startswith("depthaudit: interrupted:") and "still queued or running" in last
+    assert "to stop them" in last and "a rerun collects them" in last

@@ -153,7 +153,7 @@ def run_and_store(group: list[RunSpec], store, data=None, log=None, argv=None, e
         if locks is not None:
             for s in sorted(group, key=lambda s: s.key):
                 held.enter_context(locks(s))
-        done = {s.key: store.get(s) for s in group} if locks is not None else {}
+        done = {s.key: store.get(s, quiet=True) for s in group} if locks is not None else {}
         todo = [s for s in group if done.get(s.key) is None]
         recs = execute_group(todo, data, log=log, argv=argv, opts=opts) if todo else []
         where = where_ran(executor)

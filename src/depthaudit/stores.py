@@ -233,7 +233,7 @@ class FolderStore:
         """The lock a process holds while it trains ``spec`` (so two sweeps never train one run twice)."""
         return file_lock(self.root / ".locks" / (self.path(spec).parent.name + ".lock"), wait)
 
-    def get(self, spec: RunSpec) -> dict | None:
+    def get(self, spec: RunSpec, quiet: bool = False) -> dict | None:
         """The stored record if it is an intact, finished run of exactly this config and tracking.
 
         The slug's hash covers every config field, so a run stored by a version with fewer fields sits
@@ -247,7 +247,7 @@ class FolderStore:
         for p in [path, *(s for s in siblings if s != path and s.parent.name.rsplit("_", 1)[0] + "_" == prefix)]:
             rec, bad = read_record(p)
             if bad:
-                if p == path:
+                if p == path and not quiet:
                     self.named(p, bad, "it is not reused: the run trains again")
                 continue
             if rec is None:
@@ -357,21 +357,24 @@ class FileStore:
     def _matches(self, spec: RunSpec, rec: dict | None) -> bool:
         return bool(rec) and spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking
 
-    def get(self, spec: RunSpec) -> dict | None:
+    def get(self, spec: RunSpec, quiet: bool = False) -> dict | None:
         """The stored record for ``spec.key`` if it is intact and its config and tracking match.
 
-        The run's own record file wins over the JSON's copy; a damaged record is named (once) and not reused.
+        The run's own record file wins over the JSON's copy; a damaged record is named (once, unless
+        ``quiet``) and not reused.
         """
         p = self._run_path(spec.key)
         rec, bad = read_record(p)
         if bad:
-            self.named(p, bad, "it is not reused: the run trains again")
+            if not quiet:
+                self.named(p, bad, "it is not reused: the run trains again")
             return None
         if rec is None:
             rec = self.doc["runs"].get(spec.key)
             if rec is not None and record_problem(rec):
-                self.named(Path(f"{self.path}[runs][{spec.key}]"), record_problem(rec),
-                           "it is not reused: the run trains again")
+                if not quiet:
+                    self.named(Path(f"{self.path} (run {spec.key})"), record_problem(rec),
+                               "it is not reused: the run trains again")
                 return None
         return rec if self._matches(spec, rec) else None
 
@@ -406,7 +409,7 @@ class FileStore:
         write_json(self.path, self.doc)
 
     def read_runs(self) -> dict[str, dict]:
-        """``{key: record}`` of every intact record file; damaged ones are named once and kept in :attr:`damaged`."""
+        """``{key: record}`` of every intact record file; damaged ones are kept in :attr:`damaged`."""
         if not self.runs_dir.is_dir():
             return {}
         out = {}
@@ -414,9 +417,8 @@ class FileStore:
             if p.name == IDENTITY_FILE:
                 continue
             rec, bad = read_record(p)
-            if bad:
+            if bad:  # left out of the JSON; a sweep names it when it comes to that run (get), report refuses it
                 self.damaged[str(p)] = bad
-                self.named(p, bad, "it is left out and its run trains again on the next sweep")
             elif rec is not None:
                 out[unquote(p.stem)] = rec
         return out
