@@ -161,16 +161,19 @@ def test_interrupt_of_a_slurm_sweep_says_what_is_left_and_how_to_cancel(tmp_path
     pytest.importorskip("submitit")
     out = tmp_path / "o"
     env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(cache)}
-    proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, "--executor", "slurm", "--slurm-cluster",
-                             "local", "--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    log = tmp_path / "stderr"
+    with open(log, "w") as fh:  # not a pipe: the array's local stand-ins inherit it and outlive the command
+        proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, "--executor", "slurm",
+                                 "--slurm-cluster", "local", "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
+                                stderr=fh, start_new_session=True)
     try:
         deadline = time.time() + 300
-        while time.time() < deadline and proc.poll() is None and not list((out / "slurm").glob("*")):
+        while time.time() < deadline and proc.poll() is None and "array tasks submitted" not in log.read_text():
             time.sleep(0.1)
-        time.sleep(2)
+        time.sleep(1)
         os.kill(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        err = log.read_text()
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # the local stand-ins of the array tasks
