@@ -12,7 +12,7 @@ import pytest
 
 import depthaudit.io as dio
 from depthaudit.cli import main
-from depthaudit.stores import read_record, record_problem
+from depthaudit.stores import read_record, record_problem, seal, unsealed
 
 ROOT = Path(__file__).resolve().parents[1]
 LADDER = ["ladder", "--dataset", "mnist1d", "--d-hidden", "16", "--num-blocks", "1", "--methods", "fa",
@@ -71,7 +71,8 @@ def _nan(p):
     p.write_text(p.read_text().replace('"test_acc": 0.', '"test_acc": NaN, "x": 0.', 1))
 
 
-DAMAGE = {"truncated": (_truncate, "not valid JSON"), "text": (_edit("0.9"), "not a number"),
+DAMAGE = {"edited": (_edit(0.95), "was edited after it was written"),
+          "truncated": (_truncate, "not valid JSON"), "text": (_edit("0.9"), "not a number"),
           "nan": (_nan, "not a number JSON allows"), "above_one": (_edit(1.7), "outside [0, 1]"),
           "no_final": (lambda p: p.write_text(json.dumps({"status": "ok"})), "no 'final' object")}
 
@@ -131,6 +132,9 @@ def test_record_schema():
     assert record_problem(ok) is None
     assert record_problem({**ok, "status": "diverged", "final": {"test_acc": None}}) is None
     assert "status" in record_problem({**ok, "status": "great"})
+    sealed = seal(ok)
+    assert record_problem(sealed) is None and unsealed(sealed) == ok
+    assert "was edited" in record_problem({**sealed, "final": {"test_acc": 0.6}})
     assert "without a final test_acc" in record_problem({**ok, "final": {"test_acc": None}})
     assert "history[0].test_acc" in record_problem({**ok, "history": [{"test_acc": float("nan")}]})
     assert "below 0" in record_problem({**ok, "final": {"test_acc": 0.5, "test_loss": -1.0}})
@@ -156,6 +160,17 @@ def test_report_notices_a_truncated_audit_run_record(audit, tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{rec.parent.name}/result.json is not valid JSON" in err and "1 of 2 runs already finished" in err
     assert main(["report", str(out)]) == 0
+
+
+def test_report_notices_a_hand_edited_audit_run_record(audit, tmp_path, capsys):
+    out = _copy(audit, tmp_path / "o")
+    rec = next((out / "runs").glob("*_none_*/result.json"))
+    doc = json.loads(rec.read_text())
+    doc["final"]["test_acc"] = 0.99  # plausible, in range: only the seal shows it
+    rec.write_text(json.dumps(doc))
+    assert main(["report", str(out)]) == 2
+    err = _one_error(capsys.readouterr().err)
+    assert rec.parent.name in err and "was edited after it was written" in err
 
 
 # -- faults of the machine ---------------------------------------------------------------------------------

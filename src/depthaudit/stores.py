@@ -11,6 +11,7 @@ sweep) or refused (in ``depthaudit report``), never reused or rendered as a numb
 """
 
 import glob
+import hashlib
 import json
 import math
 import sys
@@ -21,7 +22,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from .errors import UsageError
-from .io import write_json
+from .io import finite_json, write_json
 
 IDENTITY_FILE = "identity.json"  # in a FileStore's ``.runs`` folder, and in an audit's --out folder
 STATUSES = ("ok", "diverged", "stopped_flagged")
@@ -67,6 +68,24 @@ def read_strict(path: Path) -> Any:
                       parse_float=_finite_float)
 
 
+SEAL = "record_sha256"  # a run record file's digest of its own content: a hand edit shows
+
+
+def _digest(body: dict) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def seal(rec: dict) -> dict:
+    """The record as it is stored: strict JSON values plus :data:`SEAL`, the digest of everything else."""
+    body = {k: v for k, v in finite_json(rec).items() if k != SEAL}
+    return {**body, SEAL: _digest(body)}
+
+
+def unsealed(rec: dict) -> dict:
+    """The record without its seal (what experiments and the assembled files hold)."""
+    return {k: v for k, v in rec.items() if k != SEAL}
+
+
 def record_problem(rec: Any) -> str | None:
     """Why a stored run record cannot be used, in a few words; ``None`` when it is intact.
 
@@ -90,7 +109,10 @@ def record_problem(rec: Any) -> str | None:
         return "'history' holds a non-object"
     if status == "ok" and final.get("test_acc") is None and "test_acc" in final:
         return "finished 'ok' without a final test_acc"
-    return _walk(rec, "")
+    bad = _walk(rec, "")
+    if bad is None and SEAL in rec and rec[SEAL] != _digest(unsealed(rec)):
+        return f"was edited after it was written (its {SEAL} no longer matches its content)"
+    return bad
 
 
 def _walk(v: Any, where: str) -> str | None:
@@ -256,12 +278,13 @@ class FolderStore:
             if self.data_sha256 is not None and seen != self.data_sha256:
                 continue
             if spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking:
+                rec = unsealed(rec)
                 return rec if p == path else {**rec, "stored_as": p.parent.name}
         return None
 
     def put(self, spec: RunSpec, rec: dict) -> None:
-        """Store a finished run."""
-        write_json(self.path(spec), rec)
+        """Store a finished run (sealed: a later hand edit is caught)."""
+        write_json(self.path(spec), seal(rec))
 
     def assemble(self) -> None:
         """Nothing to assemble: the records are the store."""
@@ -376,11 +399,11 @@ class FileStore:
                     self.named(Path(f"{self.path} (run {spec.key})"), record_problem(rec),
                                "it is not reused: the run trains again")
                 return None
-        return rec if self._matches(spec, rec) else None
+        return unsealed(rec) if self._matches(spec, rec) else None
 
     def put(self, spec: RunSpec, rec: dict) -> None:
-        """Write the run's own record file, then re-assemble the JSON from every record (under a lock)."""
-        write_json(self._run_path(spec.key), rec)
+        """Write the run's own (sealed) record file, then re-assemble the JSON from every record (under a lock)."""
+        write_json(self._run_path(spec.key), seal(rec))
         self.assemble()
 
     def assemble(self) -> None:
@@ -400,7 +423,7 @@ class FileStore:
             if bad:
                 self.damaged[f"{self.path} (run {k})"] = bad
             else:
-                runs[k] = rec
+                runs[k] = unsealed(rec)
         for k, v in (doc or {}).items():  # what another version or command added at the top level stays
             if k not in ("schema", "identity", "runs"):
                 self.doc.setdefault(k, v)
@@ -420,7 +443,7 @@ class FileStore:
             if bad:  # left out of the JSON; a sweep names it when it comes to that run (get), report refuses it
                 self.damaged[str(p)] = bad
             elif rec is not None:
-                out[unquote(p.stem)] = rec
+                out[unquote(p.stem)] = unsealed(rec)
         return out
 
     def __str__(self) -> str:
