@@ -77,7 +77,7 @@ def _digest(body: dict) -> str:
 
 def seal(rec: dict) -> dict:
     """The record as it is stored: strict JSON values plus :data:`SEAL`, the digest of everything else."""
-    body = {k: v for k, v in finite_json(rec).items() if k != SEAL}
+    body = json.loads(json.dumps({k: v for k, v in finite_json(rec).items() if k != SEAL}, allow_nan=False))
     return {**body, SEAL: _digest(body)}
 
 
