@@ -314,7 +314,10 @@ class FileStore:
         self.named = _Named(log)
         self.damaged: dict[str, str] = {}  # record path -> problem, seen by the last read
         self.doc = {"schema": schema, "identity": self.identity, **self.meta, "runs": {}}
-        self._check(*self._read_owner())  # a store of another configuration: refused now, before any work
+        doc, marker = self._read_owner()
+        self._check(doc, marker)  # a store of another configuration: refused now, before any work
+        runs = (doc or {}).get("runs")
+        self.doc["runs"] = dict(runs) if isinstance(runs, dict) else {}  # (checked by get when used)
 
     # -- identity -------------------------------------------------------------------------------------------
 
