@@ -253,3 +253,20 @@ def test_absurd_size_is_out_of_memory_in_one_line(tmp_path, capsys):
     err = _one_error(capsys.readouterr().err)
     assert "out of memory" in err and "GiB" in err and "--d-hidden" in err
     assert not (tmp_path / "o" / "result.json").exists()
+
+
+def test_runs_only_in_the_json_are_reused_and_a_damaged_copy_is_named(tmp_path, capsys):
+    """A file of an earlier version (no .runs folder): intact runs reused, a damaged one named, never reused."""
+    from depthaudit.config import TrainConfig
+    from depthaudit.stores import FileStore, RunSpec
+
+    cfg = TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1, device="cpu")
+    rec = {"status": "ok", "config": cfg.to_dict(), "tracking": None, "history": [], "final": {"test_acc": 0.5}}
+    (tmp_path / "l.json").write_text(json.dumps({"schema": "s", "identity": {"a": 1},
+                                                 "runs": {"k": rec, "bad": {**rec, "final": {"test_acc": "x"}}}}))
+    store = FileStore(tmp_path / "l.json", "s", {"a": 1})
+    assert store.get(RunSpec("k", cfg)) == rec
+    assert store.get(RunSpec("bad", cfg)) is None
+    assert "(run bad) final.test_acc is 'x', not a number" in capsys.readouterr().err
+    store.claim()  # the assembled file keeps only what is intact
+    assert sorted(json.loads((tmp_path / "l.json").read_text())["runs"]) == ["k"]
