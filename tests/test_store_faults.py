@@ -270,3 +270,7 @@ def test_runs_only_in_the_json_are_reused_and_a_damaged_copy_is_named(tmp_path, 
     assert "(run bad) final.test_acc is 'x', not a number" in capsys.readouterr().err
     store.claim()  # the assembled file keeps only what is intact
     assert sorted(json.loads((tmp_path / "l.json").read_text())["runs"]) == ["k"]
+    fresh = FileStore(tmp_path / "x.json", "s", {"a": 1})  # a sweep claims first, then asks: still named
+    (tmp_path / "x.json").write_text((tmp_path / "l.json").read_text().replace('"runs": {', '"runs": {"bad": 3, ', 1))
+    fresh.claim()
+    assert "x.json (run bad) is of type int, not a run record" in capsys.readouterr().err

@@ -95,7 +95,7 @@ def record_problem(rec: Any) -> str | None:
     A run that finished ``ok`` has a final test accuracy.
     """
     if not isinstance(rec, dict):
-        return f"holds a {type(rec).__name__}, not a run record"
+        return f"is of type {type(rec).__name__}, not a run record"
     final = rec.get("final")
     if not isinstance(final, dict):
         return "has no 'final' object"
@@ -423,8 +423,9 @@ class FileStore:
         runs = {}
         for k, rec in ((doc or {}).get("runs") or {}).items():
             bad = record_problem(rec)
-            if bad:
+            if bad:  # a copy only the JSON held (an earlier version's file): named, left out, trained again
                 self.damaged[f"{self.path} (run {k})"] = bad
+                self.named(Path(f"{self.path} (run {k})"), bad, "it is left out and not reused: the run trains again")
             else:
                 runs[k] = unsealed(rec)
         for k, v in (doc or {}).items():  # what another version or command added at the top level stays
