@@ -10,6 +10,7 @@ import pytest
 from depthaudit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
+TINY_RUN = ["--epochs", "1", "--d-hidden", "8", "--num-blocks", "1", "--out", "tiny"]
 
 
 def _files(root):
@@ -48,6 +49,24 @@ def _setup(tmp):
     audit["methods"][0]["history"]["epochs"] = audit["methods"][0]["history"]["epochs"][:1]
     (tmp / "rep_hist").mkdir()
     (tmp / "rep_hist" / "report.json").write_text(json.dumps(audit))
+    # plug-ins whose code fails at run time, a dataset that breaks its own promise, mismatched image sizes
+    (tmp / "plugin_badcredits.py").write_text(
+        "from depthaudit.methods import METHODS, FA\n\n@METHODS.register('badfa')\nclass BadFA(FA):\n"
+        "    name = 'badfa'\n\n    def credits(self, model, tr, e):\n        raise RuntimeError('no credit')\n")
+    (tmp / "plugin_fewcredits.py").write_text(
+        "from depthaudit.methods import METHODS, FA\n\n@METHODS.register('fewfa')\nclass FewFA(FA):\n"
+        "    name = 'fewfa'\n\n    def credits(self, model, tr, e):\n"
+        "        return super().credits(model, tr, e)[:1]\n")
+    (tmp / "plugin_badlabels.py").write_text(
+        "import numpy as np\nfrom depthaudit.data.base import DATASETS, ArrayData\n\n@DATASETS.register('badlabels')\n"
+        "def load(data_dir=None, download=False):\n    x = np.zeros((8, 4), np.float32)\n"
+        "    return ArrayData(x, np.arange(8), x, np.zeros(8, np.int64), 2, 'test', 'x' * 64)\n")
+    from PIL import Image
+
+    for split, size in (("train", 8), ("test", 10)):
+        for cls in ("a", "b"):
+            (tmp / "imgs" / split / cls).mkdir(parents=True)
+            Image.new("RGB", (size, size)).save(tmp / "imgs" / split / cls / "0.png")
     sat = {"schema": "depthaudit.saturation.v1", "identity": {"family": "resnet"},
            "runs": {"N0": {"blocks": 3, "params": 1, "config": {"extra": 0}, "final": {"test_acc": 0.5, "test_loss": 1},
                            "signal": {"AGmax": "x", "AG": [1], "V": [1], "low_signal": False}}}}
@@ -124,6 +143,10 @@ CASES = [
     (["report", "rep_hist"], "cannot be rendered"),
     (["audit", "--out", "rep_other", "--lr", "0.01"], "report of another audit"),
     (["saturation", "--model", "x"], "--family hf"),
+    # issue 25: misrecords
+    (["audit", "--methods", "fa:head=exact,head=feedback"], "'head' is given twice"),
+    (["--plugin", "plugin_badlabels", "train", "--dataset", "badlabels", *TINY_RUN], "labels span 0..7"),
+    (["train", "--dataset", "imagefolder", "--data-dir", "imgs", *TINY_RUN], "train images are 8×8 but test"),
 ]
 
 
@@ -145,6 +168,30 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, monkeypatch, cap
     assert _files(tmp_path) == before
 
 
+# found only once training runs: the command's header line comes first, then the one error line, last
+RUNTIME_CASES = [
+    (["--plugin", "plugin_badcredits", "train", "--method", "badfa", "--dataset", "mnist1d", *TINY_RUN],
+     "plug-in plugin_badcredits raised RuntimeError: no credit at", "plugin_badcredits.py:8 (in credits)"),
+    (["--plugin", "plugin_fewcredits", "train", "--method", "fewfa", "--dataset", "mnist1d", *TINY_RUN],
+     "plug-in plugin_fewcredits: its FewFA (", "plugin_fewcredits.py:3)"),
+]
+
+
+@pytest.mark.parametrize("argv, words, where", RUNTIME_CASES, ids=[c[0][1] for c in RUNTIME_CASES])
+def test_a_failing_plugin_is_named_with_its_file_and_line(tmp_path, monkeypatch, capsys, argv, words, where):
+    _setup(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("DEPTHAUDIT_PLUGINS", "")
+    before = _files(tmp_path)
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    print(err)
+    assert rc == 2 and not any("Traceback" in ln for ln in err)
+    assert [ln for ln in err if "error" in ln] == err[-1:] and words in err[-1] and where in err[-1]
+    assert _files(tmp_path) == before
+
+
 def test_duplicate_seeds_count_once_with_a_note(tmp_path, capsys):
     assert main(["audit", "--methods", "bp", "--seeds", "1", "1", "--epochs", "1", "--d-hidden", "8",
                  "--num-blocks", "1", "--probe-batches", "1", "--probe-batch-size", "16",
@@ -163,3 +210,27 @@ def test_diverged_runs_are_marked_not_averaged(tmp_path, capsys):
     print(card)
     assert m["status"] == ["diverged"] and m["diverged"]["excluded_seeds"] == 1
     assert "DIVERGED (1 of 1 seeds)" in card and "DIVERGED" in (tmp_path / "a" / "report.md").read_text()
+
+
+def test_probe_batches_beyond_the_split_are_recorded_as_measured(tmp_path, capsys):
+    """--probe-batches 100000 × 16 on 2000 held-out examples measures 125 batches: recorded and shown as 125."""
+    assert main(["audit", "--dataset", "mnist1d", "--methods", "bp", "--seeds", "1", "--epochs", "1", "--d-hidden", "8",
+                 "--num-blocks", "1", "--probe-batches", "100000", "--probe-batch-size", "16",
+                 "--out", str(tmp_path / "a")]) == 0
+    cap = capsys.readouterr()
+    assert "measuring (and recording) 125 batches of 16" in cap.err
+    rep = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert rep["config"]["probe_batches"] == 125
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "a" / "runs").glob("*/result.json")]
+    assert {r["tracking"]["probe_batches"] for r in runs} == {125}
+    assert "probe 125×16" in cap.out and "100000" not in cap.out
+
+
+def test_an_empty_option_list_is_the_same_row(capsys):
+    from depthaudit.commands import build_parser
+    from depthaudit.commands.audit import _audit_config
+
+    argv = ["audit", "--methods", "fa", "fa:", "fa:head=exact,", "--out", "unused"]
+    acfg = _audit_config(build_parser(argv).parse_args(argv))
+    assert acfg.methods == ("fa", "fa:head=exact")
+    assert "--methods repeats fa" in capsys.readouterr().err

@@ -117,9 +117,11 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
           replace_report: bool = False, argv: list[str] | None = None) -> Result:
     """The audit protocol: every trained/frozen pair (trained or reused), the card, report.json/.md and figures."""
     from .experiments.audit import audit_specs, run_audit
-    from .io import check_output_dir, write_json, write_text
+    from .io import check_output_dir, staged, write_json, write_text
     from .report import audit_markdown, audit_terminal
     from .report.figures import audit_figures
+    from .runner import fitted_probe_batches
+    from .stores import claim_folder, still_owner
     from .sweep import pick_cell
 
     config = _audit_form(config)
@@ -130,18 +132,23 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
     opts = _sweep(sweep, out, base.device)
     data = _data(base, data)
     check_probe_fits(config.probe_batch_size, data)
+    # what is measured is recorded: probe batches clamped to the held-out split
+    config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     if opts.cell is not None:
         pick_cell(audit_specs(config, data), opts.cell)
     log = _log(progress)
-    if not opts.list_cells:
+    claim = None
+    if not opts.list_cells:  # the folder's report belongs to one audit: claimed before anything trains
+        claim = claim_folder(out, "audit", audit_identity(config, data.sha256), replace_report)
         log(f"depthaudit audit: {', '.join(config.methods)} × seeds {list(config.seeds)} on {base.dataset} "
             f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}")
     report = run_audit(config, data, out, log=log, argv=argv or ["depthaudit.audit"], opts=opts)
-    figures = audit_figures(report, out)
-    report["figures"] = figures
-    write_json(out / "report.json", report)
-    md = audit_markdown(report, figures)
-    write_text(out / "report.md", md)
+    with still_owner(out, claim), staged(out) as tmp:  # report, markdown and figures: all of them or none
+        figures = audit_figures(report, tmp)
+        report["figures"] = figures
+        write_json(tmp / "report.json", report)
+        md = audit_markdown(report, figures)
+        write_text(tmp / "report.md", md)
     return Result(out / "report.json", report, audit_terminal(report), md,
                   [out / f for f in (figures.values() if isinstance(figures, dict) else figures)])
 
@@ -152,6 +159,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
     from .experiments.ladder import ladder_specs, open_store
     from .io import check_output_dir
     from .report.ladder import ladder_report
+    from .runner import fitted_probe_batches
     from .sweep import pick_cell, run_sweep
 
     config = replace(config, methods=_methods(config.methods))
@@ -164,12 +172,14 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
     opts = _sweep(sweep, out, base.device)
     data = _data(base, data)
     check_probe_fits(config.probe_batch_size, data)
+    config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     specs = ladder_specs(config, data)
     if opts.cell is not None:
         pick_cell(specs, opts.cell)
     store = open_store(out, config, data.sha256)  # refuses a file of another configuration
     log = _log(progress)
     if not opts.list_cells:
+        store.claim()  # under the lock: a sweep of another configuration started a moment ago is refused too
         log(f"depthaudit ladder: {len(specs)} runs ({len(config.methods)} methods × {len(config.k_values)} k × "
             f"{len(config.seeds)} seeds), {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
             f"{base.epochs} epochs, {base.device}, jobs {opts.jobs} → {store}")
@@ -187,6 +197,7 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     from .experiments.intervene import run_intervention
     from .io import check_output_dir, write_json, write_text
     from .report.probes import intervention_figure, intervention_md
+    from .runner import fitted_probe_batches
 
     config = _audit_form(config)
     lambdas = list(dict.fromkeys(float(x) for x in lambdas))
@@ -196,6 +207,7 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     check_output_dir(out, subdirs=("runs",))
     data = _data(config.base, data)
     check_probe_fits(config.probe_batch_size, data)
+    config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     opts = _sweep(sweep, out, config.base.device)
     res = run_intervention(config, lambdas, data, out, log=_log(progress), argv=argv or ["depthaudit.intervene"],
                            opts=opts)
@@ -265,6 +277,13 @@ def check_probe_fits(batch_size: int, data) -> None:
     n = data.x_test.shape[0]
     if batch_size > n:
         raise UsageError(f"--probe-batch-size {batch_size} exceeds the {n} held-out examples; use at most {n}")
+
+
+def audit_identity(acfg: AuditConfig, data_sha256: str) -> dict:
+    """What an audit folder's report belongs to: the audit config (not where the data was read from) and the data."""
+    d = acfg.to_dict()
+    d["base"] = {k: v for k, v in d["base"].items() if k not in ("data_dir", "download")}
+    return {**d, "data_sha256": data_sha256}
 
 
 def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:

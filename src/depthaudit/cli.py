@@ -1,19 +1,124 @@
 """Command-line interface: ``depthaudit <command> …``: plug-ins, parse, dispatch, and one error path.
 
 Each command module declares its own parser (:func:`depthaudit.commands.build_parser`); here a user-caused
-error becomes one line and exit 2, and an unexpected exception keeps its traceback.
+error becomes one line and exit 2: bad input, and faults of the machine (a full disk, an unwritable place,
+memory exhausted by an absurd size); an interrupt (SIGINT, SIGTERM) one line and exit 130; an unexpected
+exception keeps its traceback. A terminal that cannot print the report's symbols gets ASCII for them.
 """
 
+import codecs
+import signal
 import sys
+import threading
 
 from .commands import build_parser
 from .errors import SweepDone, UsageError
 from .plugins import import_plugins_in
 
+# what a report prints that an ASCII (or Latin-1, …) terminal cannot: the closest plain spelling
+ASCII_FALLBACK = {"±": "+/-", "×": "x", "→": "->", "←": "<-", "—": "-", "–": "-", "≤": "<=", "≥": ">=", "≈": "~",
+                  "…": "...", "Γ": "Gamma", "ε": "eps", "ρ": "rho", "λ": "lambda", "α": "alpha", "σ": "sigma",
+                  "Δ": "Delta", "θ": "theta", "μ": "mu", "√": "sqrt", "∞": "inf", "·": "*", "✓": "ok", "✗": "x",
+                  "‖": "||", "′": "'", "“": '"', "”": '"', "‘": "'", "’": "'", "≠": "!=", "∈": "in", "⁻": "^-",
+                  "¹": "1", "²": "2", "³": "3", "⁴": "4", "⁵": "5", "⁶": "6", "⁷": "7", "⁸": "8", "⁹": "9", "⁰": "0",
+                  "₀": "0", "₁": "1", "₂": "2", "₃": "3", "ℓ": "l", "█": "#", "░": ".", "▏": "|"}
+
+
+def _ascii_fallback(exc: UnicodeEncodeError):
+    bad = exc.object[exc.start:exc.end]
+    return "".join(ASCII_FALLBACK.get(ch, "?") for ch in bad), exc.end
+
+
+codecs.register_error("depthaudit-ascii", _ascii_fallback)
+
+
+def plain_terminal() -> None:
+    """Give stdout/stderr ASCII spellings of the symbols their encoding cannot print (never a crash)."""
+    for stream in (sys.stdout, sys.stderr):
+        enc = getattr(stream, "encoding", None) or "ascii"
+        try:
+            "±×→—≤Γρ".encode(enc)
+        except (UnicodeEncodeError, LookupError):
+            try:
+                stream.reconfigure(errors="depthaudit-ascii")
+            except (AttributeError, ValueError, OSError):
+                pass
+
+
+def _term_to_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _out_of_memory(exc: BaseException) -> str | None:
+    """One line for memory exhausted by the size asked for (CPU or GPU); None for any other error."""
+    text = str(exc)
+    if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and (
+            "can't allocate memory" in text or "out of memory" in text.lower()
+            or "not enough memory" in text.lower())):
+        import re
+
+        asked = re.search(r"tried to allocate (\d+) bytes", text)
+        first = f"tried to allocate {int(asked[1]) / 2**30:,.1f} GiB" if asked else \
+            (text.strip().splitlines()[0][:120] if text.strip() else type(exc).__name__)
+        return (f"out of memory ({first}); ask for less: a smaller --d-hidden, --num-blocks, --batch-size or "
+                "--probe-batch-size, fewer --jobs/--batch-runs, or a machine with more memory")
+    return None
+
+
+def plugin_blame(exc: BaseException) -> str | None:
+    """One line when a user's plug-in (``--plugin``) raised, or its object was in use where the error arose.
+
+    Names the plug-in, the error and the plug-in's file and line; None when no plug-in is involved.
+    """
+    import inspect
+    import os
+
+    names = [n for n in os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",") if n in sys.modules]
+    if not names:
+        return None
+    files = {os.path.abspath(getattr(sys.modules[n], "__file__", "") or ""): n for n in names}
+    owner = lambda mod: next((n for n in names if mod == n or mod.startswith(n + ".")), None)  # noqa: E731
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+    for frame, lineno in reversed(frames):  # the innermost line of the plug-in's own code
+        name = files.get(os.path.abspath(frame.f_code.co_filename))
+        if name:
+            return (f"plug-in {name} raised {what} at {frame.f_code.co_filename}:{lineno} (in "
+                    f"{frame.f_code.co_name}); fix the plug-in")
+    for frame, _ in reversed(frames):  # depthaudit raised while using a plug-in's object: what it returned
+        obj = frame.f_locals.get("self")
+        name = owner(type(obj).__module__) if obj is not None else None
+        if name:
+            cls = type(obj)
+            try:
+                where = f"{inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]}"
+            except (OSError, TypeError):
+                where = name
+            return (f"plug-in {name}: its {cls.__name__} ({where}) gave depthaudit something it cannot use: {what}; "
+                    "check what its methods return (e.g. one credit per layer)")
+    return None
+
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; bad input prints one line and returns 2."""
+    """Entry point; bad input prints one line and returns 2, an interrupt one line and 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    plain_terminal()
+    old_term = None
+    if threading.current_thread() is threading.main_thread():
+        old_term = signal.signal(signal.SIGTERM, _term_to_interrupt)  # SIGTERM stops like Ctrl-C: cleanly
+    try:
+        return _main(argv)
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def _main(argv: list[str]) -> int:
+    from .io import environment_error, remove_in_flight
+
     try:
         import_plugins_in(argv)
         try:
@@ -27,10 +132,21 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"depthaudit: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("depthaudit: interrupted; nothing half-written was left", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        remove_in_flight()
+        print(f"depthaudit: {str(exc) or 'interrupted; finished runs are stored, nothing half-written was left'}",
+              file=sys.stderr)
         return 130
-    except Exception:
+    except Exception as exc:
+        line = environment_error(exc) or _out_of_memory(exc) or plugin_blame(exc)
+        if line is not None and isinstance(exc, OSError) and exc.filename is not None:
+            from .data.base import cache_dir
+
+            if str(exc.filename).startswith(str(cache_dir())):
+                line += " (it is the data cache: set DEPTHAUDIT_CACHE_DIR to a writable folder)"
+        if line is not None:
+            print(f"depthaudit: error: {line} (nothing half-written; finished runs are stored)", file=sys.stderr)
+            return 2
         print("depthaudit: internal error (a bug, not your input): please report it with the traceback below",
               file=sys.stderr)
         raise

@@ -1,8 +1,12 @@
-"""The one exception type that the CLI turns into a single line and exit code 2."""
+"""The exceptions the CLI turns into one line: bad input (exit 2), an interrupt (exit 130), a finished cell (0)."""
 
 
 class UsageError(Exception):
-    """Bad input from the user: the message names the problem and the fix."""
+    """Bad input from the user, or a fault of their machine: the message names the problem and the fix."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM stopped the work: every worker is gone, finished runs are stored; the message says so."""
 
 
 class SweepDone(Exception):

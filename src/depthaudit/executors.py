@@ -1,26 +1,129 @@
 """Where a sweep's groups of runs train: this process, local worker processes, a Ray cluster, a SLURM array.
 
-Every executor runs the same task, :func:`run_and_store`: train one group (one run, or several stacked),
-stamp each record with the executor and host, and write it into the sweep's store atomically under its
-own name. The driver only collects; so a driver or worker killed mid-sweep loses at most the groups in
-flight, and a re-submitted sweep trains only what is missing. Ray (``pip install "depthaudit[ray]"``) and
-submitit (``"depthaudit[slurm]"``) are optional; a missing one is one line naming the install.
+Executors own execution: every one runs the same task, :func:`run_and_store`: take each run's lock, skip
+a run another sweep stored meanwhile, train the rest of the group (one run, or several stacked), stamp each
+record with the executor and host, and write it into the sweep's store atomically under its own name. The
+driver only collects; so a driver or worker killed mid-sweep loses at most the groups in flight, and a
+re-submitted sweep trains only what is missing. An interrupt (SIGINT/SIGTERM) stops every worker within
+seconds (:func:`_stop_pool`, Ray's cancel) and reaches the caller as ``KeyboardInterrupt``; a SLURM array
+keeps running and the message names its ``scancel``. Ray (``pip install "depthaudit[ray]"``) and submitit
+(``"depthaudit[slurm]"``) are optional; a missing one is one line naming the install.
 """
 
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
 import torch
 
-from .errors import UsageError
-from .sweep import RunSpec, SweepOptions, execute_group
+from .config import TrainConfig
+from .errors import Interrupted, UsageError
+from .stores import RunSpec
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How a sweep runs: where (executor), how many at once, which cells, and where runs are watched."""
+
+    jobs: int = 1  # local: parallel worker processes
+    batch_runs: int = 1  # runs trained stacked per group (batched.py)
+    executor: str = "local"  # local | ray | slurm
+    cell: str | None = None  # run exactly this cell (its key or its index in --list-cells)
+    list_cells: bool = False  # print the grid and stop
+    stored_only: bool = False  # train nothing; refuse if a cell is missing (``depthaudit report`` of cells)
+    log: tuple[str, ...] = ()  # "tensorboard", "wandb": per-run live logs (runlog.py)
+    log_dir: str | None = None  # where TensorBoard/W&B files go (default: <out>/logs)
+    ray_address: str | None = None
+    cpus_per_run: float = 1.0
+    gpus_per_run: float = 0.0
+    slurm_partition: str | None = None
+    slurm_time: int = 240  # minutes per array task
+    slurm_gpus: int = 0
+    slurm_parallelism: int = 64  # array tasks running at once
+    slurm_cluster: str | None = None  # submitit's cluster ("local" runs array tasks as local processes: tests)
+    slurm_folder: str | None = None  # submitit's logs (default: <out>/slurm)
+    remember: tuple | None = None  # (out, argv): write out/sweep.json once --cell is found (commands.args)
+
+
+def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
+    """Run one spec and return its result record: the spec's own runner, else the training recipe's."""
+    from .runner import run_recipe
+
+    return (spec.runner or run_recipe)(spec, data, log, argv)
+
+
+def execute_group(specs: list[RunSpec], data=None, log=None, argv=None, opts=None) -> list[dict]:
+    """Run a group of specs: one alone as :func:`execute`, several stacked in one process (batched.py).
+
+    With ``opts.log`` each run is mirrored live to TensorBoard/W&B (a spec with its own runner: after it ends).
+    """
+    from .runlog import make_watch
+    from .runner import run_recipe, run_recipe_stacked
+
+    kinds = opts.log if opts is not None else ()
+    group = Path(opts.log_dir).parent.name if kinds and opts.log_dir else "depthaudit"
+    watches = [make_watch(kinds, opts.log_dir if kinds else None, s.key,
+                          s.cfg.to_dict() if hasattr(s.cfg, "to_dict") else {}, group) for s in specs]
+    if len(specs) > 1:
+        return run_recipe_stacked(specs, data, log, argv, watches=watches)
+    spec, watch = specs[0], watches[0]
+    if spec.runner is None:
+        return [run_recipe(spec, data, log, argv, watch=watch)]
+    rec = spec.runner(spec, data, log, argv)
+    if watch is not None:  # the depth families' runners: their history, after the run
+        for h in rec.get("history") or []:
+            watch.epoch(h)
+        watch.close(rec.get("status", "ok"), rec.get("final") or {})
+    return [rec]
+
+
+def stack_groups(specs: list[RunSpec], cap: int) -> list[list[RunSpec]]:
+    """Specs in groups of at most ``cap`` that can train stacked; every other spec alone, order kept.
+
+    Specs stack when they run the recipe (no own runner) with configs that differ only in seed and
+    trainable blocks (each keeps its own tracking plan) under a stackable method and model (:func:`batched.group_key`);
+    runs that may stop early on a flag (``--stop-on-flag``) train alone.
+    """
+    from .batched import group_key
+
+    if cap <= 1:
+        return [[s] for s in specs]
+    groups: list[list[RunSpec]] = []
+    open_: dict[str, list[RunSpec]] = {}
+    for s in specs:
+        mon = (s.tracking or {}).get("monitor") or {}
+        key = group_key(s.cfg) if s.runner is None and isinstance(s.cfg, TrainConfig) \
+            and not mon.get("stop_on_flag") else None
+        if key is None:
+            groups.append([s])
+            continue
+        g = open_.get(key)
+        if g is None or len(g) >= cap:
+            g = open_[key] = []
+            groups.append(g)
+        g.append(s)
+    return groups
+
+
+def batch_cap(batch_runs: int | None, device: str) -> int:
+    """``--batch-runs``: a number as given; ``None`` (auto) = 16 on a CUDA device, 1 on the CPU.
+
+    On the CPU stacking measured no gain (benchmarks/bench_batched.py: 0.98×), so runs go one by one.
+    """
+    if batch_runs is not None:
+        return batch_runs
+    return 16 if str(device).startswith("cuda") else 1
+
 
 EXECUTORS = ("local", "ray", "slurm")
 
@@ -35,15 +138,45 @@ def where_ran(executor: str) -> dict:
     return out
 
 
+REUSED = "_stored_by_another_sweep"  # in a returned record (never stored): another sweep trained it meanwhile
+
+
 def run_and_store(group: list[RunSpec], store, data=None, log=None, argv=None, executor: str = "local",
                   opts: SweepOptions | None = None) -> list[dict]:
-    """Train ``group`` (stacked if several), stamp where it ran, store every record; return the records."""
-    recs = execute_group(group, data, log=log, argv=argv, opts=opts)
-    where = where_ran(executor)
-    for s, rec in zip(group, recs, strict=True):
-        rec.setdefault("provenance", {})["executor"] = where
-        store.put(s, rec)
-    return recs
+    """Train ``group`` (stacked if several), stamp where it ran, store every record; return the records.
+
+    Each run's lock is held while it trains (taken in one global order, so two sweeps never deadlock): a
+    run another sweep is training is waited for, and what that sweep stored is returned, not retrained.
+    """
+    locks = getattr(store, "run_lock", None)
+    with ExitStack() as held:
+        if locks is not None:
+            for s in sorted(group, key=lambda s: s.key):
+                held.enter_context(locks(s))
+        done = {s.key: store.get(s, quiet=True) for s in group} if locks is not None else {}
+        todo = [s for s in group if done.get(s.key) is None]
+        recs = execute_group(todo, data, log=log, argv=argv, opts=opts) if todo else []
+        where = where_ran(executor)
+        for s, rec in zip(todo, recs, strict=True):
+            rec.setdefault("provenance", {})["executor"] = where
+            store.put(s, rec)
+            done[s.key] = rec
+        for s in group:
+            if s not in todo:
+                done[s.key] = {**done[s.key], REUSED: True}
+        return [done[s.key] for s in group]
+
+
+def _busy(group: list[RunSpec], store) -> bool:
+    """Whether another process holds the lock of a run in ``group`` (it is training it now)."""
+    locks = getattr(store, "run_lock", None)
+    if locks is None:
+        return False
+    for s in group:
+        with locks(s, wait=False) as free:
+            if not free:
+                return True
+    return False
 
 
 def import_env_plugins() -> None:
@@ -55,10 +188,23 @@ def import_env_plugins() -> None:
 
 
 def _worker_init(threads: int, parent: int) -> None:
-    """A local worker: its thread share, dies with its parent (pid ``parent``), imports the parent's plug-ins."""
+    """A local worker: its thread share, dies with its parent (pid ``parent``), imports the parent's plug-ins.
+
+    Ctrl-C reaches a terminal's whole process group: a worker ignores SIGINT and the driver stops it. SIGTERM
+    (the driver's, or a ``kill`` of the group) ends it at once, removing any half-written temp file first.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _worker_term)
     torch.set_num_threads(threads)
     _die_with_parent(parent)
     import_env_plugins()
+
+
+def _worker_term(signum, frame) -> None:
+    from .io import remove_in_flight
+
+    remove_in_flight()
+    os._exit(128 + signum)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -78,8 +224,6 @@ def _die_with_parent(parent: int) -> None:
             if os.getppid() != parent:
                 os._exit(1)
 
-    import threading
-
     threading.Thread(target=watch, daemon=True).start()
 
 
@@ -92,12 +236,18 @@ def _remote_task(group, store, argv, executor: str, threads: int, opts: SweepOpt
 
 def run_groups(groups: list[list[RunSpec]], store, opts: SweepOptions, data=None, log=None, run_log=None,
                argv=None) -> Iterator[tuple[list[RunSpec], list[dict]]]:
-    """Train every group on ``opts.executor``; yield ``(group, records)`` as each finishes (already stored)."""
+    """Train every group on ``opts.executor``; yield ``(group, records)`` as each finishes (already stored).
+
+    Groups another sweep is training right now go last (by then their records are usually stored).
+    """
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     if not groups:
         return
     if opts.executor not in EXECUTORS:
         raise UsageError(f"--executor {opts.executor!r} not known; use one of {', '.join(EXECUTORS)}")
+    busy = [_busy(g, store) for g in groups]
+    groups = [g for g, b in zip(groups, busy, strict=True) if not b] + \
+        [g for g, b in zip(groups, busy, strict=True) if b]
     if opts.executor == "ray":
         yield from _ray(groups, store, opts, argv, log)
     elif opts.executor == "slurm":
@@ -117,30 +267,71 @@ def run_groups(groups: list[list[RunSpec]], store, opts: SweepOptions, data=None
         yield from _local_pool(groups, store, opts, argv, log)
 
 
+@contextmanager
+def _signals_ignored():
+    """SIGINT/SIGTERM ignored for the block (a second Ctrl-C must not cut the cleanup short); main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _stop_pool(pool: ProcessPoolExecutor, grace: float = 3.0) -> None:
+    """Stop every worker of ``pool`` now: SIGTERM (each removes its temp files and exits), SIGKILL after ``grace``."""
+    with _signals_ignored():
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        deadline = time.monotonic() + grace
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _local_pool(groups, store, opts: SweepOptions, argv, log):
     """``opts.jobs`` spawned worker processes; a dead worker's pool is replaced once.
 
     A worker that dies (SIGKILL, out of memory) breaks the pool: what had not finished is retried once in a
-    fresh pool, so the sweep loses at most the work in flight.
+    fresh pool, so the sweep loses at most the work in flight. An interrupt (or any error) stops every
+    worker before it propagates: no worker trains on after the driver gave up.
     """
     threads = max(1, (os.cpu_count() or 1) // opts.jobs)
     remaining, retried = list(groups), False
     while remaining:
         finished, broken = set(), False
-        with ProcessPoolExecutor(opts.jobs, mp_context=get_context("spawn"), initializer=_worker_init,
-                                 initargs=(threads, os.getpid())) as pool:
+        pool = ProcessPoolExecutor(opts.jobs, mp_context=get_context("spawn"), initializer=_worker_init,
+                                   initargs=(threads, os.getpid()))
+        try:
             futs = {pool.submit(run_and_store, g, store, None, None, argv, "local", opts): i
                     for i, g in enumerate(remaining)}
-            for fut in as_completed(futs):
-                try:
-                    recs = fut.result()
-                except BrokenProcessPool:
-                    broken = True
-                    continue
-                finished.add(futs[fut])
-                yield remaining[futs[fut]], recs
+            pending = set(futs)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    try:
+                        recs = fut.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        continue
+                    finished.add(futs[fut])
+                    yield remaining[futs[fut]], recs
+        except BaseException:
+            _stop_pool(pool)
+            raise
+        pool.shutdown(wait=True)
         remaining = [g for i, g in enumerate(remaining) if i not in finished]
         if broken:
+            time.sleep(0.5)  # a signal to the whole group killed the worker: let the driver's own arrive first
             if retried:
                 raise UsageError("a worker process died again (killed, or out of memory?); the finished runs are "
                                  "stored: rerun the same command with fewer --jobs to train what is missing")
@@ -163,15 +354,25 @@ def _ray(groups, store, opts: SweepOptions, argv, log):
     log(f"ray: {len(groups)} tasks on {address or 'a local cluster'} ({opts.cpus_per_run:g} CPU, "
         f"{opts.gpus_per_run:g} GPU per task)")
     task = ray.remote(num_cpus=opts.cpus_per_run, num_gpus=opts.gpus_per_run, max_retries=0)(_remote_task)
+    refs = {}
     try:
         refs = {task.remote(g, store, argv, "ray", int(opts.cpus_per_run), opts): g for g in groups}
         while refs:
             done, _ = ray.wait(list(refs), num_returns=1)
             g = refs.pop(done[0])
             yield g, ray.get(done[0])
+    except BaseException:
+        with _signals_ignored():
+            for ref in refs:  # interrupted (or failed): no task trains on
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: S110 - already finished or gone
+                    pass
+        raise
     finally:
         if started:
-            ray.shutdown()
+            with _signals_ignored():
+                ray.shutdown()
 
 
 def _slurm(groups, store, opts: SweepOptions, argv, log):
@@ -192,22 +393,30 @@ def _slurm(groups, store, opts: SweepOptions, argv, log):
     n = len(groups)
     jobs = ex.map_array(_remote_task, groups, [store] * n, [argv] * n, ["slurm"] * n,
                         [max(1, int(opts.cpus_per_run))] * n, [opts] * n)
-    log(f"slurm: {n} array tasks submitted (job {jobs[0].job_id.split('_')[0]}; logs in {folder.parent}); "
+    job_id = jobs[0].job_id.split("_")[0]
+    log(f"slurm: {n} array tasks submitted (job {job_id}; logs in {folder.parent}); "
         "waiting — Ctrl-C leaves them running and a rerun collects what finished")
     pending, failed = dict(zip(jobs, groups, strict=True)), []
-    while pending:
-        for job in [j for j in pending if j.done()]:
-            g = pending.pop(job)
-            try:
-                recs = job.result()
-            except Exception as exc:  # the task's own failure: name it, keep collecting the others
-                failed.append(job.job_id)
-                log(f"slurm task {job.job_id} ({', '.join(s.key for s in g)}) failed: "
-                    f"{(str(exc).strip().splitlines() or ['?'])[-1]}")
-                continue
-            yield g, recs
-        if pending:
-            time.sleep(1.0)
+    try:
+        while pending:
+            for job in [j for j in pending if j.done()]:
+                g = pending.pop(job)
+                try:
+                    recs = job.result()
+                except Exception as exc:  # the task's own failure: name it, keep collecting the others
+                    failed.append(job.job_id)
+                    log(f"slurm task {job.job_id} ({', '.join(s.key for s in g)}) failed: "
+                        f"{(str(exc).strip().splitlines() or ['?'])[-1]}")
+                    continue
+                yield g, recs
+            if pending:
+                time.sleep(1.0)
+    except KeyboardInterrupt:
+        cancel = "scancel " + job_id if opts.slurm_cluster in (None, "slurm") else \
+            f"kill the local processes of job {job_id}"
+        raise Interrupted(f"interrupted: {len(pending)} SLURM array task(s) of job {job_id} are still queued or "
+                          f"running and store their runs when they finish (a rerun collects them); to stop them: "
+                          f"{cancel}") from None
     if failed:
         raise UsageError(f"{len(failed)} SLURM task(s) failed ({', '.join(failed[:5])}); their logs are in "
                          f"{folder.parent}; rerun the same command to retry only what is missing")

@@ -1,9 +1,11 @@
 """Atomic file writes: a reader never sees a half-written result."""
 
+import errno
 import json
 import math
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +21,41 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
+IN_FLIGHT: set[str] = set()  # temp files being written now (a worker's SIGTERM handler removes them)
+
+# errors of the machine, not of depthaudit: a full disk, a read-only or unwritable place, a file where a
+# folder must be. Each becomes one line naming the path and the fix (:func:`environment_error`).
+_ENV_ERRNOS = {errno.ENOSPC: "free space on that disk, or write elsewhere",
+               errno.EDQUOT: "free space within your quota, or write elsewhere",
+               errno.EFBIG: "write elsewhere (that file system refuses a file this large)",
+               errno.EROFS: "that file system is read-only: choose a writable location",
+               errno.EACCES: "give yourself access to it (read and write), or choose another location",
+               errno.EPERM: "give yourself access to it (read and write), or choose another location",
+               errno.ENOTDIR: "a file stands where a folder must be: move it, or choose another location",
+               errno.EISDIR: "a folder stands where a file must be: move it, or choose another location",
+               errno.ENAMETOOLONG: "use a shorter path",
+               errno.ELOOP: "the path loops through symbolic links: choose another location",
+               errno.EIO: "the disk reported an I/O error: check it, or write elsewhere"}
+
+
+def environment_error(exc: BaseException) -> str | None:
+    """One line for an ``OSError`` the machine caused (disk full, unwritable, …), naming path and fix; else None."""
+    if not isinstance(exc, OSError) or exc.errno not in _ENV_ERRNOS:
+        return None
+    where = exc.filename if exc.filename is not None else "a file"
+    return f"{where}: {exc.strerror or os.strerror(exc.errno)}; {_ENV_ERRNOS[exc.errno]}"
+
+
 def _atomic(path: Path, write) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
+    IN_FLIGHT.add(tmp)
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results should get the usual permissions
         with os.fdopen(fd, "wb") as fh:
@@ -30,10 +63,41 @@ def _atomic(path: Path, write) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(path)  # a full disk names the file it could not write
         raise
+    finally:
+        IN_FLIGHT.discard(tmp)
+
+
+def remove_in_flight() -> None:
+    """Remove the temp files of writes in progress (an interrupted process's last act): nothing half-written."""
+    for tmp in list(IN_FLIGHT):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+@contextmanager
+def staged(folder: Path):
+    """A scratch folder in ``folder`` whose files move into ``folder`` only if the block succeeds.
+
+    Renames within one folder need no space, so a full disk or an error while writing several outputs (a
+    report, its markdown, its figures) leaves none of them, or all of them.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".render-") as tmp:
+        yield Path(tmp)
+        for f in sorted(Path(tmp).rglob("*")):
+            if f.is_file():
+                dest = folder / f.relative_to(tmp)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(f, dest)
 
 
 def finite_json(obj: Any) -> Any:
@@ -86,3 +150,13 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
         raise UsageError(f"{flag} {p}: {anc} is a file, so the folder cannot be made; choose another {flag}")
     if not os.access(anc, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {p}: {anc} is not writable; choose another {flag}")
+    if anc != p:  # a folder that does not exist yet: make (and remove) its first level, as the command would
+        first = p
+        while first.parent != anc:
+            first = first.parent
+        try:
+            os.mkdir(first)
+            os.rmdir(first)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise UsageError(f"{flag} {p}: cannot make {first} ({why}); choose another {flag}") from None

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -65,6 +66,21 @@ def probe_batches(data: DataBundle, seed: int, n_batches: int = 10, batch_size: 
     k = max(1, min(n_batches, n_test // batch_size))
     x, y = probe_batch(data, seed, k * batch_size)
     return [(x[i * batch_size:(i + 1) * batch_size], y[i * batch_size:(i + 1) * batch_size]) for i in range(k)]
+
+
+def fitted_probe_batches(data: DataBundle, n_batches: int, batch_size: int, log=None) -> int:
+    """How many probe batches of ``batch_size`` the held-out split holds, at most ``n_batches``.
+
+    This is what :func:`probe_batches` measures on; the commands record and print this number, never one
+    the split cannot hold (with a note when it is fewer than asked for).
+    """
+    n_test = data.x_test.shape[0]
+    k = max(1, min(n_batches, n_test // max(1, batch_size)))
+    if k < n_batches:
+        (log or (lambda m: print(m, file=sys.stderr, flush=True)))(
+            f"depthaudit: note: --probe-batches {n_batches} × --probe-batch-size {batch_size} exceeds the {n_test} "
+            f"held-out examples; measuring (and recording) {k} batches of {batch_size}")
+    return k
 
 
 def tracking_plan(n_batches: int, batch_size: int, every: int, thresholds, d1_stat: str = "median",

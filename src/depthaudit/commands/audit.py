@@ -9,6 +9,7 @@ import torch
 from ..api import check_probe_fits
 from ..errors import UsageError
 from ..io import check_output_dir
+from ..runner import fitted_probe_batches
 from . import COMMANDS
 from .args import (
     TRAINING_ONLY,
@@ -38,8 +39,9 @@ def _audit_config(a: argparse.Namespace):
         raise UsageError("--track-every must be >= 0, --eps and --rho-max > 0")
     if a.stop_on_flag and a.track_every != 1:
         raise UsageError("--stop-on-flag needs the monitor every epoch; drop --track-every or set it to 1")
-    from ..methods import parse_method_spec
+    from ..methods import canonical_spec, parse_method_spec
 
+    a.methods = [canonical_spec(m) for m in a.methods]  # `fa:` is the row `fa`, not a new one
     for m in a.methods:  # a misspelt method or option is one line here, before any training
         parse_method_spec(m, base)
     if base.num_blocks < 1:
@@ -121,6 +123,7 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     seeds = tuple(dict.fromkeys(a.seeds))
     probe = check_probe_args(a)
+    probe = (fitted_probe_batches(data, *probe), probe[1])
     opts = sweep_options(a, out, base.device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)

@@ -44,7 +44,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"--k_values {bad}: each k must be in 0..{base.num_blocks} (--num_blocks)")
     from ..methods import parse_method_spec
 
-    for m in a.methods:  # a misspelt method or option: one line, before any training
+    for m in a.methods:  # parsed once by config_from_args: canonical labels (`fa:` is `fa`)
         parse_method_spec(m, base)
     dedup_note(a.methods, "--methods")
     dedup_note(a.seeds, "--seeds")
@@ -137,15 +137,28 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
     from ..report import audit_markdown, audit_terminal
     from ..report.figures import audit_figures
     from ..report.ladder import ladder_report
+    from ..stores import FileStore, check_folder_records, rebuild_file_store
 
     found = 0
+    for runs in sorted(d.glob("ladder_*.runs")):  # the JSON is derived: rebuilt from the records when missing
+        if runs.is_dir() and not runs.with_suffix(".json").exists():
+            if rebuild_file_store(runs) is None:
+                raise UsageError(f"{runs} holds run records but no identity.json, and "
+                                 f"{runs.with_suffix('.json').name} is missing; rerun the ladder command that "
+                                 "wrote them (finished runs are reused)")
+            print(f"depthaudit: note: rebuilt {runs.with_suffix('.json')} from the records in {runs}",
+                  file=sys.stderr)
     for path in sorted(d.glob("ladder_*.json")):
         check_ladder_doc(path, read_json_doc(path))
         if path.with_suffix(".runs").is_dir():  # records a worker stored but did not assemble (killed between)
-            from ..sweep import FileStore
-
             doc = read_json_doc(path)
-            FileStore(path, doc["schema"], doc.get("identity") or {}).assemble()
+            store = FileStore(path, doc["schema"], doc.get("identity") or {}, log=lambda m: None)
+            store.assemble()
+            if store.damaged:
+                where, bad = next(iter(store.damaged.items()))
+                raise UsageError(f"{where} {bad}; it is left out: rerun the ladder command that wrote {path.name} "
+                                 "to train that run again (the others are reused)")
+            check_ladder_doc(path, read_json_doc(path))
         with _rendering(path):
             _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)
         print(f"{path.name}\n{table}\n")
@@ -153,6 +166,10 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
     if (d / "report.json").exists():
         report = read_json_doc(d / "report.json")
         check_report_doc(d / "report.json", report)
+        slugs = [slug for m in report.get("methods") or [] for kind in ("trained", "frozen")
+                 for slug in ((m.get("runs") or {}).get(kind) or [])]
+        slugs += [slug for m in report.get("methods") or [] for slug in (m.get("shallow") or {}).get("runs") or []]
+        check_folder_records(d / "runs", slugs)  # a damaged run record behind the report: named, not rendered
         with _rendering(d / "report.json"), _staged(d) as tmp:
             figures = audit_figures(report, tmp)
             md, text = audit_markdown(report, figures), audit_terminal(report)
@@ -242,11 +259,17 @@ def read_json_doc(path: Path, runs: bool = False) -> dict:
 
 
 def check_ladder_doc(path: Path, doc: dict) -> None:
-    """The fields the ladder report reads, each of the right type."""
+    """The fields the ladder report reads, each of the right type; every run record intact (stores.record_problem)."""
+    from ..stores import record_problem
+
     ident, runs = doc.get("identity"), doc.get("runs")
     ok = isinstance(ident, dict) and all(k in ident for k in ("dataset", "arch", "d_hidden", "num_blocks", "epochs"))
     ok = ok and isinstance(runs, dict)
     for key, rec in (runs or {}).items() if ok else ():
+        bad = record_problem(rec)
+        if bad:
+            raise UsageError(f"{path}: run {key!r} is malformed ({bad}); rerun the ladder command that wrote it "
+                             "(that run trains again, the others are reused)")
         parts = key.split("/")
         final = rec.get("final") if isinstance(rec, dict) else None
         acc = final.get("test_acc") if isinstance(final, dict) else "bad"

@@ -11,4 +11,27 @@ __all__ = ["DATASETS", "ArrayData", "DataBundle", "cache_dir", "load_data"]
 def load_data(name: str, data_dir: str | None, download: bool, device: torch.device) -> DataBundle:
     """Load a registered dataset and place it on ``device``."""
     arrays = DATASETS.get(name)(data_dir=data_dir, download=download)
+    check_arrays(name, arrays)
     return to_bundle(name, arrays, device)
+
+
+def check_arrays(name: str, a) -> None:
+    """What a dataset (built in or a plug-in's) returns must be usable: one line naming what is wrong."""
+    import numpy as np
+
+    from ..errors import UsageError
+
+    k = a.num_classes
+    if not isinstance(k, int | np.integer) or k < 2:
+        raise UsageError(f"--dataset {name}: num_classes is {k!r}; a dataset needs at least 2 classes")
+    for split, x, y in (("train", a.x_train, a.y_train), ("test", a.x_test, a.y_test)):
+        if len(x) != len(y) or len(y) == 0:
+            raise UsageError(f"--dataset {name}: its {split} split has {len(x)} inputs and {len(y)} labels; "
+                             "they must match (and not be empty)")
+        y = np.asarray(y)
+        if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= k:
+            raise UsageError(f"--dataset {name}: its {split} labels span {y.min()}..{y.max()} but it declares "
+                             f"{k} classes; labels must be integers in 0..{k - 1}")
+    if tuple(a.x_train.shape[1:]) != tuple(a.x_test.shape[1:]):
+        raise UsageError(f"--dataset {name}: train inputs are {tuple(a.x_train.shape[1:])} but test inputs "
+                         f"{tuple(a.x_test.shape[1:])}; both splits must have one input shape")

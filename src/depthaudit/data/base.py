@@ -88,9 +88,15 @@ def cached_arrays(key: str, build) -> ArrayData:
     data = build()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, x_train=data.x_train, y_train=data.y_train, x_test=data.x_test, y_test=data.y_test,
-             num_classes=data.num_classes, source=data.source, sha256=data.sha256)
-    os.replace(tmp, path)
+    try:
+        np.savez(tmp, x_train=data.x_train, y_train=data.y_train, x_test=data.x_test, y_test=data.y_test,
+                 num_classes=data.num_classes, source=data.source, sha256=data.sha256)
+        os.replace(tmp, path)
+    except BaseException as exc:  # a full disk or an interrupt leaves no half-written cache entry
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(path)
+        raise
     return data
 
 

@@ -60,6 +60,10 @@ def _decode(read, splits, where: str, size: int | None = None):
             raise UsageError(f"{where}: images in {split}/ differ in size; use --dataset imagefolder-32 or "
                              "imagefolder-64 (resized and centre-cropped), or resize them to one size first")
         arrays += [np.stack(xs), np.asarray(ys, dtype=np.int64)]
+    if arrays[0].shape[1:] != arrays[2].shape[1:]:
+        raise UsageError(f"{where}: train images are {arrays[0].shape[2]}×{arrays[0].shape[1]} but test images "
+                         f"{arrays[2].shape[2]}×{arrays[2].shape[1]}; use --dataset imagefolder-32 or imagefolder-64 "
+                         "(resized and centre-cropped), or resize them to one size first")
     return arrays, len(classes)
 
 

@@ -1,0 +1,543 @@
+"""Result stores: where a sweep's finished runs live, which configuration owns them, which records are intact.
+
+A store has one identity (the configuration every run in it shares) and refuses another: a sweep *claims*
+the identity under the store's file lock before it trains anything (:meth:`FileStore.claim`,
+:func:`claim_folder`), so two sweeps with different configurations started into one folder at once cannot
+mix: the second is refused in one line. Two sweeps with the same configuration cooperate: each run is
+trained under its own lock (:meth:`FileStore.run_lock`), and a sweep that finds a run locked waits and then
+reuses the record the other one stored. Every record is validated when read (:func:`record_problem`): a
+truncated, hand-edited, non-numeric or non-finite record is named in one line and trained again (in a
+sweep) or refused (in ``depthaudit report``), never reused or rendered as a number.
+"""
+
+import glob
+import hashlib
+import json
+import math
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from .errors import UsageError
+from .io import finite_json, write_json
+
+IDENTITY_FILE = "identity.json"  # in a FileStore's ``.runs`` folder, and in an audit's --out folder
+STATUSES = ("ok", "diverged", "stopped_flagged")
+# wherever these keys appear in a record their values are numbers (or None): a string there is damage
+_NUMERIC = {"test_acc", "test_loss", "train_loss", "train_acc", "rho", "g_L", "mean_per_layer", "concat", "seconds",
+            "epochs_completed", "AGmax", "params"}
+_UNIT = {"test_acc", "train_acc"}  # accuracies lie in [0, 1]
+_NONNEG = {"test_loss", "train_loss", "seconds", "g_L", "rho", "epochs_completed", "params"}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of a sweep: its config, its measurement plan and its key in the store."""
+
+    key: str
+    cfg: Any  # a TrainConfig, or any frozen config with to_dict() and same_as(stored_dict) (other runners)
+    tracking: dict | None = None  # runner.tracking_plan(...): audit diagnostics on probe batches, monitor
+    checkpoint: str | None = None  # also save weights + feedback here (e.g. a State Bridge's start)
+    runner: Any = None  # runner(spec, data, log, argv) -> record; None = the training recipe
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"{text} overflows to a non-finite number")
+    return v
+
+
+def read_strict(path: Path) -> Any:
+    """A JSON file, refusing what depthaudit never writes (``NaN``, ``Infinity``, overflowing numbers).
+
+    Raises ``ValueError`` (``json.JSONDecodeError`` included) or ``OSError`` (unreadable).
+    """
+    return json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_reject_constant,
+                      parse_float=_finite_float)
+
+
+SEAL = "record_sha256"  # a run record file's digest of its own content: a hand edit shows
+
+
+def _digest(body: dict) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def seal(rec: dict) -> dict:
+    """The record as it is stored: strict JSON values plus :data:`SEAL`, the digest of everything else."""
+    body = json.loads(json.dumps({k: v for k, v in finite_json(rec).items() if k != SEAL}, allow_nan=False))
+    return {**body, SEAL: _digest(body)}
+
+
+def unsealed(rec: dict) -> dict:
+    """The record without its seal (what experiments and the assembled files hold)."""
+    return {k: v for k, v in rec.items() if k != SEAL}
+
+
+def record_problem(rec: Any) -> str | None:
+    """Why a stored run record cannot be used, in a few words; ``None`` when it is intact.
+
+    The schema every record of every runner shares: an object with a ``final`` object, a ``status``
+    (one of :data:`STATUSES`), a ``config`` object, a ``history`` list of objects; every number finite,
+    accuracies in [0, 1], losses and norms >= 0, and the measurement fields numbers (or null), never text.
+    A run that finished ``ok`` has a final test accuracy.
+    """
+    if not isinstance(rec, dict):
+        return f"is of type {type(rec).__name__}, not a run record"
+    final = rec.get("final")
+    if not isinstance(final, dict):
+        return "has no 'final' object"
+    status = rec.get("status", "ok")
+    if status not in STATUSES:
+        return f"status {status!r} is not one of {', '.join(STATUSES)}"
+    for key, kind in (("config", dict), ("history", list)):
+        if key in rec and not isinstance(rec[key], kind):
+            return f"'{key}' is not a{'n object' if kind is dict else ' list'}"
+    if not all(isinstance(h, dict) for h in rec.get("history") or []):
+        return "'history' holds a non-object"
+    if status == "ok" and final.get("test_acc") is None and "test_acc" in final:
+        return "finished 'ok' without a final test_acc"
+    bad = _walk(rec, "")
+    if bad is None and SEAL in rec and rec[SEAL] != _digest(unsealed(rec)):
+        return f"was edited after it was written (its {SEAL} no longer matches its content)"
+    return bad
+
+
+def _walk(v: Any, where: str) -> str | None:
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"{where or 'a value'} is {v}, not a finite number"
+    if isinstance(v, dict):
+        for k, x in v.items():
+            path = f"{where}.{k}" if where else str(k)
+            if k in _NUMERIC:
+                bad = _number_problem(k, x, path)
+                if bad:
+                    return bad
+            bad = _walk(x, path)
+            if bad:
+                return bad
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            bad = _walk(x, f"{where}[{i}]")
+            if bad:
+                return bad
+    return None
+
+
+def _number_problem(key: str, v: Any, where: str) -> str | None:
+    vals = v if isinstance(v, list) else [v]
+    for x in vals:
+        if x is None:
+            continue
+        if isinstance(x, bool) or not isinstance(x, int | float):
+            return f"{where} is {x!r}, not a number"
+        if not math.isfinite(x):
+            return f"{where} is {x}, not a finite number"
+        if key in _UNIT and not 0 <= x <= 1:
+            return f"{where} is {x}, outside [0, 1]"
+        if key in _NONNEG and x < 0:
+            return f"{where} is {x}, below 0"
+    return None
+
+
+def read_record(path: Path) -> tuple[dict | None, str | None]:
+    """``(record, None)`` if intact, ``(None, problem)`` if damaged, ``(None, None)`` if absent."""
+    try:
+        rec = read_strict(path)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    except UnicodeDecodeError:
+        return None, "is not text"
+    except ValueError as exc:
+        return None, f"is not valid JSON ({str(exc).splitlines()[0][:80]})"
+    bad = record_problem(rec)
+    return (None, bad) if bad else (rec, None)
+
+
+class _Named:
+    """Names each damaged record once (one line), whoever reads it."""
+
+    def __init__(self, log=None):
+        self.log, self.seen = log or _stderr, {}
+
+    def __call__(self, path: Path, problem: str, then: str) -> None:
+        if str(path) not in self.seen:
+            self.seen[str(path)] = problem
+            self.log(f"depthaudit: note: {path} {problem}; {then}")
+
+
+def _lock_file(path: Path):
+    """An open handle on ``path`` (created with its folder)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a")
+
+
+@contextmanager
+def file_lock(path: Path, wait: bool = True):
+    """An exclusive advisory lock on ``path`` (``flock``; released when its holder dies); yields whether it is held.
+
+    ``wait=False`` does not block: it yields ``False`` when another process holds the lock. Where ``fcntl``
+    is unavailable (not POSIX) no lock is taken (atomic replaces still keep every file valid).
+    """
+    fh = _lock_file(Path(path))
+    try:
+        try:
+            import fcntl
+        except ImportError:
+            yield True
+            return
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    finally:
+        fh.close()
+
+
+def identity_diff(old: dict, new: dict, defaults: dict | None = None, prefix: str = "") -> list[str]:
+    """The keys (dotted for nested objects) where two identities differ; a missing key counts as its default."""
+    defaults = defaults or {}
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k, defaults.get(k)), new.get(k, defaults.get(k))
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += identity_diff(a, b, None, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj))
+
+
+class FolderStore:
+    """One folder per run, ``root/<slug>/result.json`` (the audit's layout); reuse needs an identical config.
+
+    Runs of different configurations coexist here (each under its own hash); what a folder's *report*
+    belongs to is claimed separately (:func:`claim_folder`).
+    """
+
+    def __init__(self, root: Path, data_sha256: str | None = None, log=None):
+        self.root = Path(root)
+        self.data_sha256 = data_sha256  # when given, a stored run is reused only if it saw the same data
+        self.named = _Named(log)
+
+    def path(self, spec: RunSpec) -> Path:
+        """Where ``spec``'s result lives."""
+        from .runner import run_slug
+
+        return self.root / run_slug(spec.cfg, spec.tracking) / "result.json"
+
+    def claim(self) -> None:
+        """Nothing to claim: every run sits under its own configuration's hash."""
+
+    def run_lock(self, spec: RunSpec, wait: bool = True):
+        """The lock a process holds while it trains ``spec`` (so two sweeps never train one run twice)."""
+        return file_lock(self.root / ".locks" / (self.path(spec).parent.name + ".lock"), wait)
+
+    def get(self, spec: RunSpec, quiet: bool = False) -> dict | None:
+        """The stored record if it is an intact, finished run of exactly this config and tracking.
+
+        The slug's hash covers every config field, so a run stored by a version with fewer fields sits
+        under another hash: siblings with the same readable prefix are checked too (``same_as`` reads a
+        missing field as what that version ran with), so a newer version reuses what still matches.
+        A damaged record is named (once) and not reused: the run is trained again.
+        """
+        path = self.path(spec)
+        prefix = path.parent.name.rsplit("_", 1)[0] + "_"
+        siblings = sorted(self.root.glob(f"{glob.escape(prefix)}*/result.json")) if self.root.is_dir() else []
+        for p in [path, *(s for s in siblings if s != path and s.parent.name.rsplit("_", 1)[0] + "_" == prefix)]:
+            rec, bad = read_record(p)
+            if bad:
+                if p == path and not quiet:
+                    self.named(p, bad, "it is not reused: the run trains again")
+                continue
+            if rec is None:
+                continue
+            seen = ((rec.get("provenance") or {}).get("data") or {}).get("sha256")
+            if self.data_sha256 is not None and seen != self.data_sha256:
+                continue
+            if spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking:
+                rec = unsealed(rec)
+                return rec if p == path else {**rec, "stored_as": p.parent.name}
+        return None
+
+    def put(self, spec: RunSpec, rec: dict) -> None:
+        """Store a finished run (sealed: a later hand edit is caught)."""
+        write_json(self.path(spec), seal(rec))
+
+    def assemble(self) -> None:
+        """Nothing to assemble: the records are the store."""
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+
+class FileStore:
+    """All runs of one configuration in one JSON file, assembled from one record file per run.
+
+    Each finished run is written atomically under its own name in ``<file>.runs/`` by whichever process ran
+    it (a local worker, a Ray task, a SLURM array task), then the JSON is re-assembled from every intact
+    record there under a file lock and replaced atomically: the JSON is derived, and can always be rebuilt
+    from the ``.runs`` folder, whose ``identity.json`` says which configuration it holds. ``identity``
+    describes what every run in the file shares (e.g. the base config and the data hash); a sweep claims it
+    under the lock before training (:meth:`claim`), and a store holding a different identity is refused,
+    never mixed.
+    """
+
+    def __init__(self, path: Path, schema: str, identity: dict, meta: dict | None = None,
+                 defaults: dict | None = None, log=None):
+        self.path, self.schema, self.identity = Path(path), schema, _jsonable(identity)
+        self.runs_dir = self.path.with_suffix(".runs")
+        self.defaults = defaults or {}
+        self.meta = _jsonable(meta or {})
+        self.named = _Named(log)
+        self.damaged: dict[str, str] = {}  # record path -> problem, seen by the last read
+        self.doc = {"schema": schema, "identity": self.identity, **self.meta, "runs": {}}
+        doc, marker = self._read_owner()
+        self._check(doc, marker)  # a store of another configuration: refused now, before any work
+        runs = (doc or {}).get("runs")
+        self.doc["runs"] = dict(runs) if isinstance(runs, dict) else {}  # (checked by get when used)
+
+    # -- identity -------------------------------------------------------------------------------------------
+
+    def _read_owner(self) -> tuple[dict | None, dict | None]:
+        """``(doc, marker)`` as on disk (either None when absent); a damaged JSON is refused with advice that works."""
+        doc = marker = None
+        if self.path.exists():
+            try:
+                doc = read_strict(self.path)
+            except (ValueError, UnicodeDecodeError) as exc:
+                n = len(list(self.runs_dir.glob("*.json"))) if self.runs_dir.is_dir() else 0
+                raise UsageError(
+                    f"{self.path} is not valid JSON ({str(exc).splitlines()[0][:60]}); it is rebuilt from the "
+                    f"{n} run record(s) in {self.runs_dir}: move {self.path.name} away and rerun (finished runs "
+                    f"are reused), or move {self.runs_dir.name} away too to start afresh") from None
+            if not isinstance(doc, dict):
+                raise UsageError(f"{self.path} holds a {type(doc).__name__}, not a depthaudit results file; "
+                                 "move it away and rerun")
+        mpath = self.runs_dir / IDENTITY_FILE
+        if mpath.exists():
+            try:
+                marker = read_strict(mpath)
+            except (ValueError, UnicodeDecodeError):
+                marker = None  # rewritten from the JSON (or from this sweep's claim)
+            if not isinstance(marker, dict) or not isinstance(marker.get("identity"), dict):
+                marker = None
+        return doc, marker
+
+    def _check(self, doc: dict | None, marker: dict | None) -> None:
+        for what, owner in ((self.path, doc), (self.runs_dir, marker)):
+            if owner is None:
+                continue
+            diff = identity_diff(owner.get("identity") or {}, self.identity, self.defaults)
+            if owner.get("schema") != self.schema or diff:
+                raise UsageError(
+                    f"{what} holds runs of a different configuration (differs in: "
+                    f"{', '.join(diff[:6]) or 'schema'}); use another output folder, or move "
+                    f"{self.path.name} and {self.runs_dir.name} away")
+
+    def claim(self) -> None:
+        """Take this store for this identity, under the lock, before anything trains.
+
+        Refuses (one line) a store another configuration holds, even one that claimed it a moment ago;
+        writes the identity marker in ``.runs`` and the JSON (assembled from the records already there).
+        """
+        with file_lock(self.path.with_suffix(".lock")):
+            doc, marker = self._read_owner()
+            self._check(doc, marker)
+            if marker is None:
+                write_json(self.runs_dir / IDENTITY_FILE, {"schema": self.schema, "identity": self.identity,
+                                                           **self.meta})
+            self._assemble_locked(doc)
+
+    # -- runs -------------------------------------------------------------------------------------------------
+
+    def _run_path(self, key: str) -> Path:
+        return self.runs_dir / (quote(key, safe="") + ".json")
+
+    def run_lock(self, spec: RunSpec, wait: bool = True):
+        """The lock a process holds while it trains ``spec`` (so two sweeps never train one run twice)."""
+        return file_lock(self.runs_dir / (quote(spec.key, safe="") + ".lock"), wait)
+
+    def _matches(self, spec: RunSpec, rec: dict | None) -> bool:
+        return bool(rec) and spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking
+
+    def get(self, spec: RunSpec, quiet: bool = False) -> dict | None:
+        """The stored record for ``spec.key`` if it is intact and its config and tracking match.
+
+        The run's own record file wins over the JSON's copy; a damaged record is named (once, unless
+        ``quiet``) and not reused.
+        """
+        p = self._run_path(spec.key)
+        rec, bad = read_record(p)
+        if bad:
+            if not quiet:
+                self.named(p, bad, "it is not reused: the run trains again")
+            return None
+        if rec is None:
+            rec = self.doc["runs"].get(spec.key)
+            if rec is not None and record_problem(rec):
+                if not quiet:
+                    self.named(Path(f"{self.path} (run {spec.key})"), record_problem(rec),
+                               "it is not reused: the run trains again")
+                return None
+        return unsealed(rec) if self._matches(spec, rec) else None
+
+    def put(self, spec: RunSpec, rec: dict) -> None:
+        """Write the run's own (sealed) record file, then re-assemble the JSON from every record (under a lock)."""
+        write_json(self._run_path(spec.key), seal(rec))
+        self.assemble()
+
+    def assemble(self) -> None:
+        """Rewrite the JSON from what is on disk: its intact runs plus every intact record file (which win)."""
+        with file_lock(self.path.with_suffix(".lock")):
+            try:
+                doc, _ = self._read_owner()
+            except UsageError:
+                doc = None  # a damaged JSON is derived data: rebuilt from the records
+            self._assemble_locked(doc)
+
+    def _assemble_locked(self, doc: dict | None) -> None:
+        self.damaged = {}
+        runs = {}
+        for k, rec in ((doc or {}).get("runs") or {}).items():
+            bad = record_problem(rec)
+            if bad:  # a copy only the JSON held (an earlier version's file): named, left out, trained again
+                self.damaged[f"{self.path} (run {k})"] = bad
+                self.named(Path(f"{self.path} (run {k})"), bad, "it is left out and not reused: the run trains again")
+            else:
+                runs[k] = unsealed(rec)
+        for k, v in (doc or {}).items():  # what another version or command added at the top level stays
+            if k not in ("schema", "identity", "runs"):
+                self.doc.setdefault(k, v)
+        runs.update(self.read_runs())
+        self.doc["runs"] = runs
+        write_json(self.path, self.doc)
+
+    def read_runs(self) -> dict[str, dict]:
+        """``{key: record}`` of every intact record file; damaged ones are kept in :attr:`damaged`."""
+        if not self.runs_dir.is_dir():
+            return {}
+        out = {}
+        for p in sorted(self.runs_dir.glob("*.json")):
+            if p.name == IDENTITY_FILE:
+                continue
+            rec, bad = read_record(p)
+            if bad:  # left out of the JSON; a sweep names it when it comes to that run (get), report refuses it
+                self.damaged[str(p)] = bad
+            elif rec is not None:
+                out[unquote(p.stem)] = unsealed(rec)
+        return out
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+def rebuild_file_store(runs_dir: Path, log=None) -> FileStore | None:
+    """The store whose ``.runs`` folder this is, its JSON rebuilt from the records; None without an identity marker."""
+    runs_dir = Path(runs_dir)
+    try:
+        marker = read_strict(runs_dir / IDENTITY_FILE)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(marker, dict) or not isinstance(marker.get("identity"), dict) or "schema" not in marker:
+        return None
+    meta = {k: v for k, v in marker.items() if k not in ("schema", "identity")}
+    store = FileStore(runs_dir.with_suffix(".json"), marker["schema"], marker["identity"], meta, log=log)
+    store.assemble()
+    return store
+
+
+def read_run_files(folder: Path, keys: list[str] | None = None) -> dict[str, dict]:
+    """``{key: record}`` of the intact record files in ``folder`` (all, or those of ``keys``); damaged ones skipped."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    paths = sorted(p for p in folder.glob("*.json") if p.name != IDENTITY_FILE) if keys is None \
+        else [folder / (quote(k, safe="") + ".json") for k in keys]
+    out = {}
+    for p in paths:
+        rec, _ = read_record(p)
+        if rec is not None:
+            out[unquote(p.stem)] = rec
+    return out
+
+
+def check_folder_records(root: Path, slugs: list[str]) -> None:
+    """Every ``root/<slug>/result.json`` named that exists is intact; else one line naming the first damaged one."""
+    for slug in slugs:
+        p = Path(root) / slug / "result.json"
+        _, bad = read_record(p)
+        if bad:
+            raise UsageError(f"{p} {bad}; rerun the command that wrote this folder: it trains that run again and "
+                             "rewrites the report")
+
+
+# -- a folder's report: one owner --------------------------------------------------------------------------
+
+
+def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = False, flag: str = "--out") -> dict:
+    """Claim ``folder`` (its report) for ``identity``, under the folder's lock, before anything trains.
+
+    The first command to claim a folder owns it (``folder/identity.json``); another with a different
+    identity is refused in one line (``take_over`` replaces the owner instead). Returns the claim, to
+    pass to :func:`still_owner` before the report is written.
+    """
+    folder = Path(folder)
+    claim = {"schema": "depthaudit.identity.v1", "kind": kind, "identity": _jsonable(identity)}
+    with file_lock(folder / ".lock"):
+        old = _read_claim(folder)
+        if old is not None and not take_over:
+            diff = (["kind"] if old.get("kind") != kind else []) + identity_diff(old.get("identity") or {},
+                                                                                 claim["identity"])
+            if diff:
+                raise UsageError(f"{folder} belongs to another {old.get('kind', 'sweep')} (differs in "
+                                 f"{', '.join(diff[:6])}); use another {flag}, or --replace-report to take it over "
+                                 "(the runs of both stay in runs/)")
+        if old != claim:
+            write_json(folder / IDENTITY_FILE, claim)
+    return claim
+
+
+def _read_claim(folder: Path) -> dict | None:
+    try:
+        old = read_strict(Path(folder) / IDENTITY_FILE)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None  # damaged: the claimant rewrites it
+    return old if isinstance(old, dict) else None
+
+
+@contextmanager
+def still_owner(folder: Path, claim: dict, flag: str = "--out"):
+    """Hold the folder's lock while the report is written, refusing if another command took the folder over."""
+    folder = Path(folder)
+    with file_lock(folder / ".lock"):
+        now = _read_claim(folder)
+        if claim is not None and now is not None and now != claim:
+            raise UsageError(f"{folder} was taken over by another {now.get('kind', 'sweep')} (--replace-report) "
+                             f"while this one ran; its runs are stored in {folder / 'runs'}: rerun with another "
+                             f"{flag} to get its report")
+        yield

@@ -1,0 +1,165 @@
+"""A store has one identity and refuses another, atomically: concurrent sweeps never mix or lose a run.
+
+Real processes started into one folder at once, over many trials; plus the one interleaving that broke
+before (both sweeps open the store before either claims it), forced in-process.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from depthaudit.config import TrainConfig
+from depthaudit.errors import UsageError
+from depthaudit.stores import FileStore, RunSpec, claim_folder, still_owner
+
+LADDER = ["ladder", "--dataset", "mnist1d", "--d-hidden", "16", "--num-blocks", "1", "--methods", "fa",
+          "--k-values", "0", "1", "--seeds", "1", "--epochs", "1", "--probe-batches", "1", "--probe-batch-size", "64"]
+FILE = "ladder_d16_L1_mnist1d.json"
+AUDIT = ["audit", "--dataset", "mnist1d", "--d-hidden", "16", "--num-blocks", "1", "--methods", "bp", "--seeds", "1",
+         "--epochs", "1", "--probe-batches", "1", "--probe-batch-size", "64"]
+
+
+def _cli(args, out, cache):
+    env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(cache), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "depthaudit", *args, "--out", str(out)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _pair(args_a, args_b, out, cache):
+    """Start two commands into ``out`` at once; their (returncode, stderr)."""
+    procs = [_cli(args_a, out, cache), _cli(args_b, out, cache)]
+    return [(p.wait(timeout=600), p.stderr.read()) for p in procs]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    c = tmp_path_factory.mktemp("cache")
+    out = tmp_path_factory.mktemp("warm")
+    p = _cli([*LADDER, "--k-values", "0"], out, c)  # decode mnist1d once, so the trials start alike
+    assert p.wait(timeout=600) == 0, p.stderr.read()
+    return c
+
+
+def _error_lines(err: str) -> list[str]:
+    return [ln for ln in err.splitlines() if ln.startswith("depthaudit: error")]
+
+
+def _trained(err: str) -> list[str]:
+    """The runs this process trained itself (progress lines, not those another sweep stored)."""
+    return [ln.split("| ", 1)[1].split(":")[0] for ln in err.splitlines()
+            if "runs  elapsed" in ln and "stored by another sweep" not in ln]
+
+
+def test_two_ladders_differing_only_in_lr_never_mix(tmp_path, cache):
+    """10 trials: two ladders (--lr 0.001 vs 0.002) into one folder at once; one is refused before it trains."""
+    def trial(i):
+        out = tmp_path / f"t{i}"
+        lrs = ("0.001", "0.002") if i % 2 == 0 else ("0.002", "0.001")
+        res = _pair([*LADDER, "--lr", lrs[0]], [*LADDER, "--lr", lrs[1]], out, cache)
+        return lrs, res, out
+
+    with ThreadPoolExecutor(3) as pool:
+        trials = list(pool.map(trial, range(10)))
+    for lrs, res, out in trials:
+        codes = sorted(rc for rc, _ in res)
+        assert codes == [0, 2], res
+        winner = float([lr for lr, (rc, _) in zip(lrs, res, strict=True) if rc == 0][0])
+        loser_err = [err for rc, err in res if rc == 2][0]
+        assert len(_error_lines(loser_err)) == 1 and "differs in: lr" in loser_err, loser_err
+        assert "Traceback" not in loser_err and not _trained(loser_err), loser_err  # refused before training
+        doc = json.loads((out / FILE).read_text())
+        assert doc["identity"]["lr"] == winner
+        assert sorted(doc["runs"]) == ["fa/k0/s1", "fa/k1/s1"]
+        assert {r["config"]["lr"] for r in doc["runs"].values()} == {winner}  # nothing of the other lr
+        marker = json.loads((out / FILE.replace(".json", ".runs") / "identity.json").read_text())
+        assert marker["identity"]["lr"] == winner
+
+
+def test_two_identical_ladders_cooperate_each_run_trained_once(tmp_path, cache):
+    """3 trials: the same ladder twice at once: both exit 0, every run trained exactly once, nothing lost."""
+    def trial(i):
+        out = tmp_path / f"t{i}"
+        return _pair(LADDER, LADDER, out, cache), out
+
+    with ThreadPoolExecutor(2) as pool:
+        trials = list(pool.map(trial, range(3)))
+    for res, out in trials:
+        assert [rc for rc, _ in res] == [0, 0], res
+        trained = sorted(k for _, err in res for k in _trained(err))
+        assert trained == ["fa/k0/s1", "fa/k1/s1"], [err for _, err in res]
+        doc = json.loads((out / FILE).read_text())
+        assert sorted(doc["runs"]) == ["fa/k0/s1", "fa/k1/s1"]
+
+
+def test_two_different_audits_into_one_folder(tmp_path, cache):
+    """2 trials: audits differing in --lr into one --out at once: one report, of the audit that owns the folder."""
+    def trial(i):
+        out = tmp_path / f"t{i}"
+        return _pair([*AUDIT, "--lr", "0.001"], [*AUDIT, "--lr", "0.002"], out, cache), out
+
+    with ThreadPoolExecutor(2) as pool:
+        trials = list(pool.map(trial, range(2)))
+    for res, out in trials:
+        assert sorted(rc for rc, _ in res) == [0, 2], res
+        winner = 0.001 if res[0][0] == 0 else 0.002
+        loser_err = [err for rc, err in res if rc == 2][0]
+        assert len(_error_lines(loser_err)) == 1 and "base.lr" in loser_err and "--replace-report" in loser_err
+        assert "runs  elapsed" not in loser_err
+        rep = json.loads((out / "report.json").read_text())
+        assert rep["config"]["base"]["lr"] == winner
+        assert json.loads((out / "identity.json").read_text())["identity"]["base"]["lr"] == winner
+
+
+def _spec(lr):
+    cfg = TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1, lr=lr, device="cpu")
+    return RunSpec("bp/k0/s1", cfg, None)
+
+
+def test_both_open_before_either_claims(tmp_path):
+    """The interleaving that mixed two ladders: both open the store (no file yet), then claim in turn."""
+    path = tmp_path / "ladder_x.json"
+    a = FileStore(path, "s.v1", {"lr": 0.001})
+    b = FileStore(path, "s.v1", {"lr": 0.002})  # no file yet: opening is not claiming
+    a.claim()
+    with pytest.raises(UsageError, match=r"differs in: lr\)"):
+        b.claim()
+    FileStore(path, "s.v1", {"lr": 0.001}).claim()  # the same configuration: welcome
+    # the marker in .runs alone (the JSON moved away) still holds the identity
+    path.unlink()
+    with pytest.raises(UsageError, match="ladder_x.runs holds runs of a different configuration"):
+        FileStore(path, "s.v1", {"lr": 0.002})
+
+
+def test_folder_claim_and_take_over(tmp_path):
+    c1 = claim_folder(tmp_path, "audit", {"base": {"lr": 0.001}})
+    with pytest.raises(UsageError, match=r"differs in base\.lr"):
+        claim_folder(tmp_path, "audit", {"base": {"lr": 0.002}})
+    c2 = claim_folder(tmp_path, "audit", {"base": {"lr": 0.002}}, take_over=True)
+    with pytest.raises(UsageError, match="taken over"), still_owner(tmp_path, c1):
+        pass
+    with still_owner(tmp_path, c2):
+        pass
+
+
+def test_per_run_lock_is_exclusive_across_processes(tmp_path):
+    """While one process holds a run's lock, another cannot take it (and gets it once the holder dies)."""
+    store = FileStore(tmp_path / "l.json", "s.v1", {})
+    code = ("import sys, time\nfrom depthaudit.stores import file_lock\n"
+            f"with file_lock({str(store.runs_dir / 'bp%2Fk0%2Fs1.lock')!r}):\n"
+            "    print('held', flush=True)\n    time.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with store.run_lock(_spec(0.001), wait=False) as got:
+            assert not got
+    finally:
+        holder.kill()
+        holder.wait()
+    with store.run_lock(_spec(0.001), wait=False) as got:
+        assert got  # released by the kernel when its holder died
