@@ -6,6 +6,12 @@ continue pretraining for ``continue_steps`` AdamW steps on the text's training s
 trained on): AG_l, the per-example maxima, AGmax, and V_l for an MLP-family insertion — a zero-output pre-LN
 MLP block ``h + fc2(GELU(fc1(LN(h))))`` of expansion ``mlp_ratio`` with ``fc2 = 0``, whose tangent features are
 ``[ψ(h), 1]`` (drawn per position from the run's seed). The held-out next-token loss is reported beside them.
+
+``--model`` also takes a ``.gguf`` file (dequantized to float32; :mod:`depthaudit.models.gguf`). With
+``importance`` (``--importance [N …]``) the same held-out windows also give, from the same forward + backward,
+Block Influence, the angular distance ℓ→ℓ+n and a first-order removal estimate, and then the measured loss
+increase of every single-block removal and of each n-block set a rule would prune
+(:mod:`depthaudit.depth.importance`).
 """
 
 import time
@@ -34,6 +40,8 @@ class PretrainedRun:
     mlp_ratio: int = 4
     seed: int = 42
     device: str = "cpu"
+    importance: tuple[int, ...] | None = None  # n of the angular distance / pruned sets; None: AG and V only
+    bootstrap: int = 1000  # importance: bootstrap resamples of the windows
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -46,8 +54,10 @@ class PretrainedRun:
         return f"{self.model}{rev}{more}"
 
     def same_as(self, stored: dict) -> bool:
-        """Equality with a stored config."""
-        return stored == self.to_dict()
+        """Equality with a stored config (fields added later: what that version ran)."""
+        mine = self.to_dict()
+        mine["importance"] = list(self.importance) if self.importance is not None else None
+        return {"importance": None, "bootstrap": 1000, **stored} == mine
 
 
 def tokens_for(text: str | None, tokenizer, vocab: int, model: str) -> tuple[np.ndarray | None, str]:
@@ -97,14 +107,15 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
     from ..data.text import load_text
     from ..depth.growth import activation_gradients, separated_test
     from ..models.gpt import lm_loss
-    from ..models.hf import HFStream, load_causal_lm
+    from ..models.hf import HFStream, load_model
     from ..train import evaluate, fit, plain_step
 
     cfg: PretrainedRun = spec.cfg
     device = torch.device(cfg.device)
     t0 = time.perf_counter()
     log = log or (lambda m: None)
-    hf, tok = load_causal_lm(cfg.model, cfg.revision, device)
+    hf, tok, source = load_model(cfg.model, cfg.revision, device)
+    timing = {"load_s": round(time.perf_counter() - t0, 3)}
     vocab = int(hf.config.vocab_size)
     ids, _ = tokens_for(cfg.text, tok, vocab, cfg.model)
     data = load_text(cfg.text, cfg.context, device, tokens=ids, vocab=vocab)
@@ -123,24 +134,42 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
                            plain_step(model, opt, sub, lm_loss), lambda: evaluate(model, *_held_out(data, cfg), 8,
                                                                                    lm_loss), log=log)
         model.requires_grad_(False).eval()
+        timing["continue_s"] = round(time.perf_counter() - t0 - timing["load_s"], 3)
     x_te, y_te = _held_out(data, cfg)
     bs = cfg.batch_size
     batches = [(x_te[i:i + bs], y_te[i:i + bs]) for i in range(0, x_te.shape[0], bs)]  # held-out windows
     rec = {"schema": "depthaudit.pretrained_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,
-           "provenance": provenance(device, data.provenance(), cfg.seed, argv) | {"model": _model_provenance(hf)},
+           "provenance": provenance(device, data.provenance(), cfg.seed, argv)
+           | {"model": _model_provenance(hf) | source},
            "blocks": len(model.layers), "params": sum(p.numel() for p in hf.parameters()), "history": hist}
     if status == "diverged":
         rec.update(signal=None, final={"test_loss": None, "test_acc": None})
         return rec
     loss, acc = evaluate(model, x_te, y_te, cfg.batch_size, lm_loss)
     d = int(hf.config.hidden_size)
+    t1 = time.perf_counter()
+    scores = None
+    if cfg.importance is not None:
+        from ..depth.importance import StreamScores
+
+        scores = StreamScores((1, *cfg.importance))
     sig = activation_gradients(model, batches, feature_fn=candidate_features(d, cfg.mlp_ratio, cfg.seed, device),
-                               loss_fn=lm_loss)
+                               loss_fn=lm_loss, observe=scores)
+    timing["signal_s"] = round(time.perf_counter() - t1, 3)
     sig["low_signal"] = sig["AGmax"] < cfg.low_signal
     sig["split"] = f"held-out (test split), {len(batches)} batches of {cfg.batch_size} windows"
     sig["test"] = separated_test(sig, cfg.low_signal, None, int(x_te.shape[0]))
+    sig["positions_per_batch"] = int(batches[0][0].numel())
+    sig["candidate_features"] = cfg.mlp_ratio * d + 1
+    if scores is not None:
+        from ..depth.importance import depth_importance
+
+        t1 = time.perf_counter()
+        rec["importance"] = depth_importance(model, model.layers, batches, scores, sig, (1, *cfg.importance),
+                                             cfg.bootstrap, derive_seed(cfg.seed, "bootstrap") % 2**31, log)
+        timing["importance_s"] = round(time.perf_counter() - t1, 3)
     rec.update(signal=sig, final={"test_loss": loss, "test_acc": acc},
-               timing={"seconds": round(time.perf_counter() - t0, 3)})
+               timing=timing | {"seconds": round(time.perf_counter() - t0, 3)})
     return rec
 
 

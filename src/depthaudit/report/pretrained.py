@@ -74,3 +74,92 @@ def pretrained_figure(doc: dict, path: Path, low_signal: float) -> None:
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
+
+
+SCORES = {"BI": "Block Influence 1 − cos(h_ℓ-1, h_ℓ)", "angular_1": "angular distance ℓ-1→ℓ",
+          "AG": "AG at the block's output", "V": "V at the block's output",
+          "first_order": "first-order removal −⟨∂ℓ/∂h_ℓ, Δh_ℓ⟩"}
+
+
+def importance_md(name: str, imp: dict) -> str:
+    """Per block: the measured removal loss beside every score; their Spearman ρ; each pruning rule's measured loss."""
+    pb = imp["per_block"]
+    cols = [k for k in SCORES if pb.get(k) is not None]
+    out = [f"**{name}**: held-out loss {imp['base_loss']:.4f} on {imp['windows']} windows; Δloss = loss with the "
+           "block(s) skipped − intact loss, measured (mean ± standard error over windows).", "",
+           "| block ℓ | measured Δloss (skip ℓ) | " + " | ".join(SCORES[k] for k in cols) + " |",
+           "|---|---|" + "---|" * len(cols)]
+    for i in range(imp["blocks"]):
+        cells = [str(i + 1), f"{pb['delta_loss'][i]:+.4f} ± {pb['delta_loss_se'][i]:.4f}"]
+        cells += [format(pb[k][i], "+.3e" if k == "first_order" else ".4g") for k in cols]
+        out.append("| " + " | ".join(cells) + " |")
+    rho = imp["spearman"]
+    cells = ["**Spearman ρ with measured Δloss** [95 % bootstrap]", "1"]
+    cells += [f"**{rho[k]['spearman']:+.3f}** [{rho[k]['ci95'][0]:+.2f}, {rho[k]['ci95'][1]:+.2f}]" if k in rho
+              else "–" for k in cols]
+    out.append("| " + " | ".join(cells) + " |")
+    out += ["", "| blocks removed at once (n) | rule | blocks | measured Δloss |", "|---|---|---|---|"]
+    for n, rows in imp["pruning"].items():
+        best = min(r["delta_loss"] for r in rows)
+        for r in rows:
+            mark = " (best)" if r["delta_loss"] == best else ""
+            out.append(f"| {n} | {r['rule']} | {_blocks(r['blocks'])} | {r['delta_loss']:+.4f} ± "
+                       f"{r['delta_loss_se']:.4f}{mark} |")
+    return "\n".join(out)
+
+
+def _blocks(b: list) -> str:
+    if len(b) > 2 and b == list(range(b[0], b[-1] + 1)):
+        return f"{b[0]}–{b[-1]}"
+    return ", ".join(map(str, b))
+
+
+def importance_figure(name: str, imp: dict, path: Path) -> None:
+    """Per-block curves on one axis, each score min–max scaled to [0, 1]; the measured removal loss in black."""
+    pb = imp["per_block"]
+    x = list(range(1, imp["blocks"] + 1))
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+
+    def scaled(v):
+        lo, hi = min(v), max(v)
+        return [(a - lo) / (hi - lo) if hi > lo else 0.0 for a in v]
+
+    ax.plot(x, scaled(pb["delta_loss"]), "o-", color="k", lw=2, ms=3, label="measured Δloss, block skipped")
+    for k, style in zip(SCORES, ["s--", "^:", "d-.", "v--", "x-"], strict=True):
+        if pb.get(k) is not None and k in imp["spearman"]:
+            rho = imp["spearman"][k]["spearman"]
+            ax.plot(x, scaled(pb[k]), style, ms=3, lw=1, label=f"{SCORES[k]} (ρ = {rho:+.2f})")
+    rules = imp["pruning"].get(max(imp["pruning"], key=int)) if imp["pruning"] else None
+    if rules:
+        run = next((r["blocks"] for r in rules if r["rule"] == "angular (Gromov)"), None)
+        if run:
+            ax.axvspan(run[0] - 0.5, run[-1] + 0.5, color="grey", alpha=0.15, lw=0,
+                       label=f"angular rule's {len(run)} blocks")
+    ax.set_xlabel("block ℓ")
+    ax.set_ylabel("score, min–max scaled per curve")
+    ax.set_title(f"Depth importance vs measured removal loss: {name} ({imp['windows']} held-out windows)", fontsize=8)
+    ax.legend(fontsize=6, loc="best")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def write_importance(store) -> None:
+    """``importance_<text>.md`` (tables of every model) and one figure per model next to the store's JSON."""
+    from ..io import write_text
+
+    parts = []
+    for key, rec in store.doc["runs"].items():
+        imp = rec.get("importance")
+        if not imp:
+            continue
+        slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in key.rsplit("/", 1)[-1])
+        png = store.path.parent / f"importance_{slug}.png"
+        importance_figure(key.rsplit("/", 1)[-1], imp, png)
+        parts.append(f"{importance_md(key.rsplit('/', 1)[-1], imp)}\n\n![importance]({png.name})")
+    if parts:
+        path = store.path.parent / store.path.name.replace("saturation_hf_", "importance_hf_")
+        text = "# Depth importance beside AG and V\n\n" + "\n\n".join(parts) + "\n"
+        write_text(path.with_suffix(".md"), text)
+        print(text)
+        print(f"wrote {path.with_suffix('.md')} and its figures")
