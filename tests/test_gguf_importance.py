@@ -284,3 +284,36 @@ def test_importance_command_on_a_gguf_file_offline(files, tmp_path, capsys):
            str(tmp_path / "b")]
     assert main(bad) == 2
     assert main(["saturation", "--importance", "--out", str(tmp_path / "c")]) == 2
+
+
+def test_growth_arms_insert_function_preserving_blocks_at_the_highest_and_lowest_v(files, tmp_path):
+    from depthaudit.experiments.lm_grow import attach
+    from depthaudit.experiments.pretrained import candidate_block
+
+    root, ref = files
+    stream = HFStream(ref)
+    x = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        plain = stream(x)
+        for pos in (0, 2, LAYERS):  # entering layer 1, between layers, after the last layer
+            hooks = attach(stream.layers, pos, candidate_block(D, 4, 42, pos))
+            grown = stream(x)
+            for h in hooks:
+                h.remove()
+            assert torch.equal(plain, grown), pos
+    out = tmp_path / "g"
+    argv = ["saturation", "--family", "hf", "--model", str(root / "tiny-f32.gguf"), "--text", str(root / "tokens.npy"),
+            "--context", "16", "--analysis-batches", "2", "--batch-size", "4", "--grow-steps", "3", "--grow-train",
+            "block", "--grow-lr", "1e-2", "--out", str(out)]
+    assert main(argv) == 0
+    rec = json.loads((out / "saturation_hf_tokens.json").read_text())["runs"][str(root / "tiny-f32.gguf")]
+    g, v = rec["grow"], rec["signal"]["V"]
+    arms = g["arms"]
+    print({k: (a["position"], a["held_out_before"], a["held_out_after"]) for k, a in arms.items()})
+    assert arms["high-V"]["position"] == int(np.argmax(v)) and arms["low-V"]["position"] == int(np.argmin(v))
+    assert all(a["function_preserving"] for a in arms.values())
+    none = arms["none"]  # frozen model, nothing inserted: not one bit of the held-out loss moves
+    assert none["held_out_before"] == none["held_out_after"] and none["decrease"] == 0.0
+    assert arms["high-V"]["held_out_after"] != arms["high-V"]["held_out_before"]  # the new block did learn
+    assert isinstance(g["V_predicts_order"], bool)
+    assert "growth" in (out / "importance_hf_tokens.md").read_text()

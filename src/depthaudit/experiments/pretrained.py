@@ -11,7 +11,8 @@ MLP block ``h + fc2(GELU(fc1(LN(h))))`` of expansion ``mlp_ratio`` with ``fc2 = 
 ``importance`` (``--importance [N …]``) the same held-out windows also give, from the same forward + backward,
 Block Influence, the angular distance ℓ→ℓ+n and a first-order removal estimate, and then the measured loss
 increase of every single-block removal and of each n-block set a rule would prune
-(:mod:`depthaudit.depth.importance`).
+(:mod:`depthaudit.depth.importance`). With ``grow_steps`` the candidate block of the highest-V and of the
+lowest-V boundary is inserted and trained against the model without insertion (:mod:`.lm_grow`).
 """
 
 import time
@@ -42,6 +43,9 @@ class PretrainedRun:
     device: str = "cpu"
     importance: tuple[int, ...] | None = None  # n of the angular distance / pruned sets; None: AG and V only
     bootstrap: int = 1000  # importance: bootstrap resamples of the windows
+    grow_steps: int = 0  # growth arms (none / high-V / low-V insertion), steps each; 0: none
+    grow_lr: float = 1e-3  # the inserted block's lr (the pretrained weights use continue_lr)
+    grow_train: str = "all"  # all: the pretrained weights train too | block: only the inserted block
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -57,7 +61,8 @@ class PretrainedRun:
         """Equality with a stored config (fields added later: what that version ran)."""
         mine = self.to_dict()
         mine["importance"] = list(self.importance) if self.importance is not None else None
-        return {"importance": None, "bootstrap": 1000, **stored} == mine
+        return {"importance": None, "bootstrap": 1000, "grow_steps": 0, "grow_lr": 1e-3, "grow_train": "all",
+                **stored} == mine
 
 
 def tokens_for(text: str | None, tokenizer, vocab: int, model: str) -> tuple[np.ndarray | None, str]:
@@ -82,21 +87,27 @@ def tokens_for(text: str | None, tokenizer, vocab: int, model: str) -> tuple[np.
     return ids, source
 
 
+def candidate_block(d: int, ratio: int, seed: int, pos: int):
+    """The zero-output pre-LN MLP block of position ``pos`` (``fc2 = 0``), drawn from ``seed``: V's and growth's."""
+    from ..models.resmlp import MLPBlock
+
+    gen = torch.Generator().manual_seed(derive_seed(seed, f"hf-candidate{pos}") % 2**31)
+    blk = MLPBlock(d, ratio, gen, "ref")
+    with torch.no_grad():
+        blk.fc2.weight.zero_()
+        blk.fc2.bias.zero_()
+    return blk
+
+
 def candidate_features(d: int, ratio: int, seed: int, device):
     """``feature_fn(l, h)``: ``[ψ(h), 1]`` of a zero-output pre-LN MLP block drawn from ``seed`` for position l."""
     from ..depth.insert import block_features
-    from ..models.resmlp import MLPBlock
 
     blocks = {}
 
     def feature_fn(pos, h):
         if pos not in blocks:
-            gen = torch.Generator().manual_seed(derive_seed(seed, f"hf-candidate{pos}") % 2**31)
-            blk = MLPBlock(d, ratio, gen, "ref")
-            with torch.no_grad():
-                blk.fc2.weight.zero_()
-                blk.fc2.bias.zero_()
-            blocks[pos] = blk.to(device=h.device, dtype=h.dtype).eval()
+            blocks[pos] = candidate_block(d, ratio, seed, pos).to(device=h.device, dtype=h.dtype).eval()
         return block_features(blocks[pos], h)
 
     return feature_fn
@@ -168,6 +179,12 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
         rec["importance"] = depth_importance(model, model.layers, batches, scores, sig, (1, *cfg.importance),
                                              cfg.bootstrap, derive_seed(cfg.seed, "bootstrap") % 2**31, log)
         timing["importance_s"] = round(time.perf_counter() - t1, 3)
+    if cfg.grow_steps:
+        from .lm_grow import grow_arms
+
+        t1 = time.perf_counter()
+        rec["grow"] = grow_arms(model, hf, data, cfg, sig, x_te, y_te, log)
+        timing["grow_s"] = round(time.perf_counter() - t1, 3)
     rec.update(signal=sig, final={"test_loss": loss, "test_acc": acc},
                timing=timing | {"seconds": round(time.perf_counter() - t0, 3)})
     return rec

@@ -150,16 +150,37 @@ def write_importance(store) -> None:
 
     parts = []
     for key, rec in store.doc["runs"].items():
-        imp = rec.get("importance")
-        if not imp:
-            continue
-        slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in key.rsplit("/", 1)[-1])
-        png = store.path.parent / f"importance_{slug}.png"
-        importance_figure(key.rsplit("/", 1)[-1], imp, png)
-        parts.append(f"{importance_md(key.rsplit('/', 1)[-1], imp)}\n\n![importance]({png.name})")
+        imp, name = rec.get("importance"), key.rsplit("/", 1)[-1]
+        if imp:
+            slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+            png = store.path.parent / f"importance_{slug}.png"
+            importance_figure(name, imp, png)
+            parts.append(f"{importance_md(name, imp)}\n\n![importance]({png.name})")
+        if rec.get("grow"):
+            parts.append(grow_md(name, rec["grow"]))
     if parts:
         path = store.path.parent / store.path.name.replace("saturation_hf_", "importance_hf_")
         text = "# Depth importance beside AG and V\n\n" + "\n\n".join(parts) + "\n"
         write_text(path.with_suffix(".md"), text)
         print(text)
         print(f"wrote {path.with_suffix('.md')} and its figures")
+
+
+def grow_md(name: str, g: dict) -> str:
+    """The growth arms: where the block went, its V and AG there, held-out loss before/after, gain over no insertion."""
+    frozen = "pretrained weights frozen" if not g["model_lr"] else f"pretrained weights at lr {g['model_lr']:g}"
+    out = [f"**{name}**, growth: {g['steps']} AdamW steps of {g['batch_size']} windows per arm (same batches), new "
+           f"block at lr {g['grow_lr']:g}, {frozen}; held-out loss on {g['held_out_windows']} windows.", "",
+           "| arm | boundary l | V_l | AG_l | held-out before | after | decrease | gain over none | "
+           "function-preserving at insertion |", "|---|---|---|---|---|---|---|---|---|"]
+    for arm, r in g["arms"].items():
+        gain = g["gain_over_none"].get(arm)
+        kept = "yes (bit-equal loss)" if r["function_preserving"] else "NO"
+        out.append(f"| {arm} | {'–' if r['position'] is None else r['position']} | {_num(r['V'], '.3e')} | "
+                   f"{_num(r['AG'], '.3e')} | {r['held_out_before']:.5f} | {r['held_out_after']:.5f} | "
+                   f"{r['decrease']:+.5f} | {_num(gain, '+.5f')} | {kept} |")
+    verdict = "yes" if g["V_predicts_order"] else "no"
+    out.append(f"\nDoes the realised decrease rank as V predicts (high-V gains more than low-V)? **{verdict}**."
+               + (" V = AG at every boundary here (each batch has fewer positions than the block has features), so "
+                  "the ranking is AG's." if g.get("V_equals_AG") else ""))
+    return "\n".join(out)
