@@ -88,7 +88,7 @@ class StreamScores:
             big_l = len(states) - 1
             self.bi.append(torch.stack([1 - cosine(states[i - 1], states[i]).mean(-1)
                                         for i in range(1, big_l + 1)], 1))
-            for n in self.ns:
+            for n in (n for n in self.ns if n <= big_l):  # a step longer than the model has no pair
                 self.ang[n].append(torch.stack([angular(states[i], states[i + n]).mean(-1)
                                                 for i in range(big_l - n + 1)], 1))
                 self.ang_last[n].append(torch.stack([angular(states[i][:, -1], states[i + n][:, -1])
@@ -102,8 +102,8 @@ class StreamScores:
         """Everything collected, as (windows × columns) float64 numpy arrays."""
         cat = lambda rows: torch.cat(rows).cpu().numpy()  # noqa: E731
         return {"BI": cat(self.bi), "AG_window": cat(self.ag), "first_order": cat(self.first),
-                "angular": {n: cat(v) for n, v in self.ang.items()},
-                "angular_last": {n: cat(v) for n, v in self.ang_last.items()}}
+                "angular": {n: cat(v) for n, v in self.ang.items() if v},
+                "angular_last": {n: cat(v) for n, v in self.ang_last.items() if v}}
 
 
 def window_losses(model, batches) -> torch.Tensor:
