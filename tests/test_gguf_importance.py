@@ -257,6 +257,22 @@ def test_spearman_laws_and_scipy_reference():
     assert spearman([1, 1, 1], [1, 2, 3]) != spearman([1, 1, 1], [1, 2, 3])  # constant side: NaN
 
 
+def test_paired_bootstrap_laws():
+    from depthaudit.depth.importance import bootstrap_spearman
+
+    rng = np.random.default_rng(1)
+    target = rng.normal(size=(40, 12)) + np.arange(12)
+    noisy = target + rng.normal(size=target.shape) * 3
+    boot = bootstrap_spearman({"self": ("mean", target), "copy": ("mean", noisy), "same": ("mean", noisy),
+                               "fixed": ("fixed", np.arange(12.0)), "rms": ("rms", np.abs(target))}, target, 200, 0)
+    assert np.all(boot["self"] == 1.0)  # a score that is the target ranks it perfectly in every resample
+    assert np.array_equal(boot["copy"], boot["same"])  # one resample serves every score: paired
+    ref = [spearman(np.arange(12.0), target[idx].mean(0))
+           for idx in (np.random.default_rng(0).integers(0, 40, 40) for _ in range(3))]
+    print("fixed-score ρ on the first resamples", boot["fixed"][:3], "reference", ref)
+    assert np.allclose(boot["fixed"][:1], ref[:1])
+
+
 def test_importance_command_on_a_gguf_file_offline(files, tmp_path, capsys):
     root, _ = files
     out = tmp_path / "out"

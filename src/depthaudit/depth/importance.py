@@ -17,7 +17,8 @@ The ground truth is measured, not estimated: the held-out loss with block ℓ sk
 input, :func:`depthaudit.models.hf.skip_layers`) minus the loss of the intact model, per window, forward only; and
 the same for each n-block set a rule would prune. Spearman rank correlations of every score with the measured
 single-block increase carry a percentile bootstrap interval over windows (windows resampled with replacement;
-V, measured per batch, is held fixed in the resamples).
+V, measured per batch, is held fixed in the resamples). Every score is correlated on the same resamples, so the best
+score's lead over each other score has a paired interval too.
 
 Cosines are taken in float64 as ``a·b / sqrt((a·a)(b·b))``, so a block whose output equals its input has cosine
 exactly 1: Block Influence and angular distance exactly 0.
@@ -146,22 +147,28 @@ def angular_rule(dist, n: int) -> tuple:
     return tuple(range(start + 1, start + n + 1))
 
 
-def bootstrap_spearman(score_w, target_w, reps: int, seed: int, fixed=None) -> tuple[float, float]:
-    """95 % percentile interval of Spearman(mean score, mean target) over windows resampled with replacement.
+def bootstrap_spearman(scores: dict, target_w: np.ndarray, reps: int, seed: int) -> dict:
+    """Spearman ρ of every score with the target on the **same** window resamples: ``{name: array of reps ρ}``.
 
-    ``score_w`` (W × K) per-window scores (or None with ``fixed``, a K-vector held fixed), ``target_w`` (W × K).
+    ``scores[name]`` is ``(kind, values)``: ``("mean", W × K)`` per-window values averaged per resample,
+    ``("rms", W × K)`` per-window values aggregated as ``sqrt(mean(v²))``, or ``("fixed", K)`` held fixed.
+    ``target_w`` (W × K) is averaged per resample. One resample serves every score, so differences of ρ are paired.
     """
     rng = np.random.default_rng(seed)
     w = target_w.shape[0]
-    vals = []
-    for _ in range(reps):
+    out = {k: np.empty(reps) for k in scores}
+    for r in range(reps):
         idx = rng.integers(0, w, w)
-        s = fixed if score_w is None else score_w[idx].mean(0)
-        vals.append(spearman(s, target_w[idx].mean(0)))
-    vals = np.asarray([v for v in vals if v == v])
-    if not len(vals):
-        return float("nan"), float("nan")
-    return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
+        t = target_w[idx].mean(0)
+        for k, (kind, v) in scores.items():
+            s = v if kind == "fixed" else np.sqrt((v[idx] ** 2).mean(0)) if kind == "rms" else v[idx].mean(0)
+            out[k][r] = spearman(s, t)
+    return out
+
+
+def _interval(vals: np.ndarray) -> list:
+    vals = vals[vals == vals]
+    return [float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))] if len(vals) else [float("nan")] * 2
 
 
 def depth_importance(model, layers, batches, scores: StreamScores, sig: dict, ns=(1, 2, 4, 8), reps: int = 1000,
@@ -189,19 +196,16 @@ def depth_importance(model, layers, batches, scores: StreamScores, sig: dict, ns
         "V": [sig["V"][b] for b in range(1, big_l + 1)] if sig.get("V") else None,
         "first_order": arr["first_order"].mean(0).tolist(),
     }
-    # per-window versions for the bootstrap (AG: sqrt of the mean squared per-example norm, ranks as AG's)
-    window = {"BI": arr["BI"], "angular_1": arr["angular"].get(1), "first_order": arr["first_order"],
-              "AG": arr["AG_window"][:, 1:], "V": None}
-    corr = {}
-    for name, vals in per_block.items():
-        if name in ("delta_loss", "delta_loss_se") or vals is None:
-            continue
-        w = window[name]
-        if name == "AG":
-            boot = _bootstrap_rms(w, dloss_w, reps, seed)
-        else:
-            boot = bootstrap_spearman(w, dloss_w, reps, seed, fixed=None if w is not None else np.asarray(vals))
-        corr[name] = {"spearman": spearman(vals, dloss), "ci95": list(boot)}
+    # per-window versions for the bootstrap (AG: root mean square of the per-example norm, which ranks as AG)
+    window = {"BI": ("mean", arr["BI"]), "angular_1": ("mean", arr["angular"].get(1)),
+              "first_order": ("mean", arr["first_order"]), "AG": ("rms", arr["AG_window"][:, 1:]),
+              "V": ("fixed", np.asarray(per_block["V"]) if per_block["V"] else None)}
+    window = {k: v for k, v in window.items() if v[1] is not None}
+    boot = bootstrap_spearman(window, dloss_w, reps, seed)
+    corr = {k: {"spearman": spearman(per_block[k], dloss), "ci95": _interval(boot[k])} for k in window}
+    best = max(corr, key=lambda k: (corr[k]["spearman"], k))
+    versus = {k: {"difference": corr[best]["spearman"] - corr[k]["spearman"], "ci95": _interval(boot[best] - boot[k]),
+                  "share_best_higher": float(np.mean(boot[best] > boot[k]))} for k in corr if k != best}
     # n-block removal: each rule's choice, measured
     rules = {}
     sets = []
@@ -225,20 +229,9 @@ def depth_importance(model, layers, batches, scores: StreamScores, sig: dict, ns
                             if len(base) > 1 else float("nan")} for rule, s in choice.items()]
     return {"blocks": big_l, "windows": int(dloss_w.shape[0]), "base_loss": float(base.mean()),
             "per_block": per_block, "spearman": corr, "bootstrap": {"reps": reps, "seed": seed, "unit": "window"},
+            "best_rank_score": {"score": best, "versus": versus},
+            "per_window": {"delta_loss": dloss_w.tolist(), **{k: v.tolist() for k, (kind, v) in window.items()
+                                                               if kind != "fixed"}},
             "angular": {str(n): v.mean(0).tolist() for n, v in arr["angular"].items()},
             "angular_last": {str(n): v.mean(0).tolist() for n, v in arr["angular_last"].items()},
             "pruning": pruning, "removal_passes": 1 + len(singles) + len(set(sets))}
-
-
-def _bootstrap_rms(g_w, target_w, reps: int, seed: int) -> tuple[float, float]:
-    """Bootstrap for AG: per resample ``sqrt(mean_b ‖∂ℓ_b/∂h_ℓ‖²)`` (monotone in AG of the pooled windows)."""
-    rng = np.random.default_rng(seed)
-    w = target_w.shape[0]
-    vals = []
-    for _ in range(reps):
-        idx = rng.integers(0, w, w)
-        vals.append(spearman(np.sqrt((g_w[idx] ** 2).mean(0)), target_w[idx].mean(0)))
-    vals = np.asarray([v for v in vals if v == v])
-    if not len(vals):
-        return float("nan"), float("nan")
-    return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))

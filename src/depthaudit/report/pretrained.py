@@ -98,6 +98,14 @@ def importance_md(name: str, imp: dict) -> str:
     cells += [f"**{rho[k]['spearman']:+.3f}** [{rho[k]['ci95'][0]:+.2f}, {rho[k]['ci95'][1]:+.2f}]" if k in rho
               else "–" for k in cols]
     out.append("| " + " | ".join(cells) + " |")
+    lead = imp.get("best_rank_score")
+    if lead:
+        b = lead["score"]
+        vs = "; ".join(f"{SCORES[k].split(' (')[0]}: {d['difference']:+.3f} [{d['ci95'][0]:+.3f}, "
+                       f"{d['ci95'][1]:+.3f}], higher in {100 * d['share_best_higher']:.0f} % of resamples"
+                       for k, d in lead["versus"].items() if k in SCORES)
+        out.append(f"\nBest rank predictor of the measured removal loss: **{SCORES[b]}**; its lead in ρ over each "
+                   f"other score (paired bootstrap, 95 %): {vs}.")
     out += ["", "| blocks removed at once (n) | rule | blocks | measured Δloss |", "|---|---|---|---|"]
     for n, rows in imp["pruning"].items():
         best = min(r["delta_loss"] for r in rows)
