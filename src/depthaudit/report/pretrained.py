@@ -126,7 +126,7 @@ def importance_figure(name: str, imp: dict, path: Path) -> None:
     """Per-block curves on one axis, each score min–max scaled to [0, 1]; the measured removal loss in black."""
     pb = imp["per_block"]
     x = list(range(1, imp["blocks"] + 1))
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
 
     def scaled(v):
         lo, hi = min(v), max(v)
@@ -143,10 +143,12 @@ def importance_figure(name: str, imp: dict, path: Path) -> None:
         if run:
             ax.axvspan(run[0] - 0.5, run[-1] + 0.5, color="grey", alpha=0.15, lw=0,
                        label=f"angular rule's {len(run)} blocks")
+    ax.set_yscale("symlog", linthresh=0.02, linscale=0.5)  # the small differences between middle blocks stay visible
+    ax.set_ylim(-0.002, 1.15)
     ax.set_xlabel("block ℓ")
-    ax.set_ylabel("score, min–max scaled per curve")
+    ax.set_ylabel("score, min–max scaled per curve (symlog)")
     ax.set_title(f"Depth importance vs measured removal loss: {name} ({imp['windows']} held-out windows)", fontsize=8)
-    ax.legend(fontsize=6, loc="best")
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
