@@ -333,3 +333,28 @@ def test_growth_arms_insert_function_preserving_blocks_at_the_highest_and_lowest
     assert arms["high-V"]["held_out_after"] != arms["high-V"]["held_out_before"]  # the new block did learn
     assert isinstance(g["V_predicts_order"], bool)
     assert "growth" in (out / "importance_hf_tokens.md").read_text()
+
+
+def test_windows_start_with_bos_for_a_tokenizer_that_adds_one():
+    from depthaudit.data.text import load_text
+    from depthaudit.experiments.pretrained import tokens_for, window_bos
+
+    class Tok:  # adds BOS = 1 before every sequence, like Gemma's; ids are the characters' codes
+        bos_token_id = 1
+
+        def __call__(self, text):
+            return {"input_ids": [1] + [ord(c) for c in text]}
+
+    class NoBos(Tok):
+        def __call__(self, text):
+            return {"input_ids": [ord(c) for c in text]}
+
+    assert window_bos(Tok()) == 1 and window_bos(NoBos()) is None and window_bos(None) is None
+    ids, _ = tokens_for(None, Tok(), 2**20, "m")
+    assert ids[0] != 1  # the text's single BOS is dropped: each window gets its own
+    data = load_text(None, 16, "cpu", tokens=ids, vocab=2**20, bos=1)
+    x, y = data.x_train, data.y_train
+    assert torch.all(x[:, 0] == 1) and torch.equal(x[:, 1:], y[:, :-1]) and x.shape == y.shape == (x.shape[0], 16)
+    assert np.array_equal(y.flatten().numpy(), ids[: y.numel()])  # the targets are the text, in order, none lost
+    plain = load_text(None, 16, "cpu", tokens=ids, vocab=2**20)
+    assert torch.equal(plain.x_train[:, 1:], plain.y_train[:, :-1]) and plain.provenance()["bos_per_window"] is None

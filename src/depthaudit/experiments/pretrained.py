@@ -84,7 +84,26 @@ def tokens_for(text: str | None, tokenizer, vocab: int, model: str) -> tuple[np.
             raise UsageError(f"--text {text}: cannot read it as UTF-8 ({exc})") from None
         source = text
     ids = np.asarray(tokenizer(raw)["input_ids"], dtype=np.int64)
+    bos = window_bos(tokenizer)
+    if bos is not None and ids.size and ids[0] == bos:  # the one BOS of the whole text: each window gets its own
+        ids = ids[1:]
     return ids, source
+
+
+def window_bos(tokenizer) -> int | None:
+    """The beginning-of-sequence id the tokenizer puts before every sequence (Gemma, Llama 2), or None (GPT-2, SmolLM2).
+
+    Such a model has only seen sequences that start with it, and without it its loss is far higher (Gemma 3 270M on
+    the held-out text: 6.76 nats/token without, 3.21 with), so every window starts with it (:func:`load_text`).
+    """
+    if tokenizer is None:
+        return None
+    bos = getattr(tokenizer, "bos_token_id", None)
+    try:
+        first = tokenizer("a")["input_ids"][:1]
+    except (TypeError, ValueError, KeyError):
+        return None
+    return int(bos) if bos is not None and first == [bos] else None
 
 
 def candidate_block(d: int, ratio: int, seed: int, pos: int):
@@ -129,7 +148,8 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
     timing = {"load_s": round(time.perf_counter() - t0, 3)}
     vocab = int(hf.config.vocab_size)
     ids, _ = tokens_for(cfg.text, tok, vocab, cfg.model)
-    data = load_text(cfg.text, cfg.context, device, tokens=ids, vocab=vocab)
+    data = load_text(cfg.text, cfg.context, device, tokens=ids, vocab=vocab,
+                     bos=window_bos(tok) if ids is not None else None)
     model = HFStream(hf)
     hist, status = [], "ok"
     if cfg.continue_steps:  # continued pretraining: N steps = one epoch over N·B windows, cosine to 0
