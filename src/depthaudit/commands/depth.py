@@ -129,8 +129,7 @@ def _saturation_hf(a: argparse.Namespace, argv: list[str], device: str) -> int:
     if a.grow_steps:
         ident.update(grow_steps=a.grow_steps, grow_lr=a.grow_lr, grow_train=a.grow_train)
     store = FileStore(out / f"saturation_hf_{text_name}.json", "depthaudit.saturation.v1", ident,
-                      defaults={"importance": None, "bootstrap": None, "grow_steps": None, "grow_lr": None,
-                                                         "grow_train": None})
+                      defaults=dict.fromkeys(("importance", "bootstrap", "grow_steps", "grow_lr", "grow_train")))
     opts = sweep_options(a, out, device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
