@@ -39,10 +39,9 @@ def _audit_config(a: argparse.Namespace):
         raise UsageError("--track-every must be >= 0, --eps and --rho-max > 0")
     if a.stop_on_flag and a.track_every != 1:
         raise UsageError("--stop-on-flag needs the monitor every epoch; drop --track-every or set it to 1")
-    from ..methods import canonical_spec, parse_method_spec
+    from ..methods import parse_method_spec
 
-    a.methods = [canonical_spec(m) for m in a.methods]  # `fa:` is the row `fa`, not a new one
-    for m in a.methods:  # a misspelt method or option is one line here, before any training
+    for m in a.methods:  # parsed once by config_from_args: canonical labels (`fa:` is `fa`)
         parse_method_spec(m, base)
     if base.num_blocks < 1:
         raise UsageError("--num-blocks 0: the audit measures residual blocks; give at least 1")

@@ -22,8 +22,9 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     check_output_dir(a.out)
     if a.family == "hf":
         return _saturation_hf(a, argv, device)
-    if a.model or a.revision or a.continue_steps:
-        raise UsageError("--model, --revision and --continue-steps are for pretrained models; add --family hf")
+    if a.model or a.revision or a.continue_steps or a.importance is not None or a.grow_steps:
+        raise UsageError("--model, --revision, --continue-steps, --importance and --grow-steps are for pretrained "
+                         "models; add --family hf")
     a.batch_size = a.batch_size or 128
     dedup_note(a.extra, "--extra")
     if a.family == "resnet" and (a.text is not None or a.d_hidden is not None):
@@ -108,19 +109,35 @@ def _saturation_hf(a: argparse.Namespace, argv: list[str], device: str) -> int:
         print("depthaudit: note: --epochs is not used by --family hf (--continue-steps sets the training)",
               file=sys.stderr)
     bs = a.batch_size or 8  # 8 windows of --context tokens: fits a CPU, and a GPU for the larger Pythias
+    imp = None if a.importance is None else tuple(sorted(set(a.importance or (1, 2, 4, 8))))
+    if imp is not None and (min(imp) < 1 or a.bootstrap < 1):
+        raise UsageError("--importance N values must be >= 1 (blocks removed at once) and --bootstrap >= 1")
+    if a.grow_steps < 0 or a.grow_lr <= 0:
+        raise UsageError("--grow-steps must be >= 0 and --grow-lr > 0")
     specs = [RunSpec(m, PretrainedRun(m, a.revision, a.text, a.context, a.continue_steps, a.continue_lr, bs,
-                                      a.analysis_batches, a.low_signal, 4, a.seed, device), runner=run_pretrained)
+                                      a.analysis_batches, a.low_signal, 4, a.seed, device, imp, a.bootstrap,
+                                      a.grow_steps, a.grow_lr, a.grow_train),
+                     runner=run_pretrained)
              for m in dict.fromkeys(a.model)]
     out = Path(a.out)
     text_name = Path(a.text).stem if a.text else "pydoc"
     ident = {"family": "hf", "data": text_name, "text": a.text, "revision": a.revision, "context": a.context,
              "continue_steps": a.continue_steps, "continue_lr": a.continue_lr, "batch_size": bs, "seed": a.seed,
              "analysis_batches": a.analysis_batches}
-    store = FileStore(out / f"saturation_hf_{text_name}.json", "depthaudit.saturation.v1", ident)
+    if imp is not None:  # (absent without --importance: earlier files stay the same file)
+        ident.update(importance=list(imp), bootstrap=a.bootstrap)
+    if a.grow_steps:
+        ident.update(grow_steps=a.grow_steps, grow_lr=a.grow_lr, grow_train=a.grow_train)
+    store = FileStore(out / f"saturation_hf_{text_name}.json", "depthaudit.saturation.v1", ident,
+                      defaults=dict.fromkeys(("importance", "bootstrap", "grow_steps", "grow_lr", "grow_train")))
     opts = sweep_options(a, out, device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
     run_sweep(specs, store, argv=["depthaudit", *argv], opts=opts)
+    if imp is not None or a.grow_steps:
+        from ..report.pretrained import write_importance
+
+        write_importance(store)
     return _write_saturation(store, a.low_signal)
 
 
@@ -237,6 +254,19 @@ def register(sub) -> None:
     sa.add_argument("--continue-steps", type=int, default=0, metavar="N",
                     help="hf: continue pretraining N AdamW steps on --text first (default: 0)")
     sa.add_argument("--continue-lr", type=float, default=1e-5, metavar="X", help="hf: its lr (default: 1e-5)")
+    sa.add_argument("--importance", nargs="*", type=int, default=None, metavar="N",
+                    help="hf: also Block Influence, angular distance l->l+N and the measured loss of removing each "
+                    "block and each N-block set a rule prunes, beside AG and V (default N: 1 2 4 8)")
+    sa.add_argument("--bootstrap", type=int, default=1000, metavar="R",
+                    help="hf --importance: bootstrap resamples of the windows for the rank correlations "
+                    "(default: 1000)")
+    sa.add_argument("--grow-steps", type=int, default=0, metavar="N",
+                    help="hf: insert the zero block at the highest-V and at the lowest-V boundary and train each, and "
+                    "the model without insertion, N steps on --text (default: 0, off)")
+    sa.add_argument("--grow-lr", type=float, default=1e-3, metavar="X",
+                    help="hf --grow-steps: the new block's lr (default: 1e-3); the model's is --continue-lr")
+    sa.add_argument("--grow-train", choices=["all", "block"], default="all",
+                    help="hf --grow-steps: train the pretrained weights too, or only the new block (default: all)")
     sa.add_argument("--text", default=None, metavar="FILE",
                     help="gpt: UTF-8 text or .npy tokens (default: the embedded text, no download)")
     sa.add_argument("--context", type=int, default=64, metavar="T", help="gpt: context length (default: 64)")

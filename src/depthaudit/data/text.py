@@ -3,7 +3,10 @@
 The embedded default needs no download: the English help text that ships with CPython itself
 (``pydoc_data.topics``, ~0.7 MB), read as characters. The first 90 % of the tokens are the training
 split, the rest the test split; each split is cut into non-overlapping windows of ``context + 1`` tokens
-(input = the first ``context``, target = the next-token shift).
+(input = the first ``context``, target = the next-token shift). With ``bos`` (a model whose tokenizer starts every
+sequence with a beginning-of-sequence token, e.g. Gemma) each window is instead ``context`` text tokens, the input
+is ``[bos]`` followed by the first ``context − 1`` of them and the targets are all ``context``: every window is a
+sequence as the model saw them in training.
 """
 
 import hashlib
@@ -29,12 +32,13 @@ class TextData:
     vocab: int
     source: str
     sha256: str
+    bos: int | None = None
 
     def provenance(self) -> dict:
         """What a result file records about the data."""
         return {"name": "text", "source": self.source, "sha256": self.sha256, "vocab": self.vocab,
                 "n_train": int(self.x_train.shape[0]), "n_test": int(self.x_test.shape[0]),
-                "context": int(self.x_train.shape[1])}
+                "context": int(self.x_train.shape[1]), "bos_per_window": self.bos}
 
 
 def _default_text() -> tuple[str, str]:
@@ -44,11 +48,11 @@ def _default_text() -> tuple[str, str]:
 
 
 def load_text(path: str | None, context: int, device, tokens: np.ndarray | None = None,
-              vocab: int | None = None) -> TextData:
+              vocab: int | None = None, bos: int | None = None) -> TextData:
     """Tokens from ``path`` (or the embedded default), windowed for next-token prediction.
 
     ``tokens``: ids already made from that text by a model's tokenizer (the provenance still hashes the file);
-    ``vocab``: the model's vocabulary size, which every id must be below.
+    ``vocab``: the model's vocabulary size, which every id must be below; ``bos``: start every window with this id.
     """
     if tokens is not None:
         raw = Path(path).read_bytes() if path is not None else _default_text()[0].encode()
@@ -97,11 +101,14 @@ def load_text(path: str | None, context: int, device, tokens: np.ndarray | None 
     split = int(0.9 * len(tokens))
 
     def windows(t):
-        n = (len(t) - 1) // (context + 1)
+        span = context if bos is not None else context + 1
+        n = (len(t) - 1) // span if bos is None else len(t) // span
         if n < 1:
             raise UsageError(f"text too short for --context {context}: {len(t)} tokens in a split")
-        w = torch.from_numpy(t[: n * (context + 1)].reshape(n, context + 1).copy())
+        w = torch.from_numpy(t[: n * span].reshape(n, span).copy())
+        if bos is not None:  # [bos, t_1 … t_{T-1}] → [t_1 … t_T]
+            return torch.cat([torch.full((n, 1), bos, dtype=w.dtype), w[:, :-1]], 1).to(device), w.to(device)
         return w[:, :-1].to(device), w[:, 1:].to(device)
 
     (xtr, ytr), (xte, yte) = windows(tokens[:split]), windows(tokens[split:])
-    return TextData(xtr, ytr, xte, yte, vocab, source, hashlib.sha256(raw).hexdigest())
+    return TextData(xtr, ytr, xte, yte, vocab, source, hashlib.sha256(raw).hexdigest(), bos)

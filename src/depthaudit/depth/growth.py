@@ -38,13 +38,15 @@ def growth_value(psi: torch.Tensor, q: torch.Tensor, rtol: float = 1e-10) -> flo
 
 
 def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent_fn=None, loss_fn=None,
-                         value_fn=None) -> dict:
+                         value_fn=None, observe=None) -> dict:
     """AG_l (mean over batches), per-example max, coordinate-normalised score, AGmax, and V_l if asked.
 
     ``batches`` yields ``(x, y)``; ``feature_fn(l, h_l) -> Ψ`` gives the candidate's tangent features at ``h_l``
     (e.g. :func:`zero_block_features`); omit it to skip V_l. ``tangent_fn(l, h_l, Q_l)`` maps the gradient to
     the (positions × d) matrix the new block's output sees (default: reshape). ``value_fn(l, h_l, Q_l) -> V``
     replaces both for a tangent space that is not one shared feature matrix (ResNet: :func:`resnet_value`).
+    ``observe(x, y, logits, states, qs)`` sees each batch's forward and backward (other per-layer scores share
+    the pass: :class:`depthaudit.depth.importance.StreamScores`).
     """
     tangent_fn = tangent_fn or (lambda i, h, q: q.reshape(-1, q.shape[-1]))
     if value_fn is None and feature_fn is not None:
@@ -56,6 +58,8 @@ def activation_gradients(model: ResidualModel, batches, feature_fn=None, tangent
     for x, y in batches:
         logits, states = model(x, return_states=True)
         qs = torch.autograd.grad(loss_fn(logits, y), states)  # mean loss, one backward
+        if observe is not None:
+            observe(x, y, logits.detach(), [h.detach() for h in states], qs)
         norms = [q.double().norm().item() for q in qs]  # float64, like V, so V ≤ AG holds to rounding
         ex = [(q.flatten(1).norm(dim=1) * q.shape[0]).max().item() for q in qs]
         per_batch.append(norms)

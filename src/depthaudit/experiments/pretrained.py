@@ -6,6 +6,13 @@ continue pretraining for ``continue_steps`` AdamW steps on the text's training s
 trained on): AG_l, the per-example maxima, AGmax, and V_l for an MLP-family insertion — a zero-output pre-LN
 MLP block ``h + fc2(GELU(fc1(LN(h))))`` of expansion ``mlp_ratio`` with ``fc2 = 0``, whose tangent features are
 ``[ψ(h), 1]`` (drawn per position from the run's seed). The held-out next-token loss is reported beside them.
+
+``--model`` also takes a ``.gguf`` file (dequantized to float32; :mod:`depthaudit.models.gguf`). With
+``importance`` (``--importance [N …]``) the same held-out windows also give, from the same forward + backward,
+Block Influence, the angular distance ℓ→ℓ+n and a first-order removal estimate, and then the measured loss
+increase of every single-block removal and of each n-block set a rule would prune
+(:mod:`depthaudit.depth.importance`). With ``grow_steps`` the candidate block of the highest-V and of the
+lowest-V boundary is inserted and trained against the model without insertion (:mod:`.lm_grow`).
 """
 
 import time
@@ -34,6 +41,11 @@ class PretrainedRun:
     mlp_ratio: int = 4
     seed: int = 42
     device: str = "cpu"
+    importance: tuple[int, ...] | None = None  # n of the angular distance / pruned sets; None: AG and V only
+    bootstrap: int = 1000  # importance: bootstrap resamples of the windows
+    grow_steps: int = 0  # growth arms (none / high-V / low-V insertion), steps each; 0: none
+    grow_lr: float = 1e-3  # the inserted block's lr (the pretrained weights use continue_lr)
+    grow_train: str = "all"  # all: the pretrained weights train too | block: only the inserted block
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -46,8 +58,11 @@ class PretrainedRun:
         return f"{self.model}{rev}{more}"
 
     def same_as(self, stored: dict) -> bool:
-        """Equality with a stored config."""
-        return stored == self.to_dict()
+        """Equality with a stored config (fields added later: what that version ran)."""
+        mine = self.to_dict()
+        mine["importance"] = list(self.importance) if self.importance is not None else None
+        return {"importance": None, "bootstrap": 1000, "grow_steps": 0, "grow_lr": 1e-3, "grow_train": "all",
+                **stored} == mine
 
 
 def tokens_for(text: str | None, tokenizer, vocab: int, model: str) -> tuple[np.ndarray | None, str]:
@@ -69,24 +84,49 @@ def tokens_for(text: str | None, tokenizer, vocab: int, model: str) -> tuple[np.
             raise UsageError(f"--text {text}: cannot read it as UTF-8 ({exc})") from None
         source = text
     ids = np.asarray(tokenizer(raw)["input_ids"], dtype=np.int64)
+    bos = window_bos(tokenizer)
+    if bos is not None and ids.size and ids[0] == bos:  # the one BOS of the whole text: each window gets its own
+        ids = ids[1:]
     return ids, source
+
+
+def window_bos(tokenizer) -> int | None:
+    """The beginning-of-sequence id the tokenizer puts before every sequence (Gemma, Llama 2), or None (GPT-2, SmolLM2).
+
+    Such a model has only seen sequences that start with it, and without it its loss is far higher (Gemma 3 270M on
+    the held-out text: 6.76 nats/token without, 3.21 with), so every window starts with it (:func:`load_text`).
+    """
+    if tokenizer is None:
+        return None
+    bos = getattr(tokenizer, "bos_token_id", None)
+    try:
+        first = tokenizer("a")["input_ids"][:1]
+    except (TypeError, ValueError, KeyError):
+        return None
+    return int(bos) if bos is not None and first == [bos] else None
+
+
+def candidate_block(d: int, ratio: int, seed: int, pos: int):
+    """The zero-output pre-LN MLP block of position ``pos`` (``fc2 = 0``), drawn from ``seed``: V's and growth's."""
+    from ..models.resmlp import MLPBlock
+
+    gen = torch.Generator().manual_seed(derive_seed(seed, f"hf-candidate{pos}") % 2**31)
+    blk = MLPBlock(d, ratio, gen, "ref")
+    with torch.no_grad():
+        blk.fc2.weight.zero_()
+        blk.fc2.bias.zero_()
+    return blk
 
 
 def candidate_features(d: int, ratio: int, seed: int, device):
     """``feature_fn(l, h)``: ``[ψ(h), 1]`` of a zero-output pre-LN MLP block drawn from ``seed`` for position l."""
     from ..depth.insert import block_features
-    from ..models.resmlp import MLPBlock
 
     blocks = {}
 
     def feature_fn(pos, h):
         if pos not in blocks:
-            gen = torch.Generator().manual_seed(derive_seed(seed, f"hf-candidate{pos}") % 2**31)
-            blk = MLPBlock(d, ratio, gen, "ref")
-            with torch.no_grad():
-                blk.fc2.weight.zero_()
-                blk.fc2.bias.zero_()
-            blocks[pos] = blk.to(device=h.device, dtype=h.dtype).eval()
+            blocks[pos] = candidate_block(d, ratio, seed, pos).to(device=h.device, dtype=h.dtype).eval()
         return block_features(blocks[pos], h)
 
     return feature_fn
@@ -98,16 +138,18 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
     from ..depth.growth import activation_gradients, separated_test
     from ..loop import evaluate, fit, plain_step
     from ..models.gpt import lm_loss
-    from ..models.hf import HFStream, load_causal_lm
+    from ..models.hf import HFStream, load_model
 
     cfg: PretrainedRun = spec.cfg
     device = torch.device(cfg.device)
     t0 = time.perf_counter()
     log = log or (lambda m: None)
-    hf, tok = load_causal_lm(cfg.model, cfg.revision, device)
+    hf, tok, source = load_model(cfg.model, cfg.revision, device)
+    timing = {"load_s": round(time.perf_counter() - t0, 3)}
     vocab = int(hf.config.vocab_size)
     ids, _ = tokens_for(cfg.text, tok, vocab, cfg.model)
-    data = load_text(cfg.text, cfg.context, device, tokens=ids, vocab=vocab)
+    data = load_text(cfg.text, cfg.context, device, tokens=ids, vocab=vocab,
+                     bos=window_bos(tok) if ids is not None else None)
     model = HFStream(hf)
     hist, status = [], "ok"
     if cfg.continue_steps:  # continued pretraining: N steps = one epoch over N·B windows, cosine to 0
@@ -123,24 +165,48 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
                            plain_step(model, opt, sub, lm_loss), lambda: evaluate(model, *_held_out(data, cfg), 8,
                                                                                    lm_loss), log=log)
         model.requires_grad_(False).eval()
+        timing["continue_s"] = round(time.perf_counter() - t0 - timing["load_s"], 3)
     x_te, y_te = _held_out(data, cfg)
     bs = cfg.batch_size
     batches = [(x_te[i:i + bs], y_te[i:i + bs]) for i in range(0, x_te.shape[0], bs)]  # held-out windows
     rec = {"schema": "depthaudit.pretrained_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,
-           "provenance": provenance(device, data.provenance(), cfg.seed, argv) | {"model": _model_provenance(hf)},
+           "provenance": provenance(device, data.provenance(), cfg.seed, argv)
+           | {"model": _model_provenance(hf) | source},
            "blocks": len(model.layers), "params": sum(p.numel() for p in hf.parameters()), "history": hist}
     if status == "diverged":
         rec.update(signal=None, final={"test_loss": None, "test_acc": None})
         return rec
     loss, acc = evaluate(model, x_te, y_te, cfg.batch_size, lm_loss)
     d = int(hf.config.hidden_size)
+    t1 = time.perf_counter()
+    scores = None
+    if cfg.importance is not None:
+        from ..depth.importance import StreamScores
+
+        scores = StreamScores((1, *cfg.importance))
     sig = activation_gradients(model, batches, feature_fn=candidate_features(d, cfg.mlp_ratio, cfg.seed, device),
-                               loss_fn=lm_loss)
+                               loss_fn=lm_loss, observe=scores)
+    timing["signal_s"] = round(time.perf_counter() - t1, 3)
     sig["low_signal"] = sig["AGmax"] < cfg.low_signal
     sig["split"] = f"held-out (test split), {len(batches)} batches of {cfg.batch_size} windows"
     sig["test"] = separated_test(sig, cfg.low_signal, None, int(x_te.shape[0]))
+    sig["positions_per_batch"] = int(batches[0][0].numel())
+    sig["candidate_features"] = cfg.mlp_ratio * d + 1
+    if scores is not None:
+        from ..depth.importance import depth_importance
+
+        t1 = time.perf_counter()
+        rec["importance"] = depth_importance(model, model.layers, batches, scores, sig, (1, *cfg.importance),
+                                             cfg.bootstrap, derive_seed(cfg.seed, "bootstrap") % 2**31, log)
+        timing["importance_s"] = round(time.perf_counter() - t1, 3)
+    if cfg.grow_steps:
+        from .lm_grow import grow_arms
+
+        t1 = time.perf_counter()
+        rec["grow"] = grow_arms(model, hf, data, cfg, sig, x_te, y_te, log)
+        timing["grow_s"] = round(time.perf_counter() - t1, 3)
     rec.update(signal=sig, final={"test_loss": loss, "test_acc": acc},
-               timing={"seconds": round(time.perf_counter() - t0, 3)})
+               timing=timing | {"seconds": round(time.perf_counter() - t0, 3)})
     return rec
 
 

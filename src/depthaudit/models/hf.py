@@ -7,6 +7,7 @@ are residual-stream states whatever the layer's inside (Pythia's parallel residu
 """
 
 import os
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -26,7 +27,19 @@ def require_transformers():
 
 
 def load_causal_lm(name: str, revision: str | None, device) -> tuple[nn.Module, object | None]:
-    """``(model in eval mode with frozen float32 weights, tokenizer or None)`` from the Hub or a local folder."""
+    """``(model in eval mode with frozen float32 weights, tokenizer or None)``: Hub name, local folder or .gguf file."""
+    model, tok, _ = load_model(name, revision, device)
+    return model, tok
+
+
+def load_model(name: str, revision: str | None, device) -> tuple[nn.Module, object | None, dict]:
+    """``(model, tokenizer or None, what was loaded)``; a ``.gguf`` file is dequantized to float32 (:mod:`.gguf`)."""
+    from .gguf import is_gguf, load_gguf
+
+    if is_gguf(name):
+        if revision:
+            raise UsageError(f"--revision {revision}: a .gguf file has no revisions; drop --revision")
+        return load_gguf(name, device)
     tf = require_transformers()
     kw = {"revision": revision} if revision else {}
     try:
@@ -43,7 +56,7 @@ def load_causal_lm(name: str, revision: str | None, device) -> tuple[nn.Module, 
         except (OSError, ValueError, TypeError):  # no tokenizer: token ids must come from a .npy file
             tok = None
     model.eval().requires_grad_(False)
-    return model.to(device), tok
+    return model.to(device), tok, {"format": "transformers"}
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -106,3 +119,31 @@ def stream_states(model: nn.Module, layers: nn.ModuleList, x: torch.Tensor):
         for h in hooks:
             h.remove()
     return logits, states
+
+
+@contextmanager
+def skip_layers(layers: nn.ModuleList, indices):
+    """Within the block, layers ``indices`` (0-based) pass their input stream through unchanged (block removal).
+
+    A pre-hook keeps each skipped layer's incoming hidden states and a forward hook returns them in place of its
+    output (the first element of a tuple in older transformers), so the rest of the model — masks, rotary
+    embeddings, per-layer attention types — is untouched. The layer still runs; its result is discarded.
+    """
+    hooks = []
+    for i in dict.fromkeys(indices):
+        box = {}
+
+        def enter(mod, args, kwargs, box=box):
+            box["h"] = args[0] if args else kwargs["hidden_states"]
+
+        def leave(mod, args, kwargs, out, box=box):
+            h = box.pop("h")
+            return (h, *out[1:]) if isinstance(out, tuple) else h
+
+        hooks += [layers[i].register_forward_pre_hook(enter, with_kwargs=True),
+                  layers[i].register_forward_hook(leave, with_kwargs=True)]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
