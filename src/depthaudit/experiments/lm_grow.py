@@ -44,8 +44,8 @@ def attach(layers, pos: int, block: torch.nn.Module) -> list:
 
 def grow_arms(model, hf, data, cfg, sig: dict, x_eval, y_eval, log=None) -> dict:
     """Train the three arms for ``cfg.grow_steps`` steps; the record of each (positions, losses, V, timings)."""
-    from ..models.gpt import lm_loss
     from ..loop import evaluate
+    from ..models.gpt import lm_loss
     from .pretrained import candidate_block
 
     log = log or (lambda m: None)
