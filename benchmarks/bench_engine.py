@@ -1,4 +1,4 @@
-"""Engine speed: CIFAR-10 ResMLP steps under BP, FA, DFA vs a bare hand-written PyTorch BP loop.
+"""Engine speed: CIFAR-10 ResMLP steps under BP, FA, DFA vs a bare PyTorch BP loop and vs the GEMMs alone.
 
 All four train side by side in this one process on the same data and batch size. To keep a noisy
 shared machine from favouring whichever ran during a quiet spell, they advance in interleaved chunks
@@ -38,6 +38,38 @@ class Bare:
         loss.backward()
         self.opt.step()
         return loss.detach()
+
+
+class Gemm:
+    """The floor: only the model's matrix multiplications of one BP step, nothing else.
+
+    For every ``nn.Linear`` of the model (in forward order, at the batch's row count: tokens × batch for token
+    models) the forward ``X Wᵀ`` and the two backward products ``dY W`` (input gradient) and ``dYᵀ X`` (weight
+    gradient) on preallocated tensors of the right shapes. No elementwise work, no optimizer, no Python beyond
+    the loop: what a step could cost if the engine added nothing to its GEMMs.
+    """
+
+    def __init__(self, model, x):
+        shapes = []
+
+        def hook(mod, inp, out):
+            shapes.append((inp[0].reshape(-1, inp[0].shape[-1]).shape[0], mod.in_features, mod.out_features))
+
+        hs = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        with torch.no_grad():
+            model(x)
+        for h in hs:
+            h.remove()
+        gen = torch.Generator(device=x.device).manual_seed(0)
+        mk = lambda *s: torch.randn(*s, generator=gen, device=x.device)  # noqa: E731
+        self.ops = [(mk(n, i), mk(o, i), mk(n, o)) for n, i, o in shapes]  # X (n, in), W (out, in), dY (n, out)
+        self.flops = sum(6 * n * i * o for n, i, o in shapes)
+
+    def __call__(self, idx, lr):
+        for x, w, dy in self.ops:
+            x @ w.T  # forward (n, out)
+            dy @ w  # input gradient (n, in)
+            dy.T @ x  # weight gradient (out, in)
 
 
 def interleaved_times(steppers: dict, data, cfg, epochs: float, chunk: int, device: str):
@@ -88,6 +120,7 @@ def main():
                 augment="none")
     cfg = TrainConfig(**base)
     steppers = {"bare": Bare(cfg, data)}
+    steppers["gemm"] = Gemm(steppers["bare"].model, data.x_train[:cfg.batch_size])
     for m in ("bp", "fa", "dfa"):
         c = TrainConfig(method=m, **base)
         steppers[m] = Stepper(c, data, *build(c, data))
@@ -98,6 +131,9 @@ def main():
           f"{torch.get_num_threads()} threads")
     for k, v in times.items():
         print(f"  {k:5s} {v:7.2f}s  ({v / total * 1e3:.1f} ms/step)")
+    g = times["gemm"]
+    print(f"  GEMM floor: {steppers['gemm'].flops / (g / total) / 1e9:.1f} GFLOP/s on the step's matrix products")
+    print("  distance to the GEMM floor: " + ", ".join(f"{k} {times[k] / g:.2f}x" for k in ("bare", "bp", "fa", "dfa")))
     print(f"  BP / bare = {times['bp'] / times['bare']:.3f}   (target <= 1.05)")
     print(f"  FA / BP   = {times['fa'] / times['bp']:.3f}   (target <= 1.15; biotorch 1.17)")
     print(f"  DFA / BP  = {times['dfa'] / times['bp']:.3f}   (target <= 1.05; biotorch 1.15)")
