@@ -303,8 +303,7 @@ def test_importance_command_on_a_gguf_file_offline(files, tmp_path, capsys):
 
 
 def test_growth_arms_insert_function_preserving_blocks_at_the_highest_and_lowest_v(files, tmp_path):
-    from depthaudit.experiments.lm_grow import attach
-    from depthaudit.experiments.pretrained import candidate_block
+    from depthaudit.experiments.lm_grow import attach, candidate_block
 
     root, ref = files
     stream = HFStream(ref)

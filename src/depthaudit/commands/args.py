@@ -58,7 +58,8 @@ RANGES = {
 
 
 # shown by --help-all only: method options, model variants, the cluster executors' resources, live-log folders
-ADVANCED = {"variant", "mlp_ratio", "download", "augment", "stop_after", "penalty_form",
+ADVANCED = {"variant", "bootstrap", "grow_lr", "grow_train",
+            "mlp_ratio", "download", "augment", "stop_after", "penalty_form",
             "ray_address", "cpus_per_run", "gpus_per_run", "slurm_partition", "slurm_time", "slurm_gpus",
             "slurm_parallelism", "log_dir", "d1_stat", "ref_factor", "fresh_b_draws", "verbose", "replace_report",
             "continue_lr", "shallow_blocks", "batch_runs", "warm_start", "credit_mix", "no_checkpoint"}
@@ -487,7 +488,9 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
     unused_option_note(a, flags)
     opts = {}
     if getattr(a, "methods", None):  # parsed once, here: each entry a MethodSpec (its canonical label)
-        a.methods = list(dict.fromkeys(with_flags(parse_spec(m), flags) for m in a.methods))
+        labels = [with_flags(parse_spec(m), flags) for m in a.methods]
+        dedup_note(labels, "--methods")  # `fa` and `fa:` are one row: said once, counted once
+        a.methods = list(dict.fromkeys(labels))
     if getattr(a, "method", None):
         a.method_spec = with_flags(parse_spec(a.method), flags)
         a.method, opts = a.method_spec.name, dict(a.method_spec.given)

@@ -7,7 +7,7 @@ same N training batches (drawn once from the run's seed, from the text's trainin
 * ``high-V``: the candidate block of the boundary with the largest V_l inserted there;
 * ``low-V``: the candidate block of the boundary with the smallest V_l inserted there.
 
-The inserted block is the very block V was measured for (:func:`depthaudit.experiments.pretrained.candidate_block`,
+The inserted block is the very block V was measured for (:func:`candidate_block`,
 same seed, ``fc2 = 0``): ``h_l ↦ h_l + fc2(GELU(fc1(LN(h_l))))``, attached by a hook at the boundary, so the grown
 model's outputs equal the intact model's to the bit before training (checked and recorded). AdamW trains the new
 block at ``grow_lr`` and the pretrained weights at ``continue_lr`` (``grow_train="block"`` freezes them: only the
@@ -46,7 +46,6 @@ def grow_arms(model, hf, data, cfg, sig: dict, x_eval, y_eval, log=None) -> dict
     """Train the three arms for ``cfg.grow_steps`` steps; the record of each (positions, losses, V, timings)."""
     from ..loop import evaluate
     from ..models.gpt import lm_loss
-    from .pretrained import candidate_block
 
     log = log or (lambda m: None)
     v = sig["V"]
@@ -106,3 +105,15 @@ def grow_arms(model, hf, data, cfg, sig: dict, x_eval, y_eval, log=None) -> dict
             "held_out_windows": int(x_eval.shape[0]), "arms": arms,
             "gain_over_none": gain, "V_predicts_order": bool(gain["high-V"] > gain["low-V"]),
             "V_equals_AG": bool(np.allclose(sig["V"], sig["AG"], rtol=1e-9, atol=0))}
+
+
+def candidate_block(d: int, ratio: int, seed: int, pos: int):
+    """The zero-output pre-LN MLP block of position ``pos`` (``fc2 = 0``), drawn from ``seed``: V's and growth's."""
+    from ..models.resmlp import MLPBlock
+
+    gen = torch.Generator().manual_seed(derive_seed(seed, f"hf-candidate{pos}") % 2**31)
+    blk = MLPBlock(d, ratio, gen, "ref")
+    with torch.no_grad():
+        blk.fc2.weight.zero_()
+        blk.fc2.bias.zero_()
+    return blk

@@ -106,21 +106,10 @@ def window_bos(tokenizer) -> int | None:
     return int(bos) if bos is not None and first == [bos] else None
 
 
-def candidate_block(d: int, ratio: int, seed: int, pos: int):
-    """The zero-output pre-LN MLP block of position ``pos`` (``fc2 = 0``), drawn from ``seed``: V's and growth's."""
-    from ..models.resmlp import MLPBlock
-
-    gen = torch.Generator().manual_seed(derive_seed(seed, f"hf-candidate{pos}") % 2**31)
-    blk = MLPBlock(d, ratio, gen, "ref")
-    with torch.no_grad():
-        blk.fc2.weight.zero_()
-        blk.fc2.bias.zero_()
-    return blk
-
-
 def candidate_features(d: int, ratio: int, seed: int, device):
     """``feature_fn(l, h)``: ``[ψ(h), 1]`` of a zero-output pre-LN MLP block drawn from ``seed`` for position l."""
     from ..depth.insert import block_features
+    from .lm_grow import candidate_block
 
     blocks = {}
 

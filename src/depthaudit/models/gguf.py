@@ -20,6 +20,15 @@ from ..errors import UsageError
 INSTALL = "pip install 'depthaudit[hf]'"
 
 
+def require_transformers():
+    """The ``transformers`` module, or one line naming the install."""
+    try:
+        import transformers
+    except ImportError:
+        raise UsageError(f"--family hf needs the transformers package: {INSTALL}") from None
+    return transformers
+
+
 def is_gguf(name: str) -> bool:
     """Whether ``name`` names a GGUF file (by extension: a Hub name never ends in .gguf)."""
     return str(name).lower().endswith(".gguf")
@@ -75,8 +84,6 @@ def load_gguf(path: str, device) -> tuple[torch.nn.Module, object | None, dict]:
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"--model {path}: no such .gguf file; give the path of a llama.cpp GGUF checkpoint")
-    from .hf import require_transformers
-
     tf = require_transformers()
     meta = gguf_metadata(p)  # also checks that gguf is installed and the file is GGUF
     _require("accelerate", "accelerate")

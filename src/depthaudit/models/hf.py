@@ -13,17 +13,7 @@ import torch
 from torch import nn
 
 from ..errors import UsageError
-
-INSTALL = "pip install 'depthaudit[hf]'"
-
-
-def require_transformers():
-    """The ``transformers`` module, or one line naming the install."""
-    try:
-        import transformers
-    except ImportError:
-        raise UsageError(f"--family hf needs the transformers package: {INSTALL}") from None
-    return transformers
+from .gguf import INSTALL, require_transformers  # noqa: F401  (re-exported: its home before GGUF)
 
 
 def load_causal_lm(name: str, revision: str | None, device) -> tuple[nn.Module, object | None]:

@@ -67,7 +67,7 @@ def pretrained_figure(doc: dict, path: Path, low_signal: float) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("layer boundary l / L (0: embeddings, 1: last layer's output)")
     ax.set_ylabel("AG_l = ‖∂ℓ_mean/∂h_l‖")
-    from .saturation import saturation_title
+    from .titles import saturation_title
 
     ax.set_title(saturation_title(doc), fontsize=8)
     ax.legend(fontsize=7)

@@ -8,6 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ..io import save_figure  # noqa: E402
+from .titles import saturation_title  # noqa: E402,F401  (table titles: one module, imported by every family)
 
 
 def saturation_rows(doc: dict) -> list[dict]:
@@ -79,23 +80,6 @@ def saturation_md(doc: dict) -> str:
     if any(r["status"] == "diverged" for r in rows):
         out.append("\nA **diverged** run (non-finite loss) is recorded but not measured: no AG, V or insertion.")
     return "\n".join(out)
-
-
-def saturation_title(doc: dict) -> str:
-    """The saturation table's title from its file alone (the command and ``report`` write the same one)."""
-    ident = doc["identity"]
-    if ident.get("family") == "hf":
-        rev = f" at {ident['revision']}" if ident.get("revision") else ""
-        more = f", {ident['continue_steps']} continued-pretraining steps" if ident.get("continue_steps") else ""
-        return f"Depth saturation of pretrained causal LMs{rev} on {ident.get('data', '?')}{more}"
-    if ident.get("family") == "gpt":
-        what = f"GPT decoder (d={ident.get('d_hidden')}) on text"
-    elif ident.get("family") == "resmlp":
-        what = (f"{ident.get('arch', 'resmlp')} (d={ident.get('d_hidden')}) under {ident.get('method')} "
-                f"on {ident.get('data')}")
-    else:
-        what = f"ResNet-CIFAR on {ident.get('data', '?')}"
-    return f"Depth saturation: {what}, {ident.get('epochs', '?')} epochs"
 
 
 def grow_title(doc: dict) -> str:
