@@ -155,6 +155,7 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, monkeypatch, cap
     _setup(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("DEPTHAUDIT_PLUGINS", "")  # a plug-in a case imports must not reach later tests' workers
     before = _files(tmp_path)
     try:
         rc = main(argv)

@@ -18,7 +18,7 @@ from depthaudit.stores import read_record
 
 # runs of a few seconds each, 8 of them: an interrupt after the first lands mid-sweep
 LADDER = ["ladder", "--dataset", "mnist1d", "--d-hidden", "64", "--num-blocks", "2", "--methods", "fa", "bp",
-          "--k-values", "0", "1", "2", "--seeds", "1", "--epochs", "15", "--probe-batches", "1",
+          "--k-values", "0", "1", "2", "--seeds", "1", "--epochs", "8", "--probe-batches", "1",
           "--probe-batch-size", "64"]
 RUNS = "ladder_d64_L2_mnist1d.runs"
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc for the worker processes")
