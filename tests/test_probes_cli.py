@@ -24,6 +24,16 @@ def test_intervene_sweeps_lambda_grid(tmp_path, capsys):
     assert main(["intervene", *TINY, "--methods", "dfa", "--penalty", "0.5", "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "intervention.json").read_text())["lambdas"] == [0.0, 0.5]
     assert main(["intervene", *TINY, "--lambdas", "-1", "--out", str(tmp_path / "bad")]) == 2
+    # another configuration into the folder: refused in one line before training, the report left as it was
+    before = (tmp_path / "intervention.json").read_bytes()
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    capsys.readouterr()
+    assert main(["intervene", *TINY, "--methods", "dfa", "--lr", "0.002", "--penalty", "0.5",
+                 "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "belongs to another intervene (differs in base" in err and len(err.splitlines()) == 1, err
+    assert (tmp_path / "intervention.json").read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == runs
 
 
 def test_probes_command_tables(tmp_path, capsys):

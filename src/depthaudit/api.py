@@ -195,9 +195,10 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
               progress: bool = True, argv: list[str] | None = None) -> Result:
     """The audit over a grid of scale-penalty λ, side by side: intervention.json/.md and its figure."""
     from .experiments.intervene import run_intervention
-    from .io import check_output_dir, write_json, write_text
+    from .io import check_output_dir, staged, write_json, write_text
     from .report.probes import intervention_figure, intervention_md
     from .runner import fitted_probe_batches
+    from .stores import claim_folder, still_owner
 
     config = _audit_form(config)
     lambdas = list(dict.fromkeys(float(x) for x in lambdas))
@@ -209,16 +210,21 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     check_probe_fits(config.probe_batch_size, data)
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     opts = _sweep(sweep, out, config.base.device)
+    claim = None
+    if not opts.list_cells:  # the folder's report belongs to one audit configuration: claimed before training
+        # (a λ grid of the same configuration may replace the report: its runs are shared, none is lost)
+        claim = claim_folder(out, "intervene", audit_identity(config, data.sha256))
     res = run_intervention(config, lambdas, data, out, log=_log(progress), argv=argv or ["depthaudit.intervene"],
                            opts=opts)
     table = intervention_md(res)
-    intervention_figure(res, out / "intervention.png")
-    write_json(out / "intervention.json", res)
     b = config.base
     md = (f"# Scale-penalty intervention ({b.penalty_form} form, λ ∈ {', '.join(f'{x:g}' for x in lambdas)}; "
           f"{b.dataset} {b.arch} d={b.d_hidden} L={b.num_blocks}, {b.epochs} epochs)\n\n{table}\n\n"
           "![checks vs λ](intervention.png)\n")
-    write_text(out / "intervention.md", md)
+    with still_owner(out, claim), staged(out) as tmp:  # table, JSON and figure: all of them or none
+        intervention_figure(res, tmp / "intervention.png")
+        write_json(tmp / "intervention.json", res)
+        write_text(tmp / "intervention.md", md)
     return Result(out / "intervention.json", res, table, md, [out / "intervention.png"])
 
 
