@@ -143,8 +143,10 @@ def test_group_key_shares_seed_and_blocks_only():
     a, b, c, d = _cfgs("fa")
     assert group_key(a) == group_key(b) == group_key(c) == group_key(d) is not None
     assert group_key(replace(a, lr=1e-2)) != group_key(a)
-    assert group_key(replace(a, method="brsf")) is None  # draws per step in run order: does not stack
-    assert group_key(replace(a, method="sb")) is None  # its own auxiliary network and optimizer
+    assert group_key(a.with_method("brsf")) is None  # draws per step in run order: does not stack
+    assert group_key(a.with_method("sb")) is None  # its own auxiliary network and optimizer
+    with pytest.raises(UsageError, match="with_method"):  # options of another method are never carried silently
+        replace(a, method="sb")
 
 
 def test_ladder_and_audit_stacked_give_the_records_of_one_by_one(tmp_path):

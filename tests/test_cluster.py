@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _util import without_wallclock
 
 from depthaudit.cli import main
 
@@ -21,16 +22,7 @@ def _runs(out: Path) -> dict:
     return json.loads((out / FILE).read_text())["runs"]
 
 
-def _strip(runs: dict) -> dict:
-    """Everything but wall-clock fields and where the run was trained."""
-    runs = json.loads(json.dumps(runs))
-    for rec in runs.values():
-        for k in ("started_at", "argv", "executor"):
-            rec["provenance"].pop(k, None)
-        rec.pop("timing")
-        for h in rec["history"]:
-            h.pop("seconds")
-    return runs
+_strip = without_wallclock
 
 
 @pytest.fixture(scope="module")

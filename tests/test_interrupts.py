@@ -24,6 +24,18 @@ RUNS = "ladder_d64_L2_mnist1d.runs"
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc for the worker processes")
 
 
+def _signal_and_wait(proc, send, timeout: float) -> tuple[str, float]:
+    """Send the signal, wait for the command to end (killing its group if it does not): its stderr, seconds."""
+    t0 = time.time()
+    send()
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return err, time.time() - t0
+
+
 def _descendants(pid: int) -> list[int]:
     kids, out = {}, []
     for p in Path("/proc").iterdir():
@@ -80,17 +92,7 @@ def test_interrupt_stops_every_worker_within_seconds(tmp_path, cache, jobs, sig,
     if jobs == 2:
         assert len([p for p in procs if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]) >= 2
     stored = _records(out)
-    t0 = time.time()
-    if target == "group":
-        os.killpg(proc.pid, sig)
-    else:
-        os.kill(proc.pid, sig)
-    try:
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    took = time.time() - t0
+    err, took = _signal_and_wait(proc, lambda: (os.killpg if target == "group" else os.kill)(proc.pid, sig), 60)
     names = {p: Path(f"/proc/{p}/cmdline").read_text(errors="replace").replace("\0", " ")[:80] for p in procs
              if _alive(p)}
     t1 = time.time()
@@ -131,14 +133,7 @@ def test_interrupt_cancels_ray_tasks(tmp_path, cache):
     assert proc.poll() is None, proc.communicate()
     procs = _descendants(proc.pid)
     stored = _records(out)
-    t0 = time.time()
-    os.kill(proc.pid, signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    took = time.time() - t0
+    err, took = _signal_and_wait(proc, lambda: os.kill(proc.pid, signal.SIGINT), 120)
     t1 = time.time()
     while time.time() - t1 < 15 and any(_alive(p) for p in procs):
         time.sleep(0.2)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _util import without_wallclock
 
 import depthaudit.io as dio
 from depthaudit.cli import main
@@ -24,15 +25,7 @@ AUDIT = ["audit", "--dataset", "mnist1d", "--d-hidden", "16", "--num-blocks", "1
          "--epochs", "1", "--probe-batches", "1", "--probe-batch-size", "64"]
 
 
-def _stable(runs: dict) -> dict:
-    runs = json.loads(json.dumps(runs))
-    for rec in runs.values():
-        for k in ("started_at", "argv", "executor"):
-            rec["provenance"].pop(k, None)
-        rec.pop("timing")
-        for h in rec["history"]:
-            h.pop("seconds")
-    return runs
+_stable = without_wallclock
 
 
 @pytest.fixture(scope="module")

@@ -211,7 +211,7 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     opts = _sweep(sweep, out, config.base.device)
     claim = None
-    if not opts.list_cells:  # the folder's report belongs to one audit configuration: claimed before training
+    if not opts.list_cells and opts.cell is None:  # the report belongs to one configuration: claimed before training
         # (a λ grid of the same configuration may replace the report: its runs are shared, none is lost)
         claim = claim_folder(out, "intervene", audit_identity(config, data.sha256))
     res = run_intervention(config, lambdas, data, out, log=_log(progress), argv=argv or ["depthaudit.intervene"],

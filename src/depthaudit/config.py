@@ -79,10 +79,17 @@ class TrainConfig:
         from .methods.options import resolve
 
         # one place validates a method's options: the method's own declarations (types, ranges, choices)
-        object.__setattr__(self, "method_options",
-                           resolve(self.method, METHODS.get(self.method), dict(self.method_options or {})))
+        object.__setattr__(self, "method_options", resolve(
+            self.method, METHODS.get(self.method), dict(self.method_options or {}),
+            hint="; to switch methods use cfg.with_method(spec), which takes that method's own options"))
         if self.credit_mix is not None and not 0.0 <= self.credit_mix <= 1.0:
             raise UsageError(f"--credit-mix must be in [0, 1], got {self.credit_mix}")
+
+    def with_method(self, spec: str) -> "TrainConfig":
+        """This config running method ``spec`` (``"fa"``, ``"fa:head=exact"``) with that method's own options."""
+        from .methods import parse_method_spec
+
+        return parse_method_spec(spec, replace(self, method="bp", method_options={}))[1]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every field."""

@@ -9,8 +9,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
-
 
 def _current_umask() -> int:
     mask = os.umask(0)
@@ -119,6 +117,8 @@ def write_json(path: Path, obj: Any) -> None:
 
 def save_torch(path: Path, obj: Any) -> None:
     """``torch.save`` with the same atomic replace."""
+    import torch  # here, not at the top: `depthaudit --help` and the error handler must not import torch
+
     _atomic(path, lambda fh: torch.save(obj, fh))
 
 

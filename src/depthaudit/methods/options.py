@@ -127,7 +127,7 @@ def flag_name(method: str, key: str, opt: Option) -> str:
     return opt.flag or f"{method}-{key}".replace("_", "-")
 
 
-def resolve(name: str, cls, given: dict[str, Any], where: str | None = None) -> dict[str, Any]:
+def resolve(name: str, cls, given: dict[str, Any], where: str | None = None, hint: str = "") -> dict[str, Any]:
     """Every declared option of ``cls`` in declaration order: ``given`` (validated) over the defaults.
 
     An unknown key or a bad value is one UsageError naming the method, the option and its valid values.
@@ -137,7 +137,7 @@ def resolve(name: str, cls, given: dict[str, Any], where: str | None = None) -> 
     unknown = [k for k in given if k not in opts]
     if unknown:
         known = ", ".join(opts) or "none"
-        raise UsageError(f"{what}: {name} has no option {unknown[0]!r} (its options: {known})")
+        raise UsageError(f"{what}: {name} has no option {unknown[0]!r} (its options: {known}){hint}")
     out = {}
     for key, opt in opts.items():
         value = given.get(key, opt.default)

@@ -1,0 +1,15 @@
+"""Helpers shared by test files (imported as ``from _util import …``; pytest puts tests/ on the path)."""
+
+import json
+
+
+def without_wallclock(runs: dict) -> dict:
+    """Run records minus wall-clock fields and where they were trained: what two equal runs share exactly."""
+    runs = json.loads(json.dumps(runs))
+    for rec in runs.values():
+        for k in ("started_at", "argv", "executor"):
+            rec["provenance"].pop(k, None)
+        rec.pop("timing")
+        for h in rec["history"]:
+            h.pop("seconds")
+    return runs
