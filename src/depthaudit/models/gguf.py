@@ -79,6 +79,28 @@ def gguf_metadata(path: str | os.PathLike) -> dict:
             "has_tokenizer": "tokenizer.ggml.tokens" in reader.fields}
 
 
+def check_gguf(path: str, revision: str | None = None) -> None:
+    """Refuse a bad .gguf ``--model`` before any work, so nothing is written.
+
+    A revision, a missing or unreadable file, an architecture transformers cannot build from GGUF;
+    :func:`load_gguf` checks the same again when it loads.
+    """
+    if revision:
+        raise UsageError(f"--revision {revision}: a .gguf file has no revisions; drop --revision")
+    if not Path(path).is_file():
+        raise UsageError(f"--model {path}: no such .gguf file; give the path of a llama.cpp GGUF checkpoint")
+    tf = require_transformers()
+    arch = gguf_metadata(path)["architecture"]
+    try:
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES as known
+    except ImportError:  # another transformers layout: loading will say it
+        return
+    if arch not in known:
+        raise UsageError(f"--model {path}: transformers {tf.__version__} cannot build a causal LM from this {arch!r} "
+                         f"GGUF (it reads {', '.join(a for a in known if a not in ('general', 'tokenizer'))}); "
+                         "convert the checkpoint to a Hugging Face folder (config.json + weights) and give that folder")
+
+
 def load_gguf(path: str, device) -> tuple[torch.nn.Module, object | None, dict]:
     """``(model in eval mode with frozen float32 weights, tokenizer or None, provenance)`` from a .gguf file."""
     p = Path(path)
