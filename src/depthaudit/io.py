@@ -157,6 +157,8 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
         try:
             os.mkdir(first)
             os.rmdir(first)
+        except FileExistsError:
+            pass  # another command made it a moment ago (two sweeps started at once): it can be made
         except OSError as exc:
             why = exc.strerror or str(exc)
             raise UsageError(f"{flag} {p}: cannot make {first} ({why}); choose another {flag}") from None
