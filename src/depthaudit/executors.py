@@ -362,12 +362,17 @@ def _ray(groups, store, opts: SweepOptions, argv, log):
             g = refs.pop(done[0])
             yield g, ray.get(done[0])
     except BaseException:
-        with _signals_ignored():
-            for ref in refs:  # interrupted (or failed): no task trains on
-                try:
-                    ray.cancel(ref, force=True)
-                except Exception:  # noqa: S110 - already finished or gone
-                    pass
+        # interrupted (or failed): no task trains on. A cluster we started is shut down whole below, which
+        # kills its workers; force-cancelling a task that completes at that moment can abort Ray's driver
+        # ("unexpected system state" in TaskManager::CompletePendingTask, seen on Ray 2.x), so only the tasks
+        # on a cluster we joined (and must leave running) are cancelled one by one
+        if not started:
+            with _signals_ignored():
+                for ref in refs:
+                    try:
+                        ray.cancel(ref, force=True)
+                    except Exception:  # noqa: S110 - already finished or gone
+                        pass
         raise
     finally:
         if started:
