@@ -31,7 +31,7 @@ from torch.func import functional_call, vmap
 
 from .config import TrainConfig, derive_seed
 from .data import DataBundle
-from .data.augment import augment_batch
+from .data.augment import apply_augment, augment_draws
 from .errors import UsageError
 from .loop import RunOutput, build, fit
 from .methods import METHODS, CreditMethod
@@ -128,21 +128,27 @@ class StackedModel(ResidualModel):
 class MaskedAdamW:
     """AdamW over stacked parameters, each update applied only to the runs that train its group.
 
-    The arithmetic is torch's single-tensor AdamW step, elementwise, so run r's slice follows exactly
-    the update it would get from its own ``torch.optim.AdamW`` (tested in fp64).
+    The arithmetic is torch's AdamW step (its multi-tensor form: one ``_foreach`` kernel per operation over
+    every parameter, instead of nine per parameter), elementwise, so run r's slice follows exactly the update
+    it would get from its own ``torch.optim.AdamW`` (tested in fp64). The mask is applied as a lerp with weight
+    1 (take the update: ``end − (end − p)·0`` = the update exactly) or 0 (keep ``p`` exactly), per run.
     """
 
     def __init__(self, groups: list[tuple[list[nn.Parameter], torch.Tensor]], lr: float, weight_decay: float,
                  betas=(0.9, 0.999), eps: float = 1e-8):
         self.groups = [(ps, mask) for ps, mask in groups if ps]
         self.lr, self.wd, self.betas, self.eps, self.t = lr, weight_decay, betas, eps, 0
-        self.state = {id(p): (torch.zeros_like(p), torch.zeros_like(p)) for ps, _ in self.groups for p in ps}
+        self.params = [p for ps, _ in self.groups for p in ps]
+        self.state = {id(p): (torch.zeros_like(p), torch.zeros_like(p)) for p in self.params}
+        # (R, *shape) per parameter: 1.0 where run r trains its group, else 0.0 (materialised: foreach needs
+        # tensors of the parameter's own shape)
+        self.weights = {id(p): mask.view(-1, *[1] * (p.dim() - 1)).to(p.dtype).expand_as(p).contiguous()
+                        for ps, mask in self.groups for p in ps}
 
     def zero_grad(self) -> None:
         """Drop every gradient."""
-        for ps, _ in self.groups:
-            for p in ps:
-                p.grad = None
+        for p in self.params:
+            p.grad = None
 
     @torch.no_grad()
     def step(self) -> None:
@@ -150,18 +156,21 @@ class MaskedAdamW:
         self.t += 1
         b1, b2 = self.betas
         bc1, bc2 = 1 - b1**self.t, 1 - b2**self.t
-        for ps, mask in self.groups:
-            for p in ps:
-                if p.grad is None:
-                    continue
-                m = mask.view(-1, *[1] * (p.dim() - 1))  # (R, 1, …)
-                exp_avg, exp_avg_sq = self.state[id(p)]
-                new = p * (1 - self.lr * self.wd)
-                exp_avg.lerp_(p.grad, 1 - b1)
-                exp_avg_sq.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                denom = (exp_avg_sq.sqrt() / math.sqrt(bc2)).add_(self.eps)
-                new.addcdiv_(exp_avg, denom, value=-self.lr / bc1)
-                p.copy_(torch.where(m, new, p))
+        ps = [p for p in self.params if p.grad is not None]
+        if not ps:
+            return
+        grads = [p.grad for p in ps]
+        avg = [self.state[id(p)][0] for p in ps]
+        avg_sq = [self.state[id(p)][1] for p in ps]
+        new = torch._foreach_mul(ps, 1 - self.lr * self.wd)
+        torch._foreach_lerp_(avg, grads, 1 - b1)
+        torch._foreach_mul_(avg_sq, b2)
+        torch._foreach_addcmul_(avg_sq, grads, grads, value=1 - b2)
+        denom = torch._foreach_sqrt(avg_sq)
+        torch._foreach_div_(denom, math.sqrt(bc2))
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_addcdiv_(new, avg, denom, value=-self.lr / bc1)
+        torch._foreach_lerp_(ps, new, [self.weights[id(p)] for p in ps])
 
 
 def group_key(cfg: TrainConfig) -> str | None:
@@ -202,9 +211,12 @@ class StackedStepper:
         self.opt.lr = lr
         self.opt.zero_grad()
         x = self.data.x_train[idx]  # (R, B, …)
-        if self.cfg.augment != "none":  # each run's own crop/flip stream, as when it trains alone
-            x = torch.stack([augment_batch(x[r], self.cfg.augment, self.data.pad_value, g)
-                             for r, g in enumerate(self.aug_gens)])
+        if self.cfg.augment != "none":  # each run draws from its own stream, as when it trains alone; one gather
+            r, b = idx.shape
+            draws = [augment_draws(b, self.cfg.augment, x.device, g) for g in self.aug_gens]
+            off = torch.cat([d[0] for d in draws], 1) if draws[0][0] is not None else None  # (2, R·B, 1)
+            flip = torch.cat([d[1] for d in draws]) if draws[0][1] is not None else None  # (R·B, 1)
+            x = apply_augment(x.flatten(0, 1), self.cfg.augment, self.data.pad_value, off, flip).view_as(x)
         loss = self.method.step(self.model, x, self.data.y_train[idx], self.penalty)
         self.opt.step()
         self.method.after_step(self.model, lr, self.cfg.weight_decay)
