@@ -112,7 +112,7 @@ def main():
                         interrupt(entry, f"projected to finish its group at {projected:.0f}s, past the deadline")
     for name, _, proc, _, _ in procs:
         try:
-            proc.wait(timeout=max(5.0, 60 - (time.monotonic() - t0 - a.deadline)))
+            proc.wait(timeout=max(5.0, 30 - (time.monotonic() - t0 - a.deadline)))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
