@@ -203,3 +203,22 @@ def test_stacked_augmentation_draws_each_runs_own_stream_and_equals_the_run_alon
     print(f"stacked vs alone with crop+flip, 3 runs, 20 steps: {worst:.2e} (augmentation itself moved weights "
           f"by {moved:.2e})")
     assert worst <= TOL and moved > 1e-3  # the augmentation acted, and identically in both engines
+
+
+@pytest.mark.parametrize("spec", ["fa", "dfa", "fa-stream", "kp", "usf", "ep:steps=3"])
+def test_a_runs_state_written_back_from_a_stack_stays_on_its_device(spec):
+    """``unstack`` must leave each run's feedback where its stream lives (on a GPU: not on the CPU copy that
+    ``state_dict`` makes); checked here with the ``meta`` device standing in for a GPU."""
+    from depthaudit.methods import parse_method_spec
+
+    data = _data()
+    cfgs = [parse_method_spec(spec, c)[1] for c in _cfgs("bp")[:2]]
+    built = [_build64(c, data) for c in cfgs]
+    stacked = StackedStepper(cfgs, data, [b[0] for b in built], [b[1] for b in built]).method
+    for _, m in built:
+        if hasattr(m, "to"):
+            m.to("meta")
+    stacked.unstack([b[1] for b in built])
+    devices = {v.device.type for _, m in built for v in getattr(m, "feedback", {}).values()}
+    print(f"{spec}: feedback devices after unstack: {devices or 'none (no feedback state)'}")
+    assert devices <= {"meta"}

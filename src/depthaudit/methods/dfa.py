@@ -44,8 +44,13 @@ class DFA(CreditMethod):
         return {k: v.detach().cpu().clone() for k, v in self.feedback.items()}
 
     def load_state_dict(self, state):
-        """Restore the projections (they are moved to the stream's device on use)."""
-        self.feedback = {k: v.clone() for k, v in state.items()}
+        """Restore the projections onto the device they were drawn on (the stream's), else as stored.
+
+        Stacked runs write each run's slice back through here before its tracker measures it: on a GPU the
+        slice must land where the run's stream is, not on the CPU copy :meth:`state_dict` made.
+        """
+        dev = next(iter(self.feedback.values())).device if self.feedback else None
+        self.feedback = {k: v.to(dev, copy=True) if dev is not None else v.clone() for k, v in state.items()}
 
     def to(self, device) -> "DFA":
         """Move the projections to ``device``."""
