@@ -106,3 +106,20 @@ def test_a_recipe_run_trains_on_the_device_and_records_plain_numbers():
         assert all(isinstance(rec[k], float) for k in ("train_loss", "test_loss", "test_acc"))
     assert next(out.model.parameters()).device.type == torch.device(DEV).type
     print(f"dfa on {DEV}: test acc per epoch {[round(r['test_acc'], 3) for r in out.history]}")
+
+
+@pytest.mark.parametrize("spec", ["bp", "fa", "dfa", "fa-stream"])
+def test_stacked_runs_with_the_audit_tracker_on_the_device(spec):
+    """Each stacked run's state is written back for its tracker every epoch: it must stay on the device."""
+    from depthaudit.batched import train_stacked
+    from depthaudit.diagnostics import audit_tracker
+
+    data = _data(dtype=torch.float32, image=True)
+    base = TrainConfig(dataset="toy", arch="resmlp", d_hidden=16, num_blocks=2, method="bp", epochs=2,
+                       batch_size=32, lr=3e-3, augment="crop+flip", device=DEV)
+    cfgs = [parse_method_spec(spec, replace(base, seed=s, train_blocks=tb))[1] for s, tb in [(1, "all"), (2, "none")]]
+    batches = [(data.x_test[i:i + 50], data.y_test[i:i + 50]) for i in (0, 50)]
+    outs = train_stacked(cfgs, data, trackers=[audit_tracker(batches) for _ in cfgs])
+    cos = [o.history[-1]["probe"]["credit_cosine"]["per_layer"] for o in outs]
+    print(f"{spec} on {DEV}: per-layer Γ at the last epoch {cos}")
+    assert all(o.status == "ok" for o in outs) and all(len(c) == 3 for c in cos)

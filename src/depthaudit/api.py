@@ -59,7 +59,10 @@ def _data(cfg: TrainConfig, data):
 
     from .data import load_data
 
-    return data if data is not None else load_data(cfg.dataset, cfg.data_dir, cfg.download, torch.device(cfg.device))
+    device = torch.device(cfg.device)
+    if device.type == "cuda" and not torch.cuda.is_available():  # listing or reporting GPU runs: nothing trains
+        device = torch.device("cpu")
+    return data if data is not None else load_data(cfg.dataset, cfg.data_dir, cfg.download, device)
 
 
 def _methods(methods) -> tuple:
@@ -196,7 +199,7 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     """The audit over a grid of scale-penalty λ, side by side: intervention.json/.md and its figure."""
     from .experiments.intervene import run_intervention
     from .io import check_output_dir, staged, write_json, write_text
-    from .report.probes import intervention_figure, intervention_md
+    from .report.probes import intervention_doc, intervention_figure, intervention_md
     from .runner import fitted_probe_batches
     from .stores import claim_folder, still_owner
 
@@ -217,10 +220,7 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     res = run_intervention(config, lambdas, data, out, log=_log(progress), argv=argv or ["depthaudit.intervene"],
                            opts=opts)
     table = intervention_md(res)
-    b = config.base
-    md = (f"# Scale-penalty intervention ({b.penalty_form} form, λ ∈ {', '.join(f'{x:g}' for x in lambdas)}; "
-          f"{b.dataset} {b.arch} d={b.d_hidden} L={b.num_blocks}, {b.epochs} epochs)\n\n{table}\n\n"
-          "![checks vs λ](intervention.png)\n")
+    md = intervention_doc(res, table)
     with still_owner(out, claim), staged(out) as tmp:  # table, JSON and figure: all of them or none
         intervention_figure(res, tmp / "intervention.png")
         write_json(tmp / "intervention.json", res)

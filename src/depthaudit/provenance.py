@@ -30,8 +30,9 @@ def git_commit() -> dict:
 
 def device_name(device: torch.device) -> str:
     """Human-readable device: ``cpu (N threads)`` or the CUDA device's name."""
-    if device.type == "cuda":
-        return f"{device} ({torch.cuda.get_device_name(device)})"
+    if device.type == "cuda":  # a report of GPU runs can be rebuilt on a machine without one (nothing trains)
+        name = torch.cuda.get_device_name(device) if torch.cuda.is_available() else "not on this machine"
+        return f"{device} ({name})"
     return f"cpu ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})"
 
 

@@ -444,8 +444,12 @@ def plain_args(p: argparse.ArgumentParser, out: str) -> None:
     sweep_args(p, stacking=False)
 
 
-def resolve_device(spec: str) -> str:
-    """``auto`` → ``cuda`` when available else ``cpu``; an unavailable CUDA device is a UsageError."""
+def resolve_device(spec: str, trains: bool = True) -> str:
+    """``auto`` → ``cuda`` when available else ``cpu``; an unavailable CUDA device is a UsageError.
+
+    ``trains=False`` (``--stored-only``, ``--list-cells``: nothing is trained) accepts ``cuda[:N]`` on a machine
+    without it, so the cells and reports of runs trained on a GPU can be listed and rebuilt anywhere.
+    """
     import torch
 
     if spec == "auto":
@@ -454,6 +458,8 @@ def resolve_device(spec: str) -> str:
         dev = torch.device(spec)
     except RuntimeError:
         raise UsageError(f"--device {spec!r} not understood; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not trains:
+        return f"cuda:{dev.index or 0}"
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise UsageError(f"--device {spec}: CUDA is not available here; use --device cpu")
@@ -503,7 +509,8 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
         batch_size=a.batch_size, method_options=opts,
         credit_mix=getattr(a, "credit_mix", None), warm_start=getattr(a, "warm_start", None),
         lr=a.lr, weight_decay=a.weight_decay, scale_penalty=a.scale_penalty, penalty_form=a.penalty_form,
-        seed=getattr(a, "seed", (getattr(a, "seeds", None) or [_defaults().seed])[0]), device=resolve_device(a.device))
+        seed=getattr(a, "seed", (getattr(a, "seeds", None) or [_defaults().seed])[0]), device=resolve_device(
+            a.device, trains=not (getattr(a, "stored_only", False) or getattr(a, "list_cells", False))))
 
 
 def unused_option_note(a: argparse.Namespace, flags: dict) -> None:

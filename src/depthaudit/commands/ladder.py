@@ -88,8 +88,8 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
             print(f"(from {sub})\n")
         found += n
     if not found:
-        raise UsageError(f"{d} holds no ladder_*, saturation_*, grow_* or report.json (nor do its subfolders); "
-                         "pass a folder depthaudit wrote")
+        raise UsageError(f"{d} holds no ladder_*, saturation_*, grow_*, intervention.json or report.json (nor do "
+                         "its subfolders); pass a folder depthaudit wrote")
     return 0
 
 
@@ -189,6 +189,16 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         write_text(path.with_suffix(".md"), f"# {saturation_title(doc)}\n\n{table}\n\n"
                    f"![saturation]({path.with_suffix('.png').name})\n")
         print(f"{path.name}\n{table}\n")
+        found += 1
+    if (d / "intervention.json").exists():
+        from ..report.probes import intervention_doc, intervention_figure, intervention_md
+
+        res = read_json_doc(d / "intervention.json")
+        with _rendering(d / "intervention.json"), _staged(d) as tmp:
+            intervention_figure(res, tmp / "intervention.png")
+            table = intervention_md(res)
+        write_text(d / "intervention.md", intervention_doc(res, table))
+        print(f"intervention.json\n{table}\n")
         found += 1
     for path in sorted(d.glob("grow_*.json")):
         doc = read_json_doc(path, runs=True)

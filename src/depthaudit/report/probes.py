@@ -67,6 +67,15 @@ def intervention_md(res: dict) -> str:
     return "\n".join(out)
 
 
+def intervention_doc(res: dict, table: str) -> str:
+    """The intervention's Markdown page: title (form, λ grid, configuration, budget), table and figure."""
+    base = next(iter(res["audits"].values()))["config"]["base"]
+    grid = ", ".join(f"{x:g}" for x in res["lambdas"])
+    return (f"# Scale-penalty intervention ({res['penalty_form']} form, λ ∈ {grid}; {base['dataset']} {base['arch']} "
+            f"d={base['d_hidden']} L={base['num_blocks']}, {base['epochs']} epochs)\n\n{table}\n\n"
+            "![checks vs λ](intervention.png)\n")
+
+
 def intervention_figure(res: dict, path: Path) -> None:
     """The checks against λ (symlog x: λ = 0 included), one line per method, thresholds dashed."""
     th = next(iter(res["audits"].values()))["thresholds"]
