@@ -33,7 +33,7 @@ from .config import TrainConfig, derive_seed
 from .data import DataBundle
 from .data.augment import apply_augment, augment_draws
 from .errors import UsageError
-from .loop import RunOutput, build, fit
+from .loop import RunOutput, build, final_record, fit, measure_epoch
 from .methods import METHODS, CreditMethod
 from .models import MODELS, ResidualModel
 from .recipe import Penalty
@@ -268,22 +268,11 @@ def train_stacked(cfgs: list[TrainConfig], data: DataBundle, log=None, trackers=
 
     def end_of(r: int):
         def on_epoch_end(epoch: int, rec: dict, diverged: bool) -> str | None:
-            tracker, monitor = trackers[r], monitors[r]
-            stop_now = monitor is not None and monitor.stop_on_flag
-            final = diverged or epoch == last_epoch or stop_now
-            measured = None
-            if tracker:  # run r's state, written back into its own model and method, for its tracker
+            if trackers[r]:  # run r's state, written back into its own model and method, for its tracker
                 stepper.model.write_back(models, [r])
                 stepper.method.unstack(methods, [r])
-                measured = tracker(epoch, models[r], methods[r], final=final)
-            status = None
-            if measured is not None:
-                rec["probe"] = measured
-                fired = monitor.update(epoch, measured) if monitor is not None else []
-                for name in fired:
-                    log(f"  run {r} monitor: {name} fired at epoch {epoch} ({monitor.describe(name)})")
-                if fired and monitor.should_stop and not diverged:
-                    status = "stopped_flagged"
+            status = measure_epoch(trackers[r], monitors[r], log, epoch, models[r], methods[r], rec, diverged,
+                                   last_epoch, cfgs[r].epochs, who=f"run {r} ")
             if diverged or status:  # keep its state as it stopped; the others go on
                 stepper.model.write_back(models, [r])
                 stepper.method.unstack(methods, [r])
@@ -305,11 +294,7 @@ def train_stacked(cfgs: list[TrainConfig], data: DataBundle, log=None, trackers=
     outs = []
     for r, c in enumerate(cfgs):
         history, status = histories[r], statuses[r]
-        last = history[-1] if history else {}
-        final = {"test_acc": last.get("test_acc"), "test_loss": last.get("test_loss"),
-                 "train_loss": last.get("train_loss"), "epochs_completed": len(history), "budget_epochs": c.epochs,
-                 "diverged_at_epoch": last.get("epoch") if status == "diverged" else None,
-                 "stopped_at_epoch": last.get("epoch", 0) if status == "stopped_flagged" else None}
+        final = final_record(history, status, c.epochs)
         outs.append(RunOutput(status, history, final, seconds, models[r], methods[r], probe_init[r],
                               monitors[r].to_dict() if monitors[r] is not None else None))
     return outs

@@ -261,20 +261,8 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
         return status
 
     def measure(epoch: int, rec: dict, diverged: bool) -> str | None:
-        if not tracker:
-            return None
-        stop_now = monitor is not None and monitor.stop_on_flag
-        measured = tracker(epoch, model, stepper.method, final=diverged or epoch == last_epoch or stop_now)
-        if measured is None:
-            return None
-        rec["probe"] = measured
-        fired = monitor.update(epoch, measured) if monitor is not None else []
-        for name in fired:
-            log(f"  monitor: {name} fired at epoch {epoch} ({monitor.describe(name)})")
-        if fired and monitor.should_stop and not diverged:
-            log(f"stopped at epoch {epoch} of {cfg.epochs}: {', '.join(fired)} fired (--stop-on-flag)")
-            return "stopped_flagged"
-        return None
+        return measure_epoch(tracker, monitor, log, epoch, model, stepper.method, rec, diverged, last_epoch,
+                             cfg.epochs)
 
     history, status = fit(data.x_train.shape[0], cfg.batch_size, cfg.epochs, cfg.lr, cfg.seed,
                           torch.device(cfg.device), stepper, lambda: evaluate(model, data.x_test, data.y_test),
@@ -282,10 +270,39 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
                           on_epoch_start=None if on_epoch_start is None else lambda e: on_epoch_start(e, stepper))
     if last_epoch == 0 and cfg.epochs_run > 0:
         status = "stopped_flagged"
-    last = history[-1] if history else {}
-    final = {"test_acc": last.get("test_acc"), "test_loss": last.get("test_loss"),
-             "train_loss": last.get("train_loss"), "epochs_completed": len(history), "budget_epochs": cfg.epochs,
-             "diverged_at_epoch": last.get("epoch") if status == "diverged" else None,
-             "stopped_at_epoch": last.get("epoch", 0) if status == "stopped_flagged" else None}
+    final = final_record(history, status, cfg.epochs)
     return RunOutput(status, history, final, time.perf_counter() - t0, stepper.model, stepper.method, probe_init,
                      monitor.to_dict() if monitor is not None else None)
+
+
+def measure_epoch(tracker, monitor, log, epoch: int, model, method, rec: dict, diverged: bool, last_epoch: int,
+                  budget: int, who: str = "") -> str | None:
+    """One run's measurement after an epoch (one run alone, or run r of a stack, written back first).
+
+    The tracker measures (``final`` on the last epoch, at divergence, or when the monitor may stop the run);
+    its result goes into ``rec["probe"]``; the monitor reads it, logs each check that fired, and asks to stop
+    (``"stopped_flagged"``) under ``--stop-on-flag``.
+    """
+    if not tracker:
+        return None
+    stop_now = monitor is not None and monitor.stop_on_flag
+    measured = tracker(epoch, model, method, final=diverged or epoch == last_epoch or stop_now)
+    if measured is None:
+        return None
+    rec["probe"] = measured
+    fired = monitor.update(epoch, measured) if monitor is not None else []
+    for name in fired:
+        log(f"  {who}monitor: {name} fired at epoch {epoch} ({monitor.describe(name)})")
+    if fired and monitor.should_stop and not diverged:
+        log(f"{who}stopped at epoch {epoch} of {budget}: {', '.join(fired)} fired (--stop-on-flag)")
+        return "stopped_flagged"
+    return None
+
+
+def final_record(history: list[dict], status: str, budget: int) -> dict:
+    """A run's ``final`` record from its epoch history and status (the same for a run alone or stacked)."""
+    last = history[-1] if history else {}
+    return {"test_acc": last.get("test_acc"), "test_loss": last.get("test_loss"),
+            "train_loss": last.get("train_loss"), "epochs_completed": len(history), "budget_epochs": budget,
+            "diverged_at_epoch": last.get("epoch") if status == "diverged" else None,
+            "stopped_at_epoch": last.get("epoch", 0) if status == "stopped_flagged" else None}
