@@ -10,14 +10,16 @@
 The CLI is a thin layer over these functions (``depthaudit audit`` parses flags into an :class:`AuditConfig` and
 calls :func:`audit`), so a run started from Python and one started from the shell are the same run: same store,
 same names, reused by each other. Method specs in ``methods`` (``"fa:head=exact"``) are parsed here once.
-Progress goes to stderr (``progress=False`` silences it).
+Progress goes to stderr: a line per epoch and per finished run, and tqdm bars (a widget in Jupyter) where a bar can
+be drawn; ``progress=False`` silences both, the environment variable ``DEPTHAUDIT_PROGRESS=0`` the bars alone
+(``=1`` forces them; see :mod:`depthaudit.progress`).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import html
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,7 +57,22 @@ class Result:
 
 
 def _log(progress: bool):
-    return (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
+    from .progress import say
+
+    return say if progress else (lambda m: None)
+
+
+def _with_progress(fn):
+    """Run ``fn`` inside :func:`depthaudit.progress.bars` of its ``progress`` argument (tqdm bars where drawable)."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        from .progress import bars
+
+        with bars(kwargs.get("progress", True)):
+            return fn(*args, **kwargs)
+
+    return call
 
 
 def _data(cfg: TrainConfig, data):
@@ -89,6 +106,7 @@ def _sweep(sweep, out: Path, device: str):
     return SweepOptions(batch_runs=batch_cap(None, device), log_dir=str(Path(out) / "logs"))
 
 
+@_with_progress
 def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool = True, force: bool = False,
           progress: bool = True, argv: list[str] | None = None) -> Result:
     """Train one run under ``config`` and write ``out/result.json`` (+ ``checkpoint.pt``)."""
@@ -117,6 +135,7 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
     return Result(out / "result.json", record, card)
 
 
+@_with_progress
 def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
           replace_report: bool = False, argv: list[str] | None = None) -> Result:
     """The audit protocol: every trained/frozen pair (trained or reused), the card, report.json/.md and figures."""
@@ -157,6 +176,7 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
                   [out / f for f in (figures.values() if isinstance(figures, dict) else figures)])
 
 
+@_with_progress
 def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
            audit_dir: str | Path | None = None, verbose: bool = False, argv: list[str] | None = None) -> Result:
     """The depth-utility ladder: train the last k blocks for every k, method and seed; table and figure."""
@@ -195,6 +215,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
                   [store.path.with_suffix(".png")])
 
 
+@_with_progress
 def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e-1), *, data=None, sweep=None,
               progress: bool = True, argv: list[str] | None = None) -> Result:
     """The audit over a grid of scale-penalty λ, side by side: intervention.json/.md and its figure."""
@@ -232,6 +253,7 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     return Result(out / "intervention.json", res, table, md, [out / "intervention.png"])
 
 
+@_with_progress
 def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
                argv: list[str] | None = None) -> Result:
     """A depth sweep: AG, AGmax, V and the gradient-matched insertion at every candidate, per depth.
@@ -266,6 +288,7 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     return _depth_result(store, "saturation", config.low_signal)
 
 
+@_with_progress
 def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
          argv: list[str] | None = None) -> Result:
     """Function-preserving growth vs scratch: grow base → base + ``config.extra`` blocks, and train it from scratch.
