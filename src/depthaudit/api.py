@@ -10,9 +10,9 @@
 The CLI is a thin layer over these functions (``depthaudit audit`` parses flags into an :class:`AuditConfig` and
 calls :func:`audit`), so a run started from Python and one started from the shell are the same run: same store,
 same names, reused by each other. Method specs in ``methods`` (``"fa:head=exact"``) are parsed here once.
-Progress goes to stderr: a line per epoch and per finished run, and tqdm bars (a widget in Jupyter) where a bar can
-be drawn; ``progress=False`` silences both, the environment variable ``DEPTHAUDIT_PROGRESS=0`` the bars alone
-(``=1`` forces them; see :mod:`depthaudit.progress`).
+The caller's torch RNG streams are left as they were. Progress goes to stderr: a line per epoch and per finished
+run, and tqdm bars (a widget in Jupyter) where a bar can be drawn; ``progress=False`` silences both, the
+environment variable ``DEPTHAUDIT_PROGRESS=0`` the bars alone (``=1`` forces them; see :mod:`depthaudit.progress`).
 """
 
 from __future__ import annotations
@@ -62,15 +62,30 @@ def _log(progress: bool):
     return say if progress else (lambda m: None)
 
 
-def _with_progress(fn):
-    """Run ``fn`` inside :func:`depthaudit.progress.bars` of its ``progress`` argument (tqdm bars where drawable)."""
+def _api_call(fn):
+    """An API function as a notebook expects it: progress per its ``progress``, the caller's RNG streams kept.
+
+    Bars: :func:`depthaudit.progress.bars`.
+    Runs seed themselves (their results never depend on the global stream), but model construction and growth
+    call ``torch.manual_seed``; the CPU stream, and each CUDA device's where CUDA was initialised before the call,
+    are restored afterwards, also when the call raises.
+    """
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
+        import torch
+
         from .progress import bars
 
-        with bars(kwargs.get("progress", True)):
-            return fn(*args, **kwargs)
+        cpu = torch.get_rng_state()
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        try:
+            with bars(kwargs.get("progress", True)):
+                return fn(*args, **kwargs)
+        finally:
+            torch.set_rng_state(cpu)
+            if cuda is not None:
+                torch.cuda.set_rng_state_all(cuda)
 
     return call
 
@@ -106,7 +121,7 @@ def _sweep(sweep, out: Path, device: str):
     return SweepOptions(batch_runs=batch_cap(None, device), log_dir=str(Path(out) / "logs"))
 
 
-@_with_progress
+@_api_call
 def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool = True, force: bool = False,
           progress: bool = True, argv: list[str] | None = None) -> Result:
     """Train one run under ``config`` and write ``out/result.json`` (+ ``checkpoint.pt``)."""
@@ -135,7 +150,7 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
     return Result(out / "result.json", record, card)
 
 
-@_with_progress
+@_api_call
 def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
           replace_report: bool = False, argv: list[str] | None = None) -> Result:
     """The audit protocol: every trained/frozen pair (trained or reused), the card, report.json/.md and figures."""
@@ -176,7 +191,7 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
                   [out / f for f in (figures.values() if isinstance(figures, dict) else figures)])
 
 
-@_with_progress
+@_api_call
 def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
            audit_dir: str | Path | None = None, verbose: bool = False, argv: list[str] | None = None) -> Result:
     """The depth-utility ladder: train the last k blocks for every k, method and seed; table and figure."""
@@ -215,7 +230,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
                   [store.path.with_suffix(".png")])
 
 
-@_with_progress
+@_api_call
 def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e-1), *, data=None, sweep=None,
               progress: bool = True, argv: list[str] | None = None) -> Result:
     """The audit over a grid of scale-penalty λ, side by side: intervention.json/.md and its figure."""
@@ -253,7 +268,7 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     return Result(out / "intervention.json", res, table, md, [out / "intervention.png"])
 
 
-@_with_progress
+@_api_call
 def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
                argv: list[str] | None = None) -> Result:
     """A depth sweep: AG, AGmax, V and the gradient-matched insertion at every candidate, per depth.
@@ -288,7 +303,7 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     return _depth_result(store, "saturation", config.low_signal)
 
 
-@_with_progress
+@_api_call
 def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
          argv: list[str] | None = None) -> Result:
     """Function-preserving growth vs scratch: grow base → base + ``config.extra`` blocks, and train it from scratch.
@@ -351,6 +366,7 @@ def _depth_result(store, kind: str, low_signal: float = 5e-3) -> Result:
     return Result(store.path, store.doc, table, md, [png])
 
 
+@_api_call
 def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 10, probe_batch_size: int = 128,
              data=None, out: str | Path | None = None) -> Result:
     """The frozen-init identity check over seeds (SPEC §1's calibration), optionally written to ``out`` (.json)."""
