@@ -170,7 +170,7 @@ def test_depth_runs_are_keyword_built_in_one_place():
     from depthaudit.experiments.saturation import SaturationRun
 
     with pytest.raises(TypeError):
-        SaturationRun("mnist1d", None, 0, 1)  # noqa: the 23 positional arguments are gone
+        SaturationRun("mnist1d", None, 0, 1)  # the 23 positional arguments are gone
     with pytest.raises(TypeError):
         GrowRun("grown", "mnist1d", None, 1, 1, (1,))
     cfg = da.SaturationConfig(family="gpt", d_hidden=32, text="t.txt", context=16, extra=(0, 3), seed=5, margin=0.1)
