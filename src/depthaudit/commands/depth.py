@@ -95,7 +95,7 @@ def family_args(p) -> None:
 def _family_help(names: list[str]) -> str:
     from ..experiments.families import FAMILIES
 
-    return "; ".join(f"{n}: {FAMILIES.get(n).help}" for n in names) + " (default: resnet)"
+    return " | ".join(f"{n} ({FAMILIES.get(n).help})" for n in names) + "; default: resnet"
 
 
 def register(sub) -> None:

@@ -87,7 +87,7 @@ class DepthFamily:
     """
 
     name: str = ""
-    help: str = ""  # one line for ``--family``'s help
+    help: str = ""  # a few words for ``--family``'s help
     under_method = False  # trains under ``--method`` (the audit's recipe); else plain backprop
     growable = False  # ``grow`` can grow it
     pretrained = False  # measures given models (``--model``), one cell per model, instead of training depths
@@ -265,7 +265,7 @@ class DepthFamily:
 class ResNetFamily(DepthFamily):
     """ResNet-CIFAR: ResNet-8 + N BasicBlocks (extra block i at the end of stage i mod 3), plain backprop."""
 
-    help = "ResNet-8 + N on images (plain backprop)"
+    help = "ResNet-8 + N, images"
     growable = True
 
     def check(self, cfg, command: str) -> None:
@@ -325,7 +325,7 @@ class ResNetFamily(DepthFamily):
 class GPTFamily(DepthFamily):
     """A pre-LN causal decoder of base + N blocks on text (``--text``, default the embedded one), plain backprop."""
 
-    help = "a GPT decoder of base + N blocks on text (plain backprop)"
+    help = "decoder, text"
     default_d_hidden = 64
     accuracy_label = "next-token test accuracy"
 
@@ -379,7 +379,7 @@ class ResMLPFamily(DepthFamily):
     Trained with the audit's recipe; AG and V are also measured from the method's own credit.
     """
 
-    help = "the audit's model (--arch) of base + N blocks under --method, the audit's recipe"
+    help = "--arch under --method"
     under_method = True
     growable = True
     default_d_hidden = 256
@@ -439,7 +439,7 @@ class PretrainedFamily(DepthFamily):
     AG and V at every layer boundary, optionally after continued pretraining (needs ``depthaudit[hf]``).
     """
 
-    help = "pretrained causal LMs given by --model (needs depthaudit[hf])"
+    help = "pretrained --model"
     pretrained = True
     default_batch_size = 8  # 8 windows of --context tokens: fits a CPU, and a GPU for the larger Pythias
 
