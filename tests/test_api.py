@@ -114,3 +114,163 @@ def test_results_unchanged_bit_for_bit_by_the_redesign(tmp_path):
     drop = ("runs", "history")
     assert [{k: v for k, v in m.items() if k not in drop} for m in new["methods"]] == \
         [{k: v for k, v in m.items() if k not in drop} for m in old["methods"]]
+
+
+def _measured(doc: dict) -> dict:
+    """A depth store's runs without what says when/where/how long (timing, provenance, per-epoch wall times)."""
+    out = {}
+    for key, rec in doc["runs"].items():
+        rec = {k: v for k, v in rec.items() if k not in ("timing", "provenance")}
+        rec["history"] = [{k: v for k, v in h.items() if k != "seconds"} for h in rec["history"]]
+        out[key] = rec
+    return out
+
+
+def test_saturation_from_python_is_the_cli_saturation(tmp_path, capsys):
+    """One config from Python and from the shell: the same store name, identity and numbers, table and figure."""
+    cfg = da.SaturationConfig(family="resmlp", method="fa", dataset="mnist1d", d_hidden=16, epochs=1, extra=[0, 1],
+                              batch_size=256, analysis_batches=2, analysis_split="train", alpha=1e-2)
+    res = da.saturation(cfg, tmp_path / "py", progress=False)
+    assert capsys.readouterr().err == ""  # progress=False is silent
+    assert res.path == tmp_path / "py" / "saturation_resmlp_fa_mnist1d.json" and sorted(res.record["runs"]) == \
+        ["N0", "N1"]
+    assert main(["saturation", "--family", "resmlp", "--method", "fa", "--dataset", "mnist1d", "--d-hidden", "16",
+                 "--epochs", "1", "--extra", "0", "1", "--batch-size", "256", "--analysis-batches", "2",
+                 "--analysis-split", "train", "--alpha", "1e-2", "--out", str(tmp_path / "cli")]) == 0
+    out = capsys.readouterr().out
+    cli = json.loads((tmp_path / "cli" / res.path.name).read_text())
+    py = json.loads(res.path.read_text())
+    assert py["identity"] == cli["identity"] and py["identity"]["method"] == "fa"
+    assert _measured(py) == _measured(cli)
+    assert next(iter(py["runs"].values()))["config"]["analysis_split"] == "train"
+    assert res.card in out  # the CLI prints the API's table
+    assert (tmp_path / "cli" / "saturation_resmlp_fa_mnist1d.md").read_text() == res.markdown
+    assert res.figures[0].read_bytes() == (tmp_path / "cli" / "saturation_resmlp_fa_mnist1d.png").read_bytes()
+
+
+def test_grow_from_python_is_the_cli_grow(tmp_path, capsys):
+    cfg = da.GrowConfig(family="resmlp", method="dfa", dataset="mnist1d", d_hidden=16, extra=2, epochs=2,
+                        insert_at=[1, 2], batch_size=256, lr=2e-3)
+    res = da.grow(cfg, tmp_path / "py", progress=False)
+    assert capsys.readouterr().err == ""
+    assert res.path.name == "grow_resmlp1+2_dfa_mnist1d.json" and "| grown | 3 |" in res.card
+    assert main(["grow", "--family", "resmlp", "--method", "dfa", "--dataset", "mnist1d", "--d-hidden", "16",
+                 "--extra", "2", "--epochs", "2", "--insert-at", "1", "2", "--batch-size", "256", "--lr", "2e-3",
+                 "--out", str(tmp_path / "cli")]) == 0
+    out = capsys.readouterr().out
+    cli = json.loads((tmp_path / "cli" / res.path.name).read_text())
+    py = json.loads(res.path.read_text())
+    assert py["identity"] == cli["identity"] and _measured(py) == _measured(cli)
+    assert py["runs"]["grown"]["config"]["lr"] == 2e-3
+    assert res.card in out and (tmp_path / "cli" / res.path.with_suffix(".md").name).read_text() == res.markdown
+
+
+def test_depth_runs_are_keyword_built_in_one_place():
+    from depthaudit.experiments.grow import GrowRun
+    from depthaudit.experiments.saturation import SaturationRun
+
+    with pytest.raises(TypeError):
+        SaturationRun("mnist1d", None, 0, 1)  # the 23 positional arguments are gone
+    with pytest.raises(TypeError):
+        GrowRun("grown", "mnist1d", None, 1, 1, (1,))
+    cfg = da.SaturationConfig(family="gpt", d_hidden=32, text="t.txt", context=16, extra=(0, 3), seed=5, margin=0.1)
+    run = cfg.run(3)
+    shared = {k: v for k, v in run.to_dict().items() if k != "extra"}
+    assert run.extra == 3 and shared == {k: getattr(cfg, k) for k in shared}
+    g = da.GrowConfig(extra=2, epochs=4, seed=9, base_width=32, d_hidden=8, batch_size=64)
+    assert g.arm("scratch").insert_at == (1, 2) and g.arm("grown").to_dict()["base_width"] == 32
+
+
+def test_api_leaves_the_callers_rng_streams_as_they_were(tmp_path):
+    """Model construction and growth seed torch's global generator; the API restores the caller's CPU stream."""
+    import torch
+
+    torch.manual_seed(123)
+    torch.rand(3)
+    before = torch.get_rng_state().clone()
+    da.train(da.TrainConfig(**TINY), tmp_path / "r", progress=False, checkpoint=False)
+    assert torch.equal(torch.get_rng_state(), before)
+    da.saturation(da.SaturationConfig(family="resmlp", dataset="mnist1d", d_hidden=16, epochs=0, extra=(0,),
+                                      analysis_batches=1), tmp_path / "s", progress=False)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_api_and_evaluator_leave_the_callers_cuda_rng_stream_as_it_was(tmp_path):
+    """On a GPU: a user's CUDA stream mid-use is the same after an API call and after the evaluator (train-mode
+    dropout draws on the CUDA generator), and the user's run with the evaluator in its loop is bit-identical."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from depthaudit.evaluator import CreditEvaluator
+
+    torch.cuda.manual_seed_all(7)
+    torch.rand(5, device="cuda")  # the user's stream, initialised and in use
+    cpu, cuda = torch.get_rng_state().clone(), torch.cuda.get_rng_state().clone()
+    da.train(da.TrainConfig(**TINY, device="cuda:0"), tmp_path / "r", progress=False, checkpoint=False)
+    assert torch.equal(torch.cuda.get_rng_state(), cuda) and torch.equal(torch.get_rng_state(), cpu)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Linear(24, 32)
+            self.layers = nn.ModuleList(nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 32), nn.GELU(),
+                                                      nn.Dropout(0.3)) for _ in range(3))
+            self.head = nn.Linear(32, 10)
+
+        def forward(self, x):
+            h = self.stem(x)
+            for blk in self.layers:
+                h = h + blk(h)
+            return self.head(h)
+
+    def run(measure: bool):
+        torch.manual_seed(0)
+        torch.cuda.manual_seed_all(0)
+        net = Net().cuda()
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        batches = [(torch.randn(32, 24, device="cuda", generator=gen),
+                    torch.randint(0, 10, (32,), device="cuda", generator=gen)) for _ in range(2)]
+        model = da.ResidualAdapter(net, embed="stem", blocks="layers", readout="head")
+        changed = 0
+        for _ in range(4):
+            x, y = torch.randn(32, 24, device="cuda"), torch.randint(0, 10, (32,), device="cuda")
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()  # train mode: dropout draws on the CUDA generator
+            if measure:
+                state = torch.cuda.get_rng_state().clone()
+                CreditEvaluator(model, batches, eval_mode=False)()
+                changed += not torch.equal(torch.cuda.get_rng_state(), state)
+            opt.step()
+        return [p.detach().clone() for p in net.parameters()], changed
+
+    plain, _ = run(False)
+    measured, changed = run(True)
+    assert changed == 0
+    assert all(torch.equal(a, b) for a, b in zip(plain, measured, strict=True))
+
+
+def test_progress_bars_where_asked_and_silenced(tmp_path, capsys, monkeypatch):
+    """``DEPTHAUDIT_PROGRESS=1`` draws tqdm bars over a sweep's runs and a run's steps; ``=0`` keeps only the lines;
+    ``progress=False`` silences everything (bars are off in a pipe by default, so the tests' stderr has none)."""
+    sat = da.SaturationConfig(family="resmlp", dataset="mnist1d", d_hidden=16, epochs=1, extra=(0,),
+                              analysis_batches=1)
+    monkeypatch.setenv("DEPTHAUDIT_PROGRESS", "1")
+    da.train(da.TrainConfig(**TINY), tmp_path / "a", checkpoint=False)
+    err = capsys.readouterr().err
+    assert "training:" in err and "step/s" in err and "epoch 1/1  train_loss" in err
+    da.saturation(sat, tmp_path / "s1")
+    err = capsys.readouterr().err
+    assert "runs:" in err and "1/1 [" in err and "N0: ok" in err
+    monkeypatch.setenv("DEPTHAUDIT_PROGRESS", "0")
+    da.train(da.TrainConfig(**TINY), tmp_path / "b", checkpoint=False)
+    err = capsys.readouterr().err
+    assert "epoch 1/1  train_loss" in err and "%|" not in err and "step/s" not in err
+    da.saturation(sat, tmp_path / "s2")
+    err = capsys.readouterr().err
+    assert "1/1 runs  elapsed" in err and "%|" not in err
+    monkeypatch.setenv("DEPTHAUDIT_PROGRESS", "1")
+    da.train(da.TrainConfig(**TINY), tmp_path / "c", checkpoint=False, progress=False)
+    assert capsys.readouterr().err == ""

@@ -20,7 +20,10 @@ except PackageNotFoundError:  # running from a source tree without installation
 # public name → module that defines it (PEP 562 lazy attributes: torch is imported only when one is used)
 _LAZY = {
     "audit": "api", "ladder": "api", "intervene": "api", "identity": "api", "train": "api", "Result": "api",
+    "saturation": "api", "grow": "api",
     "TrainConfig": "config", "AuditConfig": "experiments.audit", "LadderConfig": "experiments.ladder",
+    "SaturationConfig": "experiments.saturation", "GrowConfig": "experiments.grow", "FAMILIES": "experiments.families",
+    "DepthFamily": "experiments.families",
     "Thresholds": "verdicts", "SweepOptions": "sweep", "load_data": "data",
     "METHODS": "methods", "MODELS": "models", "DATASETS": "data", "CreditMethod": "methods", "Option": "methods",
     "ResidualAdapter": "models",

@@ -10,22 +10,28 @@
 The CLI is a thin layer over these functions (``depthaudit audit`` parses flags into an :class:`AuditConfig` and
 calls :func:`audit`), so a run started from Python and one started from the shell are the same run: same store,
 same names, reused by each other. Method specs in ``methods`` (``"fa:head=exact"``) are parsed here once.
-Progress goes to stderr (``progress=False`` silences it).
+The caller's torch RNG streams are left as they were. Progress goes to stderr: a line per epoch and per finished
+run, and tqdm bars (a widget in Jupyter) where a bar can be drawn; ``progress=False`` silences both, the
+environment variable ``DEPTHAUDIT_PROGRESS=0`` the bars alone (``=1`` forces them; see :mod:`depthaudit.progress`).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import html
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import TrainConfig
 from .errors import UsageError
 from .experiments.audit import AuditConfig
 from .experiments.ladder import LadderConfig
+
+if TYPE_CHECKING:
+    from .experiments.grow import GrowConfig
+    from .experiments.saturation import SaturationConfig
 
 
 @dataclass
@@ -51,7 +57,37 @@ class Result:
 
 
 def _log(progress: bool):
-    return (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
+    from .progress import say
+
+    return say if progress else (lambda m: None)
+
+
+def _api_call(fn):
+    """An API function as a notebook expects it: progress per its ``progress``, the caller's RNG streams kept.
+
+    Bars: :func:`depthaudit.progress.bars`.
+    Runs seed themselves (their results never depend on the global stream), but model construction and growth
+    call ``torch.manual_seed``; the CPU stream, and each CUDA device's where CUDA was initialised before the call,
+    are restored afterwards, also when the call raises.
+    """
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        import torch
+
+        from .progress import bars
+
+        cpu = torch.get_rng_state()
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        try:
+            with bars(kwargs.get("progress", True)):
+                return fn(*args, **kwargs)
+        finally:
+            torch.set_rng_state(cpu)
+            if cuda is not None:
+                torch.cuda.set_rng_state_all(cuda)
+
+    return call
 
 
 def _data(cfg: TrainConfig, data):
@@ -88,6 +124,7 @@ def _sweep(sweep, out: Path, device: str):
     return SweepOptions(batch_runs=batch_cap(None, device), log_dir=str(Path(out) / "logs"))
 
 
+@_api_call
 def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool = True, force: bool = False,
           progress: bool = True, argv: list[str] | None = None) -> Result:
     """Train one run under ``config`` and write ``out/result.json`` (+ ``checkpoint.pt``)."""
@@ -116,6 +153,7 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
     return Result(out / "result.json", record, card)
 
 
+@_api_call
 def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
           replace_report: bool = False, argv: list[str] | None = None) -> Result:
     """The audit protocol: every trained/frozen pair (trained or reused), the card, report.json/.md and figures."""
@@ -156,6 +194,7 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
                   [out / f for f in (figures.values() if isinstance(figures, dict) else figures)])
 
 
+@_api_call
 def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
            audit_dir: str | Path | None = None, verbose: bool = False, argv: list[str] | None = None) -> Result:
     """The depth-utility ladder: train the last k blocks for every k, method and seed; table and figure."""
@@ -194,6 +233,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
                   [store.path.with_suffix(".png")])
 
 
+@_api_call
 def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e-1), *, data=None, sweep=None,
               progress: bool = True, argv: list[str] | None = None) -> Result:
     """The audit over a grid of scale-penalty λ, side by side: intervention.json/.md and its figure."""
@@ -228,6 +268,105 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     return Result(out / "intervention.json", res, table, md, [out / "intervention.png"])
 
 
+@_api_call
+def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
+               argv: list[str] | None = None) -> Result:
+    """A depth sweep: AG, AGmax, V and the gradient-matched insertion at every candidate, per depth.
+
+    Trains base + N blocks for every N of ``config.extra`` (the ``hf`` family measures every pretrained model).
+    Writes ``out/saturation_{family}_{data}.json`` (resumable: finished depths are reused), its ``.md`` and
+    ``.png``; the result's card is the table ``depthaudit saturation`` prints. The family (``config.family``) is
+    looked up in :data:`~depthaudit.experiments.families.FAMILIES`.
+    """
+    from .experiments.families import FAMILIES
+    from .io import check_output_dir
+    from .sweep import SweepOptions, run_sweep
+
+    family = FAMILIES.get(config.family)
+    out = Path(out)
+    check_output_dir(out)
+    config = family.resolve(config, "saturation")
+    family.check(config, "saturation")
+    if not family.pretrained:
+        if not config.extra:
+            raise UsageError("--extra: give at least one number of extra blocks")
+        if any(n < 0 for n in config.extra) or config.epochs < 0 or config.analysis_batches < 1:
+            raise UsageError("--extra values must be >= 0, --epochs >= 0, --analysis-batches >= 1")
+    data, name, sha = family.load(config, "saturation", data)
+    specs = family.saturation_specs(config)
+    family.check_recipe(specs[0].cfg, data)
+    store = family.saturation_store(config, out, name, sha)
+    opts = sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs"))
+    run_sweep(specs, store, data=family.sweep_data(data) if opts.jobs == 1 else None,
+              argv=argv or ["depthaudit.saturation"], opts=opts, log=_log(progress))
+    family.after_sweep(store, config)
+    return _depth_result(store, "saturation", config.low_signal)
+
+
+@_api_call
+def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
+         argv: list[str] | None = None) -> Result:
+    """Function-preserving growth vs scratch: grow base → base + ``config.extra`` blocks, and train it from scratch.
+
+    The grown arm inserts zero-output blocks at the epochs of ``config.insert_at``; the scratch arm trains the same
+    final architecture for the same budget.
+    Writes ``out/grow_{name}_{dataset}.json`` (both arms; resumable), its ``.md`` and ``.png``; the card is the
+    table ``depthaudit grow`` prints.
+    """
+    from .experiments.families import FAMILIES
+    from .experiments.grow import run_arm
+    from .io import check_output_dir
+    from .stores import FileStore, RunSpec
+    from .sweep import SweepOptions, run_sweep
+
+    family = FAMILIES.get(config.family)
+    if not family.growable:
+        able = ", ".join(n for n in FAMILIES.names() if FAMILIES.get(n).growable)
+        raise UsageError(f"--family {config.family}: grow cannot grow it; use one of {able}")
+    out = Path(out)
+    check_output_dir(out)
+    if config.extra < 1:
+        raise UsageError(f"--extra {config.extra}: grow needs at least 1 block to insert")
+    if config.epochs < 1:
+        raise UsageError("--epochs must be >= 1 for grow (insertions happen at epoch starts)")
+    sched = config.schedule()
+    bad = any(not 1 <= e <= config.epochs for e in sched) or list(sched) != sorted(sched)
+    if len(sched) != config.extra or bad:
+        raise UsageError(f"--insert-at needs {config.extra} non-decreasing epochs in 1..{config.epochs} (one per extra "
+                         "block)")
+    config = family.resolve(config, "grow")
+    family.check(config, "grow")
+    data, _, _ = family.load(config, "grow", data)
+    specs = [RunSpec(arm, config.arm(arm), runner=run_arm) for arm in ("grown", "scratch")]
+    family.check_recipe(specs[1].cfg, data)
+    ident = {"dataset": config.dataset, "data_sha256": data.sha256, "extra": config.extra, "epochs": config.epochs,
+             "insert_at": list(sched), "seed": config.seed, **family.grow_identity(config)}
+    store = FileStore(out / f"grow_{family.grow_name(config)}_{config.dataset}.json", "depthaudit.grow.v1", ident)
+    opts = sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs"))
+    log = _log(progress)
+    run_sweep(specs, store, data=data if opts.jobs == 1 else None, argv=argv or ["depthaudit.grow"], run_log=log,
+              opts=opts, log=log)
+    return _depth_result(store, "grow")
+
+
+def _depth_result(store, kind: str, low_signal: float = 5e-3) -> Result:
+    """The sweep's table, figure and .md next to its JSON (every family; the family picks the layout)."""
+    from .io import write_text
+    from .report.saturation import grow_figure, grow_md, grow_title, saturation_figure, saturation_md, saturation_title
+
+    png = store.path.with_suffix(".png")
+    if kind == "grow":
+        table, title = grow_md(store.doc), grow_title(store.doc)
+        grow_figure(store.doc, png)
+    else:
+        table, title = saturation_md(store.doc), saturation_title(store.doc)
+        saturation_figure(store.doc, png, low_signal)
+    md = f"# {title}\n\n{table}\n\n![{kind}]({png.name})\n"
+    write_text(store.path.with_suffix(".md"), md)
+    return Result(store.path, store.doc, table, md, [png])
+
+
+@_api_call
 def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 10, probe_batch_size: int = 128,
              data=None, out: str | Path | None = None) -> Result:
     """The frozen-init identity check over seeds (SPEC §1's calibration), optionally written to ``out`` (.json)."""

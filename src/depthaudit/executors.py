@@ -13,7 +13,6 @@ keeps running and the message names its ``scancel``. Ray (``pip install "depthau
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from . import progress
 from .config import TrainConfig
 from .errors import Interrupted, UsageError
 from .stores import RunSpec
@@ -240,7 +240,7 @@ def run_groups(groups: list[list[RunSpec]], store, opts: SweepOptions, data=None
 
     Groups another sweep is training right now go last (by then their records are usually stored).
     """
-    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    log = log or progress.say
     if not groups:
         return
     if opts.executor not in EXECUTORS:

@@ -1,13 +1,13 @@
 """The training loop: data on the device, ``randperm`` shuffles, one sync per epoch."""
 
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
+from . import progress
 from .config import TrainConfig, derive_seed
 from .data import DataBundle
 from .data.augment import augment_batch
@@ -154,7 +154,7 @@ def fit(n: int, batch_size: int, budget: int, lr0: float, seed, device, step, ev
     ``on_epoch_end`` is a list of R callables; a run that diverges or stops is recorded and leaves the loop
     while the others go on. Returns ``([history_r], [status_r])``.
     """
-    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    log = log or progress.say
     single = not isinstance(seed, (list, tuple))
     seeds = [seed] if single else list(seed)
     ends = [on_epoch_end] if single else list(on_epoch_end or [None] * len(seeds))
@@ -164,50 +164,53 @@ def fit(n: int, batch_size: int, budget: int, lr0: float, seed, device, step, ev
     gens = [torch.Generator(device=device).manual_seed(derive_seed(s, "shuffle")) for s in seeds]
     histories, statuses = [[] for _ in seeds], ["ok"] * len(seeds)
     active, step_i, t0 = list(range(len(seeds))), 0, time.perf_counter()
-    tty = sys.stderr.isatty()
-    for epoch in range(1, last_epoch + 1):
-        if not active:
-            break
-        if on_epoch_start is not None:
-            on_epoch_start(epoch)
-        perm = torch.stack([torch.randperm(n, device=device, generator=g) for g in gens])  # (R, n)
-        loss_sum = torch.zeros(len(seeds), device=device, dtype=torch.float64)  # (R,); fp64: no rounding drift
-        lr = lr0
-        for i in range(steps_per_epoch):
-            idx = perm[:, i * batch_size:(i + 1) * batch_size]  # (R, B)
-            lr = cosine_lr(lr0, step_i, total)
-            loss = step(idx[0] if single else idx, lr)
-            loss_sum += loss.detach() * idx.shape[1]  # stays on the device: no per-step sync
-            step_i += 1
-            if tty and i % 50 == 0:
-                print(f"\r  epoch {epoch} step {i}/{steps_per_epoch}", end="", file=sys.stderr, flush=True)
-        train_losses = (loss_sum / n).tolist()  # sync point: once per epoch
-        test_losses, test_accs = evaluate_fn()
-        if single:
-            test_losses, test_accs = [test_losses], [test_accs]
-        of = f"{epoch}/{budget}" + (f" (stop after {last_epoch})" if last_epoch != budget else "")
-        secs = round(time.perf_counter() - t0, 3)
-        if single:
-            log(f"{chr(13) if tty else ''}{budget_note}epoch {of}  train_loss {train_losses[0]:.4f}  "
-                f"test_loss {test_losses[0]:.4f}  test_acc {test_accs[0]:.4f}  [{secs:.1f}s]")
-        else:
-            accs = [test_accs[r] for r in active]
-            log(f"{chr(13) if tty else ''}{budget_note}epoch {of}  {len(active)} stacked runs  "
-                f"test_acc {min(accs):.4f}–{max(accs):.4f}  [{secs:.1f}s]")
-        for r in list(active):
-            rec = {"epoch": epoch, "train_loss": _finite(train_losses[r]), "test_loss": _finite(test_losses[r]),
-                   "test_acc": test_accs[r], "lr_end": lr, "seconds": secs}
-            diverged = not (math.isfinite(train_losses[r]) and math.isfinite(test_losses[r]))
-            stop = ends[r](epoch, rec, diverged) if ends[r] is not None else None
-            histories[r].append(rec)
-            who = "" if single else f"run {r}: "
-            if diverged:
-                statuses[r] = "diverged"
-                active.remove(r)
-                log(f"{who}diverged at epoch {epoch}: non-finite loss; stopping and recording the run")
-            elif stop:
-                statuses[r] = stop
-                active.remove(r)
+    # a bar over the run's steps where bars are drawn (progress.py); else the per-epoch lines alone
+    with progress.bar(last_epoch * steps_per_epoch, f"{budget_note}training", "step", leave=False) as pbar:
+        for epoch in range(1, last_epoch + 1):
+            if not active:
+                break
+            if on_epoch_start is not None:
+                on_epoch_start(epoch)
+            perm = torch.stack([torch.randperm(n, device=device, generator=g) for g in gens])  # (R, n)
+            loss_sum = torch.zeros(len(seeds), device=device, dtype=torch.float64)  # (R,); fp64: no rounding drift
+            lr = lr0
+            for i in range(steps_per_epoch):
+                idx = perm[:, i * batch_size:(i + 1) * batch_size]  # (R, B)
+                lr = cosine_lr(lr0, step_i, total)
+                loss = step(idx[0] if single else idx, lr)
+                loss_sum += loss.detach() * idx.shape[1]  # stays on the device: no per-step sync
+                step_i += 1
+                if pbar is not None:
+                    pbar.update()  # a counter; tqdm redraws at most every 0.5 s
+            train_losses = (loss_sum / n).tolist()  # sync point: once per epoch
+            test_losses, test_accs = evaluate_fn()
+            if single:
+                test_losses, test_accs = [test_losses], [test_accs]
+            of = f"{epoch}/{budget}" + (f" (stop after {last_epoch})" if last_epoch != budget else "")
+            secs = round(time.perf_counter() - t0, 3)
+            if single:
+                log(f"{budget_note}epoch {of}  train_loss {train_losses[0]:.4f}  "
+                    f"test_loss {test_losses[0]:.4f}  test_acc {test_accs[0]:.4f}  [{secs:.1f}s]")
+            else:
+                accs = [test_accs[r] for r in active]
+                log(f"{budget_note}epoch {of}  {len(active)} stacked runs  "
+                    f"test_acc {min(accs):.4f}–{max(accs):.4f}  [{secs:.1f}s]")
+            if pbar is not None:
+                pbar.set_postfix_str(f"epoch {of}, test_acc {max(test_accs[r] for r in active):.4f}", refresh=False)
+            for r in list(active):
+                rec = {"epoch": epoch, "train_loss": _finite(train_losses[r]), "test_loss": _finite(test_losses[r]),
+                       "test_acc": test_accs[r], "lr_end": lr, "seconds": secs}
+                diverged = not (math.isfinite(train_losses[r]) and math.isfinite(test_losses[r]))
+                stop = ends[r](epoch, rec, diverged) if ends[r] is not None else None
+                histories[r].append(rec)
+                who = "" if single else f"run {r}: "
+                if diverged:
+                    statuses[r] = "diverged"
+                    active.remove(r)
+                    log(f"{who}diverged at epoch {epoch}: non-finite loss; stopping and recording the run")
+                elif stop:
+                    statuses[r] = stop
+                    active.remove(r)
     return (histories[0], statuses[0]) if single else (histories, statuses)
 
 
@@ -241,7 +244,7 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
     stepper)`` runs before each epoch's shuffle (growth inserts blocks there: it may replace ``stepper.method``
     and add optimizer groups; the returned model and method are the stepper's at the end).
     """
-    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    log = log or progress.say
     model, method = build(cfg, data)
     stepper = Stepper(cfg, data, model, method)
     t0 = time.perf_counter()

@@ -7,10 +7,10 @@ replace), so an interrupted sweep resumes and loses at most the runs in flight; 
 are skipped and reported as such. Imports go one way: sweep → executors → stores.
 """
 
-import sys
 import time
 from pathlib import Path
 
+from . import progress
 from .errors import Interrupted, SweepDone, UsageError
 from .executors import REUSED, SweepOptions, batch_cap, execute, execute_group, run_groups, stack_groups
 from .io import write_json
@@ -21,19 +21,33 @@ __all__ = ["FileStore", "FolderStore", "RunSpec", "SweepOptions", "batch_cap", "
 
 
 class Progress:
-    """One line per finished run: a bar across runs, elapsed time and an ETA from this session's pace."""
+    """One line per finished run: a bar across runs, elapsed time and an ETA from this session's pace.
+
+    Where bars are drawn (:mod:`depthaudit.progress`: a terminal or a notebook) it is a tqdm bar over the runs
+    instead, each finished run's line written above it.
+    """
 
     def __init__(self, total: int, skipped: int, log):
         self.total, self.done, self.new, self.log, self.t0 = total, skipped, 0, log, time.perf_counter()
+        self.bar = progress.bar(total, "runs", "run", initial=skipped).__enter__() if total > skipped else None
 
     def update(self, label: str) -> None:
         """Count one finished run and print the bar."""
         self.done += 1
         self.new += 1
+        if self.bar is not None:
+            self.log(label)
+            self.bar.update()
+            return
         el = time.perf_counter() - self.t0
         eta = el / self.new * (self.total - self.done)
         bar = "#" * round(20 * self.done / self.total)
         self.log(f"[{bar:<20}] {self.done}/{self.total} runs  elapsed {_hms(el)}  ETA {_hms(eta)}  | {label}")
+
+    def close(self) -> None:
+        """End the bar (if any)."""
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _hms(s: float) -> str:
@@ -83,7 +97,7 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
     (SIGINT/SIGTERM) stops every worker, keeps what finished and ends in :class:`Interrupted`.
     """
     opts = opts or SweepOptions(jobs=jobs, batch_runs=batch_runs)
-    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    log = log or progress.say
     if opts.list_cells:
         raise SweepDone("\n".join(cell_lines(specs, store)))
     if opts.cell is not None:
@@ -123,6 +137,8 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
         raise Interrupted(f"interrupted: every worker stopped; the {len(results)} finished run(s) are stored in "
                           f"{store}, the run(s) in flight were discarded; rerun the same command to train the "
                           f"{missing} missing") from None
+    finally:
+        prog.close()
     if opts.cell is not None:
         rec = results[specs[0].key]
         raise SweepDone(f"cell {specs[0].key}: {_summary(rec)}; stored in {store}. When every cell has finished, "

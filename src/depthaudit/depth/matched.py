@@ -1,7 +1,9 @@
 """Gradient-matched insertion (SPEC §4): a zero-init block whose output projection is fitted to −α·g.
 
 The fitted parameters are the zero block's tangent space (one parametrisation with V and ``grow``): ``fc2``
-(ResMLP), ``o`` and ``fc2`` (GPT/ViT), bn2's γ and β per channel (ResNet-CIFAR).
+(ResMLP), ``o`` and ``fc2`` (GPT/ViT), bn2's γ and β per channel (ResNet-CIFAR). A model whose zero block is not
+the generic one (:func:`depthaudit.depth.insert.zero_block`) fits its own: ``model.fit_matched_block(position, seed,
+states, grads, alpha)`` returns the grown model (ResNet-CIFAR's).
 
 At a candidate position of a trained model, with the model in eval mode and cached analysis batches:
 ``g`` is the per-example gradient ``∂ℓ_b/∂h_b`` at that position (the mean-loss gradient times B), ``Ψ`` the
@@ -14,7 +16,6 @@ To first order the change is ``−α·⟨g, P_Ψ g⟩/B ≤ 0``; it shrinks as t
 import torch
 import torch.nn.functional as F
 
-from ..models.resnet import ResNetCIFAR
 from .insert import block_features, insert_zero_block
 
 
@@ -50,19 +51,9 @@ def gradient_matched(model, batches, position: int, alpha: float = 1e-3, seed: i
         (g,) = torch.autograd.grad(loss_fn(logits, y), states[position])
         hs.append(states[position].detach())
         gs.append(g * x.shape[0])  # per-example gradient ∂ℓ_b/∂h_b
-    if isinstance(model, ResNetCIFAR):  # the tangent space grow uses: bn2's γ_c, β_c (branch = γ_c·n_c + β_c)
-        grown = model.insert_zero_block(position, seed).eval()
-        blk = grown.blocks[position]
-        with torch.no_grad():
-            c = hs[0].shape[1]
-            n = torch.cat([blk.normalized(h) for h in hs]).double().transpose(0, 1).reshape(c, -1)  # (C, P)
-            t = torch.cat([-alpha * g * (h > 0) for h, g in zip(hs, gs, strict=True)])  # what the branch sees
-            t = t.double().transpose(0, 1).reshape(c, -1)
-            nm, tm = n.mean(1), t.mean(1)
-            den = ((n - nm[:, None]) ** 2).sum(1)
-            gamma = torch.where(den > 0, ((n - nm[:, None]) * (t - tm[:, None])).sum(1) / den.clamp_min(1e-300), 0.0)
-            blk.bn2.weight.copy_(gamma.to(blk.bn2.weight.dtype))  # per-channel least squares of γ·n + β ≈ t
-            blk.bn2.bias.copy_((tm - gamma * nm).to(blk.bn2.bias.dtype))
+    fit = getattr(model, "fit_matched_block", None)  # a model whose zero block is not the generic one fits its own
+    if fit is not None:
+        grown = fit(position, seed, hs, gs, alpha)
     else:
         grown = insert_zero_block(model, position, seed).eval()
         blk = grown.blocks[position]

@@ -16,19 +16,62 @@ optimizer as a new group and the method keeps every existing feedback, drawing t
 """
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 
 from ..config import derive_seed
 from ..loop import evaluate, fit, plain_step
-from ..models.resnet import ResNetCIFAR
 from ..provenance import provenance
+from .families import FAMILIES
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class GrowConfig:
+    """Growth vs scratch (``depthaudit grow``): base → base + ``extra`` blocks, against the same from scratch.
+
+    The grown arm inserts zero-output blocks at the epochs ``insert_at`` (None: evenly over the first half).
+
+    ``family``: a growable key of :data:`~depthaudit.experiments.families.FAMILIES` (``resnet``: ResNet-8 + N,
+    plain backprop; ``resmlp``: ``arch`` under ``method``, the audit's recipe). ``None`` fields take the family's
+    default (``batch_size`` 128, ``d_hidden`` 256, ``method`` ``bp`` for resmlp).
+    """
+
+    family: str = "resnet"
+    dataset: str = "cifar10"
+    data_dir: str | None = None
+    download: bool = False
+    extra: int = 3
+    epochs: int = 10
+    insert_at: tuple[int, ...] | None = None
+    batch_size: int | None = None
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    seed: int = 42
+    device: str = "cpu"
+    method: str | None = None
+    arch: str = "resmlp"
+    d_hidden: int | None = None
+    base_blocks: int = 1
+    base_width: int = 16
+
+    def __post_init__(self):
+        if self.insert_at is not None:
+            object.__setattr__(self, "insert_at", tuple(self.insert_at))
+
+    def schedule(self) -> tuple[int, ...]:
+        """The insertion epochs (given, or :func:`default_schedule`)."""
+        return self.insert_at if self.insert_at else default_schedule(self.extra, self.epochs)
+
+    def arm(self, arm: str) -> "GrowRun":
+        """The run of one arm, ``grown`` or ``scratch`` (the one place a :class:`GrowRun` is built from a config)."""
+        shared = {f.name: getattr(self, f.name) for f in fields(GrowRun) if f.name not in ("arm", "insert_at")}
+        return GrowRun(arm=arm, insert_at=self.schedule(), **shared)
+
+
+@dataclass(frozen=True, kw_only=True)
 class GrowRun:
-    """One arm: ``grown`` (schedule of insertion epochs) or ``scratch``."""
+    """One arm: ``grown`` (schedule of insertion epochs) or ``scratch`` (keyword-only; :meth:`GrowConfig.arm`)."""
 
     arm: str
     dataset: str
@@ -41,7 +84,7 @@ class GrowRun:
     weight_decay: float = 0.01
     seed: int = 42
     device: str = "cpu"
-    family: str = "resnet"  # "resnet" (plain backprop) | "resmlp" (the recipe under ``method``)
+    family: str = "resnet"  # a growable key of FAMILIES
     method: str | None = None
     arch: str = "resmlp"
     d_hidden: int = 256
@@ -56,10 +99,7 @@ class GrowRun:
 
     def describe(self) -> str:
         """One line for listings: the arm and the architecture."""
-        how = f"grown at epochs {list(self.insert_at)}" if self.arm == "grown" else "from scratch"
-        if self.family == "resmlp":
-            return f"{self.arch} {self.base_blocks} + {self.extra} under {self.method}, {how}"
-        return f"resnet-8 + {self.extra} {how}"
+        return FAMILIES.get(self.family).describe(self)
 
     def same_as(self, stored: dict) -> bool:
         """Equality with a stored config (one stored before the families existed was a ResNet arm)."""
@@ -94,9 +134,15 @@ def run_arm(spec, data=None, log=None, argv=None) -> dict:
     if data is None:
         data = load_data(cfg.dataset, cfg.data_dir, False, device)
     t0 = time.perf_counter()
+    return FAMILIES.get(cfg.family).grow_arm(cfg, data, log, argv, t0)
+
+
+def resnet_arm(cfg: GrowRun, data, log, argv, t0) -> dict:
+    """One arm of ResNet-CIFAR: plain backprop; extra block i joins at the end of stage i mod 3."""
+    from ..models.resnet import ResNetCIFAR
+
+    device = torch.device(cfg.device)
     grown = cfg.arm == "grown"
-    if cfg.family == "resmlp":
-        return _recipe_arm(cfg, data, log, argv, t0)
     model = ResNetCIFAR(data.num_classes, 0 if grown else cfg.extra, cfg.seed, data.input_shape[0],
                         cfg.base_width).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -126,7 +172,7 @@ def run_arm(spec, data=None, log=None, argv=None) -> dict:
             "timing": {"seconds": round(time.perf_counter() - t0, 3)}}
 
 
-def _recipe_arm(cfg: GrowRun, data, log, argv, t0) -> dict:
+def recipe_arm(cfg: GrowRun, data, log, argv, t0) -> dict:
     """One arm of the resmlp family: the audit's recipe under the method, growth from an epoch-start hook."""
     from ..depth.insert import insert_zero_block
     from ..loop import train

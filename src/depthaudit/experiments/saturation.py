@@ -14,20 +14,76 @@ masked by the ReLU after the residual sum); ResMLP: ``[ψ, 1]``; GPT: ``[attenti
 """
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn.functional as F
 
 from ..config import derive_seed
-from ..depth.growth import activation_gradients, credit_signal, resnet_value, separated_test, zero_block_features
-from ..models.resnet import ResNetCIFAR
+from ..depth.growth import activation_gradients, credit_signal, separated_test
 from ..provenance import provenance
+from .families import FAMILIES
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class SaturationConfig:
+    """A depth sweep (``depthaudit saturation``): one run of base + N blocks per N in ``extra``, each measured.
+
+    ``family`` is a key of :data:`~depthaudit.experiments.families.FAMILIES` (``resnet``, ``gpt``, ``resmlp``,
+    ``hf``, or one you register). ``None`` fields take the family's default: ``batch_size`` 128 (hf: 8 windows),
+    ``d_hidden`` 64 (gpt) or 256 (resmlp), ``method`` ``bp`` (resmlp; the other families train with plain
+    backprop). ``model`` … ``grow_train`` are the ``hf`` family's (pretrained models, one cell per model).
+    """
+
+    family: str = "resnet"
+    dataset: str = "cifar10"
+    data_dir: str | None = None
+    download: bool = False
+    extra: tuple[int, ...] = (0, 1, 2, 3, 6)
+    epochs: int = 10
+    batch_size: int | None = None
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    seed: int = 42
+    analysis_batches: int = 4
+    low_signal: float = 5e-3
+    alpha: float = 1e-3  # gradient-matched insertion step
+    device: str = "cpu"
+    text: str | None = None  # gpt, hf: a UTF-8 text or .npy token file; None = the embedded default
+    context: int = 64
+    d_hidden: int | None = None
+    base_blocks: int = 1
+    method: str | None = None  # resmlp: the credit method spec (e.g. "fa", "fa-stream:identity")
+    arch: str = "resmlp"  # resmlp: the registered residual model
+    analysis_split: str = "test"  # where AG is measured: test = held out, never fitted on | train
+    delta: float | None = None  # separated test's δ (None = low_signal)
+    margin: float | None = None  # separated test's t (None = 2 standard errors over the analysis batches, ours)
+    base_width: int = 16  # resnet: stage widths w, 2w, 4w
+    model: tuple[str, ...] = ()  # hf: Hub names, local folders or .gguf files
+    revision: str | None = None
+    continue_steps: int = 0
+    continue_lr: float = 1e-5
+    importance: tuple[int, ...] | None = None  # hf: n of the importance measures; () = (1, 2, 4, 8)
+    bootstrap: int = 1000
+    grow_steps: int = 0
+    grow_lr: float = 1e-3
+    grow_train: str = "all"
+
+    def __post_init__(self):
+        for name in ("extra", "model"):  # lists from a caller or the CLI: stored as tuples (hashable, frozen)
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.importance is not None:
+            object.__setattr__(self, "importance", tuple(self.importance))
+
+    def run(self, extra: int) -> "SaturationRun":
+        """The run of depth base + ``extra`` (the one place a :class:`SaturationRun` is built from a sweep)."""
+        return SaturationRun(**{f.name: getattr(self, f.name) for f in fields(SaturationRun) if f.name != "extra"},
+                             extra=extra)
+
+
+@dataclass(frozen=True, kw_only=True)
 class SaturationRun:
-    """One depth of the sweep."""
+    """One depth of the sweep (keyword-only; built by :meth:`SaturationConfig.run`)."""
 
     dataset: str
     data_dir: str | None
@@ -41,7 +97,7 @@ class SaturationRun:
     low_signal: float = 5e-3
     alpha: float = 1e-3  # gradient-matched insertion step
     device: str = "cpu"
-    family: str = "resnet"  # "resnet" (ResNet-8 + extra) or "gpt" (base_blocks + extra decoder blocks)
+    family: str = "resnet"  # a key of FAMILIES
     text: str | None = None  # gpt: a UTF-8 text or .npy token file; None = the embedded default
     context: int = 64
     d_hidden: int = 64
@@ -59,11 +115,7 @@ class SaturationRun:
 
     def describe(self) -> str:
         """One line for listings: the family and its depth."""
-        if self.family == "gpt":
-            return f"gpt d={self.d_hidden}, {self.base_blocks} + {self.extra} blocks"
-        if self.family == "resmlp":
-            return f"{self.arch} d={self.d_hidden}, {self.base_blocks} + {self.extra} blocks under {self.method}"
-        return f"resnet-8 + {self.extra} blocks on {self.dataset}"
+        return FAMILIES.get(self.family).describe(self)
 
     def same_as(self, stored: dict) -> bool:
         """Equality with a stored config (fields added later: what that version ran — plain BP, training batches)."""
@@ -105,34 +157,16 @@ def _analysis_batches(data, cfg: SaturationRun, device) -> list:
 
 def run_depth(spec, data=None, log=None, argv=None) -> dict:
     """Sweep runner for one depth: train, measure, return the record (a diverged run is recorded unmeasured)."""
-    from ..data import load_data
     from ..depth.matched import gradient_matched
 
     cfg: SaturationRun = spec.cfg
+    family = FAMILIES.get(cfg.family)
     device = torch.device(cfg.device)
     t0 = time.perf_counter()
-    loss_fn, status, method, recipe = F.cross_entropy, "ok", None, None
     matched_seed = lambda p: derive_seed(cfg.seed, f"m{p}") % 2**31  # noqa: E731  (V and matched insertion)
-    if cfg.family == "gpt":
-        from ..data.text import load_text
-        from ..models.gpt import GPTDecoder, lm_loss
-
-        data = load_text(cfg.text, cfg.context, device)
-        model = GPTDecoder(data.vocab, cfg.context, cfg.d_hidden, cfg.base_blocks + cfg.extra, seed=cfg.seed)
-        model, loss_fn = model.to(device), lm_loss
-    elif data is None:
-        data = load_data(cfg.dataset, cfg.data_dir, False, device)
-    if cfg.family == "resmlp":  # the audit's recipe under the credit method
-        from ..loop import train
-
-        recipe = cfg.recipe()
-        run = train(recipe, data, log=log or (lambda m: None))
-        model, method, hist, status = run.model, run.method, run.history, run.status
-    else:
-        if cfg.family == "resnet":
-            model = ResNetCIFAR(data.num_classes, cfg.extra, cfg.seed, data.input_shape[0], cfg.base_width).to(device)
-        hist, status = train_plain(model, data, cfg.epochs, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.seed,
-                                   device, log, loss_fn=loss_fn)
+    trained = family.train_depth(cfg, data, device, log or (lambda m: None))
+    model, data, hist, status = trained.model, trained.data, trained.history, trained.status
+    loss_fn, method, recipe = trained.loss_fn or F.cross_entropy, trained.method, trained.recipe
     rec = {"schema": "depthaudit.saturation_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,
            "provenance": provenance(device, data.provenance(), cfg.seed, argv),
            "blocks": len(model.blocks), "params": sum(p.numel() for p in model.parameters()),
@@ -145,8 +179,7 @@ def run_depth(spec, data=None, log=None, argv=None) -> dict:
         return rec
     batches = _analysis_batches(data, cfg, device)
     # one tangent space: V is measured for the very zero block the matched insertion puts at l (same seed)
-    feature_fn = None if cfg.family == "resnet" else zero_block_features(model, matched_seed)
-    value_fn = resnet_value(model, matched_seed) if cfg.family == "resnet" else None
+    feature_fn, value_fn = family.tangent(model, matched_seed)
     sig = activation_gradients(model, batches, feature_fn=feature_fn, loss_fn=loss_fn, value_fn=value_fn)
     sig["low_signal"] = sig["AGmax"] < cfg.low_signal
     sig["split"] = cfg.analysis_split

@@ -109,6 +109,27 @@ class ResNetCIFAR(nn.Module):
         return blk
 
     @torch.no_grad()
+    def fit_matched_block(self, position: int, seed: int, hs: list, gs: list, alpha: float) -> "ResNetCIFAR":
+        """The gradient-matched insertion's fit in this tangent space: bn2's γ_c, β_c (branch = γ_c·n_c + β_c).
+
+        ``hs``/``gs``: the stream states at ``position`` and their per-example gradients, per analysis batch. The
+        zero block of :meth:`zero_block` is inserted and its γ, β fitted per channel by least squares so the
+        branch, as the ReLU after the residual sum passes it, is ``≈ −α·g``. Returns the grown copy (eval mode).
+        """
+        grown = self.insert_zero_block(position, seed).eval()
+        blk = grown.blocks[position]
+        c = hs[0].shape[1]
+        n = torch.cat([blk.normalized(h) for h in hs]).double().transpose(0, 1).reshape(c, -1)  # (C, P)
+        t = torch.cat([-alpha * g * (h > 0) for h, g in zip(hs, gs, strict=True)])  # what the branch sees
+        t = t.double().transpose(0, 1).reshape(c, -1)
+        nm, tm = n.mean(1), t.mean(1)
+        den = ((n - nm[:, None]) ** 2).sum(1)
+        gamma = torch.where(den > 0, ((n - nm[:, None]) * (t - tm[:, None])).sum(1) / den.clamp_min(1e-300), 0.0)
+        blk.bn2.weight.copy_(gamma.to(blk.bn2.weight.dtype))  # per-channel least squares of γ·n + β ≈ t
+        blk.bn2.bias.copy_((tm - gamma * nm).to(blk.bn2.bias.dtype))
+        return grown
+
+    @torch.no_grad()
     def insert_zero_block(self, position: int, seed: int = 0, inplace: bool = False) -> "ResNetCIFAR":
         """A fresh identity-shaped BasicBlock after h_position whose branch outputs exactly 0 (BN γ=β=0).
 

@@ -35,11 +35,14 @@ def _num(v, fmt: str) -> str:
 
 
 def saturation_md(doc: dict) -> str:
-    """Markdown table: depth, AGmax, max V, low-signal flag (also from the method's credit), test loss and accuracy."""
-    if doc["identity"].get("family") == "hf":
-        from .pretrained import pretrained_md
+    """The saturation table of a stored sweep, as its family renders it (:func:`depth_table` for trained depths)."""
+    from ..experiments.families import family_of
 
-        return pretrained_md(doc)
+    return family_of(doc["identity"]).saturation_table(doc)
+
+
+def depth_table(doc: dict) -> str:
+    """Markdown table: depth, AGmax, max V, low-signal flag (also from the method's credit), test loss and accuracy."""
     rows = saturation_rows(doc)
     credit = any(r["AGmax_credit"] is not None for r in rows)
     method = next((r["method"] for r in rows if r["method"]), "method")
@@ -90,18 +93,23 @@ def grow_title(doc: dict) -> str:
 
 
 def _grow_what(ident: dict) -> str:
-    if ident.get("family") == "resmlp":
-        return (f"{ident.get('arch')} d={ident.get('d_hidden')} {ident.get('base_blocks')} + {ident.get('extra')} "
-                f"under {ident.get('method')}")
-    return f"ResNet-8 + {ident.get('extra', '?')}"
+    from ..experiments.families import family_of
+
+    return family_of(ident).grow_what(ident)
 
 
 def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
-    """AGmax and max V vs depth (log), the low-signal band shaded, test accuracy on a second axis."""
-    if doc["identity"].get("family") == "hf":
-        from .pretrained import pretrained_figure
+    """The saturation figure of a stored sweep, as its family draws it (:func:`depth_figure` for trained depths)."""
+    from ..experiments.families import family_of
 
-        return pretrained_figure(doc, path, low_signal)
+    family_of(doc["identity"]).saturation_figure(doc, path, low_signal)
+
+
+def depth_figure(doc: dict, path: Path, low_signal: float) -> None:
+    """AGmax and max V vs depth (log), the low-signal band shaded, test accuracy on a second axis."""
+    from ..experiments.families import family_of
+
+    family = family_of(doc["identity"])
     rows = saturation_rows(doc)
     x = [r["blocks"] for r in rows]
     fig, ax = plt.subplots(figsize=(5.4, 3.6))
@@ -128,15 +136,12 @@ def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
     ax.set_ylabel("activation-gradient signal")
     ax2 = ax.twinx()
     ax2.plot(x, [r["test_acc"] for r in rows], "^:", color="k", label="test acc")
-    family = doc["identity"].get("family", "resnet")
-    ax2.set_ylabel("next-token test accuracy" if family == "gpt" else "test accuracy")
+    ax2.set_ylabel(family.accuracy_label)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7)
     ident = doc["identity"]
-    what = {"gpt": f"GPT decoder d={ident.get('d_hidden')}",
-            "resmlp": f"{ident.get('arch', 'resmlp')} d={ident.get('d_hidden')} under {ident.get('method')}"}.get(
-        family, "ResNet-8 + N")
+    what = family.figure_what(ident)
     ax.set_title(f"Depth saturation: {what} on {ident.get('data', '?')}, {ident.get('epochs', '?')} epochs", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)

@@ -1,0 +1,529 @@
+"""Depth families: each kind of residual network ``saturation`` (and ``grow``) can deepen is one registered object.
+
+A family knows how to check a sweep's configuration, load its data, build and train one depth, name the tangent
+space its zero block opens (V), grow one arm, and title its tables; the commands and the API ask the registry
+:data:`FAMILIES` and never switch on the family's name. The CLI's ``--family`` choices are the registry's keys
+(``grow``: the families with ``growable``). Register your own (in a ``--plugin`` module, so spawned workers see it
+too)::
+
+    from depthaudit.experiments.families import FAMILIES, DepthFamily
+
+    @FAMILIES.register("mine")
+    class Mine(DepthFamily):
+        help = "my residual net (plain backprop)"
+        def build(self, run, data, device):          # the model of base + run.extra blocks, on the device
+            return MyNet(data.num_classes, blocks=1 + run.extra, seed=run.seed).to(device)
+
+A family's model is a depthaudit ``ResidualModel`` (``blocks``, ``forward(x, return_states=True)``), so AG, V and
+the gradient-matched insertion measure it as they measure the built-in ones. The registry holds instances: the
+decorator instantiates a class it is given.
+
+Nothing here imports torch at module level (``--help`` builds ``--family``'s choices from this registry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import UsageError
+from ..registry import Registry
+
+
+class _FamilyRegistry(Registry):
+    """A :class:`~depthaudit.registry.Registry` of family instances (a registered class is instantiated)."""
+
+    def register(self, name: str, *, overwrite: bool = False, **meta):
+        inner = super().register(name, overwrite=overwrite, **meta)
+
+        def deco(obj):
+            inst = obj() if isinstance(obj, type) else obj
+            inst.name = name
+            inner(inst)
+            return obj
+
+        return deco
+
+
+FAMILIES = _FamilyRegistry("depth family")
+
+
+def family_of(ident: dict) -> DepthFamily:
+    """The family a stored results file names (files written before families existed: ``resnet``).
+
+    A family that is not registered here (a plug-in not imported) renders with the generic titles.
+    """
+    name = ident.get("family", "resnet")
+    if name in FAMILIES:
+        return FAMILIES.get(name)
+    fam = DepthFamily()
+    fam.name = name
+    return fam
+
+
+def slug(spec: str) -> str:
+    """A method spec as a file-name part (``fa-stream:identity`` → ``fa-stream-identity``)."""
+    return spec.replace(":", "-").replace("=", "").replace(",", "-")
+
+
+@dataclass
+class Trained:
+    """One depth after training: the model, the data it was measured on and what the loop returned."""
+
+    model: Any
+    data: Any
+    history: list
+    status: str
+    loss_fn: Any = None  # None: cross-entropy
+    method: Any = None  # the credit method the run trained under (resmlp), for AG/V from its own credit
+    recipe: Any = None  # the recipe's TrainConfig (resmlp), stored in the record
+
+
+class DepthFamily:
+    """A family of residual networks for the depth commands; subclass and register (see the module docstring).
+
+    The defaults are those of a plain-backprop family on an image/vector dataset (any dataset; AdamW, cosine, the
+    recipe's defaults) whose blocks' zero insertion is :func:`depthaudit.depth.insert.zero_block`.
+    """
+
+    name: str = ""
+    help: str = ""  # a few words for ``--family``'s help
+    under_method = False  # trains under ``--method`` (the audit's recipe); else plain backprop
+    growable = False  # ``grow`` can grow it
+    pretrained = False  # measures given models (``--model``), one cell per model, instead of training depths
+    default_d_hidden: int | None = None  # width when ``--d-hidden`` is not given (None: the family has none)
+    default_batch_size = 128
+
+    # -- configuration ---------------------------------------------------------------------------------------
+
+    def resolve(self, cfg, command: str):
+        """``cfg`` with the family's defaults filled in (width, batch size, canonical method spec), checked."""
+        if command == "saturation" and not self.pretrained and (
+                cfg.model or cfg.revision or cfg.continue_steps or cfg.importance is not None or cfg.grow_steps):
+            raise UsageError("--model, --revision, --continue-steps, --importance and --grow-steps are for "
+                             "pretrained models; add --family hf")
+        return replace(cfg, method=self.method_spec(cfg.method, command),
+                       d_hidden=cfg.d_hidden or self.default_d_hidden,
+                       batch_size=cfg.batch_size or self.default_batch_size)
+
+    def method_spec(self, method: str | None, command: str) -> str | None:
+        """The canonical method spec the family trains under (None: plain backprop)."""
+        if not self.under_method:
+            if method is not None:
+                raise UsageError(f"--method {method}: the {self.name} family trains with plain backprop (a credit "
+                                 f"method needs one residual stream); use {command} --family resmlp --method {method}")
+            return None
+        from ..methods import METHODS, parse_spec
+
+        spec = str(parse_spec(method or "bp"))  # a misspelt method or option: one line naming the known ones
+        if command == "grow" and not METHODS.get(spec.partition(":")[0]).growable:
+            able = ", ".join(n for n in METHODS.names() if METHODS.get(n).growable)
+            raise UsageError(f"--method {spec}: its state is built for a fixed depth and cannot grow; "
+                             f"use one of {able}")
+        return spec
+
+    def check(self, cfg, command: str) -> None:
+        """Refuse flags the family does not use (before any data is read)."""
+
+    def load(self, cfg, command: str, data=None):
+        """``(data, name, sha256)``: the data of the sweep (``data`` if given), the name in file names, its hash."""
+        import torch
+
+        from ..data import load_data
+
+        data = data if data is not None else load_data(cfg.dataset, cfg.data_dir, cfg.download,
+                                                       torch.device(cfg.device))
+        self.check_data(cfg, data, command)
+        return data, cfg.dataset, data.sha256
+
+    def check_data(self, cfg, data, command: str) -> None:
+        """Refuse data the family cannot train on."""
+
+    def check_recipe(self, run, data) -> None:
+        """Refuse, before any training, a run the family cannot build (e.g. an incompatible model and method)."""
+
+    def sweep_data(self, data):
+        """What the sweep hands its runners in process (None: each run loads its own)."""
+        return data
+
+    # -- saturation ------------------------------------------------------------------------------------------
+
+    def saturation_identity(self, cfg) -> dict:
+        """Family-specific entries of the saturation store's identity (beside the shared ones)."""
+        return {}
+
+    def saturation_part(self, cfg) -> str:
+        """The family's part of the saturation file name (``saturation_{part}_{data}.json``)."""
+        return self.name
+
+    def saturation_specs(self, cfg) -> list:
+        """One cell per depth ``N{extra}`` (each built from the config in one place: :meth:`SaturationConfig.run`)."""
+        from ..sweep import RunSpec
+        from .saturation import run_depth
+
+        return [RunSpec(f"N{n}", cfg.run(n), runner=run_depth) for n in dict.fromkeys(cfg.extra)]
+
+    def saturation_store(self, cfg, out, name: str, sha: str | None):
+        """The sweep's store ``out/saturation_{part}_{name}.json``: the shared identity and the family's entries."""
+        from pathlib import Path
+
+        from ..stores import FileStore
+
+        ident = {"family": self.name, "data": name, "data_sha256": sha, "epochs": cfg.epochs, "seed": cfg.seed,
+                 "batch_size": cfg.batch_size, "lr": cfg.lr, "weight_decay": cfg.weight_decay,
+                 "analysis_batches": cfg.analysis_batches, **self.saturation_identity(cfg)}
+        return FileStore(Path(out) / f"saturation_{self.saturation_part(cfg)}_{name}.json", "depthaudit.saturation.v1",
+                         ident)
+
+    def after_sweep(self, store, cfg) -> None:
+        """Anything the family writes beside the table once every cell has finished."""
+
+    def build(self, run, data, device):
+        """The model of ``run``'s depth (base + ``run.extra`` blocks) on ``device``, at initialisation."""
+        raise NotImplementedError(f"depth family {self.name!r} does not build a model")
+
+    def run_data(self, run, data, device):
+        """The data one run trains on: the sweep's (in process), else loaded from the run's config."""
+        from ..data import load_data
+
+        return data if data is not None else load_data(run.dataset, run.data_dir, False, device)
+
+    def train_depth(self, run, data, device, log) -> Trained:
+        """Build and train one depth of the saturation sweep (default: plain backprop, the recipe's AdamW/cosine).
+
+        ``data`` is the sweep's data in process, or None (a worker): :meth:`run_data` loads it.
+        """
+        from .saturation import train_plain
+
+        data = self.run_data(run, data, device)
+        model = self.build(run, data, device)
+        hist, status = train_plain(model, data, run.epochs, run.batch_size, run.lr, run.weight_decay, run.seed,
+                                   device, log)
+        return Trained(model, data, hist, status)
+
+    def tangent(self, model, seed_of):
+        """``(feature_fn, value_fn)`` for :func:`~depthaudit.depth.growth.activation_gradients`.
+
+        The tangent space of the zero block the matched insertion puts at each position (default: its ``[ψ, 1]``).
+        """
+        from ..depth.growth import zero_block_features
+
+        return zero_block_features(model, seed_of), None
+
+    def describe(self, run) -> str:
+        """One line for ``--list-cells``."""
+        return f"{self.name} base + {run.extra} blocks on {run.dataset}"
+
+    # -- grow ------------------------------------------------------------------------------------------------
+
+    def grow_identity(self, cfg) -> dict:
+        """Family-specific entries of the growth store's identity."""
+        return {}
+
+    def grow_name(self, cfg) -> str:
+        """The growth file's name part (``grow_{name}_{dataset}.json``)."""
+        return f"{self.name}{cfg.base_blocks}+{cfg.extra}"
+
+    def grow_arm(self, run, data, log, argv, t0) -> dict:
+        """Train one arm (``grown`` or ``scratch``) and return its record."""
+        raise UsageError(f"--family {self.name}: this family cannot grow")
+
+    # -- titles (from a stored identity alone: ``depthaudit report`` writes the same) ------------------------
+
+    def saturation_what(self, ident: dict) -> str:
+        """What the saturation table measured, for its title."""
+        return f"{ident.get('family', self.name)} on {ident.get('data', '?')}"
+
+    def saturation_title(self, ident: dict) -> str:
+        """The saturation table's title."""
+        return f"Depth saturation: {self.saturation_what(ident)}, {ident.get('epochs', '?')} epochs"
+
+    def figure_what(self, ident: dict) -> str:
+        """The model in the saturation figure's title."""
+        return self.saturation_what(ident).rsplit(" on ", 1)[0]
+
+    accuracy_label = "test accuracy"  # the saturation figure's second axis
+
+    def grow_what(self, ident: dict) -> str:
+        """The grown model, for the growth table's and figure's titles."""
+        return f"{ident.get('family', self.name)} {ident.get('base_blocks', '?')} + {ident.get('extra', '?')}"
+
+    def saturation_table(self, doc: dict) -> str:
+        """The saturation table (Markdown) of a stored sweep."""
+        from ..report.saturation import depth_table
+
+        return depth_table(doc)
+
+    def saturation_figure(self, doc: dict, path, low_signal: float) -> None:
+        """The saturation figure of a stored sweep."""
+        from ..report.saturation import depth_figure
+
+        depth_figure(doc, path, low_signal)
+
+
+@FAMILIES.register("resnet")
+class ResNetFamily(DepthFamily):
+    """ResNet-CIFAR: ResNet-8 + N BasicBlocks (extra block i at the end of stage i mod 3), plain backprop."""
+
+    help = "ResNet-8 + N, images"
+    growable = True
+
+    def check(self, cfg, command: str) -> None:
+        if command == "saturation" and (cfg.text is not None or cfg.d_hidden is not None):
+            given = "--text" if cfg.text is not None else "--d-hidden"
+            raise UsageError(f"{given} is for --family gpt/resmlp; ResNet-8 + N reads images and has fixed widths")
+
+    def resolve(self, cfg, command: str):
+        cfg = super().resolve(cfg, command)
+        return cfg if command == "saturation" else replace(cfg, d_hidden=cfg.d_hidden or 256)  # (grow stores 256)
+
+    def check_data(self, cfg, data, command: str) -> None:
+        if len(data.input_shape) != 3:
+            raise UsageError(f"{command} trains ResNet-CIFAR on images; {cfg.dataset} is not an image dataset "
+                             "(--family resmlp takes any dataset)")
+
+    def saturation_identity(self, cfg) -> dict:
+        return {"base_width": cfg.base_width} if cfg.base_width != 16 else {}  # (absent at the default: same file)
+
+    def build(self, run, data, device):
+        from ..models.resnet import ResNetCIFAR
+
+        return ResNetCIFAR(data.num_classes, run.extra, run.seed, data.input_shape[0], run.base_width).to(device)
+
+    def tangent(self, model, seed_of):
+        from ..depth.growth import resnet_value
+
+        return None, resnet_value(model, seed_of)  # bn2's γ, β per channel, behind the ReLU after the sum
+
+    def describe(self, run) -> str:
+        if hasattr(run, "arm"):
+            return f"resnet-8 + {run.extra} {_how(run)}"
+        return f"resnet-8 + {run.extra} blocks on {run.dataset}"
+
+    def grow_identity(self, cfg) -> dict:
+        return {"base_width": cfg.base_width} if cfg.base_width != 16 else {}
+
+    def grow_name(self, cfg) -> str:
+        return f"resnet8+{cfg.extra}"
+
+    def grow_arm(self, run, data, log, argv, t0) -> dict:
+        from .grow import resnet_arm
+
+        return resnet_arm(run, data, log, argv, t0)
+
+    def saturation_what(self, ident: dict) -> str:
+        return f"ResNet-CIFAR on {ident.get('data', '?')}"
+
+    def figure_what(self, ident: dict) -> str:
+        return "ResNet-8 + N"
+
+    def grow_what(self, ident: dict) -> str:
+        return f"ResNet-8 + {ident.get('extra', '?')}"
+
+
+@FAMILIES.register("gpt")
+class GPTFamily(DepthFamily):
+    """A pre-LN causal decoder of base + N blocks on text (``--text``, default the embedded one), plain backprop."""
+
+    help = "decoder, text"
+    default_d_hidden = 64
+    accuracy_label = "next-token test accuracy"
+
+    def check(self, cfg, command: str) -> None:
+        if cfg.data_dir is not None:
+            raise UsageError("--data-dir is for image datasets; the gpt family reads --text")
+        if cfg.d_hidden is not None and cfg.d_hidden % 4:
+            raise UsageError(f"--d-hidden {cfg.d_hidden}: the GPT decoder has 4 heads, so the width must be a "
+                             "multiple of 4 (e.g. 64)")
+
+    def load(self, cfg, command: str, data=None):
+        import torch
+
+        from ..data.text import load_text
+
+        data = load_text(cfg.text, cfg.context, torch.device(cfg.device))  # validates the text now
+        return data, "text", data.sha256
+
+    def sweep_data(self, data):
+        return None  # each run reads its text (by name) itself
+
+    def saturation_identity(self, cfg) -> dict:
+        return {"context": cfg.context, "d_hidden": cfg.d_hidden, "base_blocks": cfg.base_blocks}
+
+    def train_depth(self, run, data, device, log) -> Trained:
+        from ..data.text import load_text
+        from ..models.gpt import GPTDecoder, lm_loss
+        from .saturation import train_plain
+
+        data = load_text(run.text, run.context, device)
+        model = GPTDecoder(data.vocab, run.context, run.d_hidden, run.base_blocks + run.extra, seed=run.seed)
+        model = model.to(device)
+        hist, status = train_plain(model, data, run.epochs, run.batch_size, run.lr, run.weight_decay, run.seed,
+                                   device, log, loss_fn=lm_loss)
+        return Trained(model, data, hist, status, loss_fn=lm_loss)
+
+    def describe(self, run) -> str:
+        return f"gpt d={run.d_hidden}, {run.base_blocks} + {run.extra} blocks"
+
+    def saturation_what(self, ident: dict) -> str:
+        return f"GPT decoder (d={ident.get('d_hidden')}) on text"
+
+    def figure_what(self, ident: dict) -> str:
+        return f"GPT decoder d={ident.get('d_hidden')}"
+
+
+@FAMILIES.register("resmlp")
+class ResMLPFamily(DepthFamily):
+    """Any registered residual model (``--arch``) of base + N blocks under a credit method (``--method``).
+
+    Trained with the audit's recipe; AG and V are also measured from the method's own credit.
+    """
+
+    help = "--arch under --method"
+    under_method = True
+    growable = True
+    default_d_hidden = 256
+
+    def check_recipe(self, run, data) -> None:
+        from ..loop import build
+
+        build(replace(run.recipe(), device="cpu"), data)  # reads only the data's shapes: refused before training
+
+    def saturation_identity(self, cfg) -> dict:
+        return {"arch": cfg.arch, "d_hidden": cfg.d_hidden, "base_blocks": cfg.base_blocks, "method": cfg.method}
+
+    def saturation_part(self, cfg) -> str:
+        return f"{cfg.arch}_{slug(cfg.method)}"
+
+    def train_depth(self, run, data, device, log) -> Trained:
+        from ..loop import train
+
+        recipe = run.recipe()
+        data = self.run_data(run, data, device)
+        out = train(recipe, data, log=log)
+        return Trained(out.model, data, out.history, out.status, method=out.method, recipe=recipe)
+
+    def describe(self, run) -> str:
+        if hasattr(run, "arm"):
+            return f"{run.arch} {run.base_blocks} + {run.extra} under {run.method}, {_how(run)}"
+        return f"{run.arch} d={run.d_hidden}, {run.base_blocks} + {run.extra} blocks under {run.method}"
+
+    def grow_identity(self, cfg) -> dict:
+        return {"family": "resmlp", "arch": cfg.arch, "d_hidden": cfg.d_hidden, "base_blocks": cfg.base_blocks,
+                "method": cfg.method}
+
+    def grow_name(self, cfg) -> str:
+        return f"{cfg.arch}{cfg.base_blocks}+{cfg.extra}_{slug(cfg.method)}"
+
+    def grow_arm(self, run, data, log, argv, t0) -> dict:
+        from .grow import recipe_arm
+
+        return recipe_arm(run, data, log, argv, t0)
+
+    def saturation_what(self, ident: dict) -> str:
+        return (f"{ident.get('arch', 'resmlp')} (d={ident.get('d_hidden')}) under {ident.get('method')} "
+                f"on {ident.get('data')}")
+
+    def figure_what(self, ident: dict) -> str:
+        return f"{ident.get('arch', 'resmlp')} d={ident.get('d_hidden')} under {ident.get('method')}"
+
+    def grow_what(self, ident: dict) -> str:
+        return (f"{ident.get('arch')} d={ident.get('d_hidden')} {ident.get('base_blocks')} + {ident.get('extra')} "
+                f"under {ident.get('method')}")
+
+
+@FAMILIES.register("hf")
+class PretrainedFamily(DepthFamily):
+    """Pretrained causal LMs (``--model``: Hub names, local folders, ``.gguf`` files): one cell per model.
+
+    AG and V at every layer boundary, optionally after continued pretraining (needs ``depthaudit[hf]``).
+    """
+
+    help = "pretrained --model"
+    pretrained = True
+    default_batch_size = 8  # 8 windows of --context tokens: fits a CPU, and a GPU for the larger Pythias
+
+    def resolve(self, cfg, command: str):
+        from ..models.hf import require_transformers
+
+        require_transformers()
+        if not cfg.model:
+            raise UsageError("--family hf needs --model NAME_OR_PATH [...] (e.g. EleutherAI/pythia-70m-deduped)")
+        cfg = replace(super().resolve(cfg, command), model=tuple(dict.fromkeys(cfg.model)))
+        if cfg.importance is not None:
+            cfg = replace(cfg, importance=tuple(sorted(set(cfg.importance or (1, 2, 4, 8)))))
+        return cfg
+
+    def check(self, cfg, command: str) -> None:
+        from pathlib import Path
+
+        if cfg.text is not None and not Path(cfg.text).is_file():
+            raise UsageError(f"--text {cfg.text}: no such file; give a UTF-8 text file or a .npy token file")
+        if cfg.importance is not None and (min(cfg.importance) < 1 or cfg.bootstrap < 1):
+            raise UsageError("--importance N values must be >= 1 (blocks removed at once) and --bootstrap >= 1")
+        if cfg.grow_steps < 0 or cfg.grow_lr <= 0:
+            raise UsageError("--grow-steps must be >= 0 and --grow-lr > 0")
+        from ..models.gguf import check_gguf, is_gguf
+
+        for m in cfg.model:  # a bad .gguf is one line before the store is claimed: nothing written
+            if is_gguf(m):
+                check_gguf(m, cfg.revision)
+
+    def load(self, cfg, command: str, data=None):
+        from pathlib import Path
+
+        return None, Path(cfg.text).stem if cfg.text else "pydoc", None
+
+    def saturation_store(self, cfg, out, name: str, sha: str | None):
+        """The cross-model store (its identity names the text and the continued pretraining, not a dataset)."""
+        from pathlib import Path
+
+        from ..stores import FileStore
+
+        text_name = Path(cfg.text).stem if cfg.text else "pydoc"
+        ident = {"family": "hf", "data": text_name, "text": cfg.text, "revision": cfg.revision,
+                 "context": cfg.context, "continue_steps": cfg.continue_steps, "continue_lr": cfg.continue_lr,
+                 "batch_size": cfg.batch_size, "seed": cfg.seed, "analysis_batches": cfg.analysis_batches}
+        if cfg.importance is not None:  # (absent without --importance: earlier files stay the same file)
+            ident.update(importance=list(cfg.importance), bootstrap=cfg.bootstrap)
+        if cfg.grow_steps:
+            ident.update(grow_steps=cfg.grow_steps, grow_lr=cfg.grow_lr, grow_train=cfg.grow_train)
+        return FileStore(Path(out) / f"saturation_hf_{text_name}.json", "depthaudit.saturation.v1", ident,
+                         defaults=dict.fromkeys(("importance", "bootstrap", "grow_steps", "grow_lr", "grow_train")))
+
+    def saturation_specs(self, cfg) -> list:
+        """One cell per model."""
+        from ..sweep import RunSpec
+        from .pretrained import PretrainedRun, run_pretrained
+
+        return [RunSpec(m, PretrainedRun(
+            model=m, revision=cfg.revision, text=cfg.text, context=cfg.context, continue_steps=cfg.continue_steps,
+            continue_lr=cfg.continue_lr, batch_size=cfg.batch_size, analysis_batches=cfg.analysis_batches,
+            low_signal=cfg.low_signal, mlp_ratio=4, seed=cfg.seed, device=cfg.device, importance=cfg.importance,
+            bootstrap=cfg.bootstrap, grow_steps=cfg.grow_steps, grow_lr=cfg.grow_lr, grow_train=cfg.grow_train),
+            runner=run_pretrained) for m in cfg.model]
+
+    def after_sweep(self, store, cfg) -> None:
+        if cfg.importance is not None or cfg.grow_steps:
+            from ..report.pretrained import write_importance
+
+            write_importance(store)
+
+    def saturation_title(self, ident: dict) -> str:
+        rev = f" at {ident['revision']}" if ident.get("revision") else ""
+        more = f", {ident['continue_steps']} continued-pretraining steps" if ident.get("continue_steps") else ""
+        return f"Depth saturation of pretrained causal LMs{rev} on {ident.get('data', '?')}{more}"
+
+    def saturation_table(self, doc: dict) -> str:
+        from ..report.pretrained import pretrained_md
+
+        return pretrained_md(doc)
+
+    def saturation_figure(self, doc: dict, path, low_signal: float) -> None:
+        from ..report.pretrained import pretrained_figure
+
+        pretrained_figure(doc, path, low_signal)
+
+
+def _how(run) -> str:
+    return f"grown at epochs {list(run.insert_at)}" if run.arm == "grown" else "from scratch"
