@@ -9,7 +9,18 @@ import torch
 from ..errors import UsageError
 from ..io import check_output_dir
 from . import COMMANDS
-from .args import dedup_note, plain_args, remember_sweep, resolve_device, sweep_options
+from .args import (
+    NONNEG_FLOAT,
+    NONNEG_INT,
+    POS_FLOAT,
+    POS_INT,
+    dedup_note,
+    plain_args,
+    plain_recipe,
+    remember_sweep,
+    resolve_device,
+    sweep_options,
+)
 
 
 def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
@@ -25,7 +36,7 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     if a.model or a.revision or a.continue_steps or a.importance is not None or a.grow_steps:
         raise UsageError("--model, --revision, --continue-steps, --importance and --grow-steps are for pretrained "
                          "models; add --family hf")
-    a.batch_size = a.batch_size or 128
+    plain_recipe(a, None if a.family == "gpt" else a.dataset)
     dedup_note(a.extra, "--extra")
     if a.family == "resnet" and (a.text is not None or a.d_hidden is not None):
         given = "--text" if a.text is not None else "--d-hidden"
@@ -34,8 +45,6 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
         print("depthaudit: note: --epochs 0 measures each depth at initialisation (untrained)", file=sys.stderr)
     if a.family == "gpt" and a.data_dir is not None:
         raise UsageError("--data-dir is for image datasets; the gpt family reads --text")
-    if any(n < 0 for n in a.extra) or a.epochs < 0 or a.analysis_batches < 1:
-        raise UsageError("--extra values must be >= 0, --epochs >= 0, --analysis-batches >= 1")
     method, d_hidden = family_method(a, "saturation")
     if a.family == "gpt":
         from ..data.text import load_text
@@ -105,15 +114,12 @@ def _saturation_hf(a: argparse.Namespace, argv: list[str], device: str) -> int:
         raise UsageError("--family hf needs --model NAME_OR_PATH [...] (e.g. EleutherAI/pythia-70m-deduped)")
     if a.text is not None and not Path(a.text).is_file():
         raise UsageError(f"--text {a.text}: no such file; give a UTF-8 text file or a .npy token file")
-    if a.continue_steps and a.epochs != 10:
+    if a.continue_steps and a.epochs is not None:
         print("depthaudit: note: --epochs is not used by --family hf (--continue-steps sets the training)",
               file=sys.stderr)
     bs = a.batch_size or 8  # 8 windows of --context tokens: fits a CPU, and a GPU for the larger Pythias
+    plain_recipe(a, None)
     imp = None if a.importance is None else tuple(sorted(set(a.importance or (1, 2, 4, 8))))
-    if imp is not None and (min(imp) < 1 or a.bootstrap < 1):
-        raise UsageError("--importance N values must be >= 1 (blocks removed at once) and --bootstrap >= 1")
-    if a.grow_steps < 0 or a.grow_lr <= 0:
-        raise UsageError("--grow-steps must be >= 0 and --grow-lr > 0")
     from ..models.gguf import check_gguf, is_gguf
 
     for m in a.model:  # a bad .gguf is one line before the store is claimed: nothing written
@@ -156,6 +162,7 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
 
     device = resolve_device(a.device)
     check_output_dir(a.out)
+    plain_recipe(a, a.dataset)
     if a.extra < 1:
         raise UsageError(f"--extra {a.extra}: grow needs at least 1 block to insert")
     if a.epochs < 1:
@@ -165,7 +172,6 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     if a.extra < 1 or len(sched) != a.extra or bad:
         raise UsageError(f"--insert-at needs {a.extra} non-decreasing epochs in 1..{a.epochs} (one per extra block)")
     method, d_hidden = family_method(a, "grow")
-    a.batch_size = a.batch_size or 128
     data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
     if a.family == "resnet" and len(data.input_shape) != 3:
         raise UsageError(f"grow trains ResNet-CIFAR on images; {a.dataset} is not an image dataset "
@@ -235,7 +241,7 @@ def family_args(p) -> None:
     """``--method`` and ``--arch`` of the resmlp family (depth under a credit method); ``--base-width`` of resnet."""
     from ..models import MODELS
 
-    p.add_argument("--base-width", type=int, default=16, metavar="W",
+    p.add_argument("--base-width", type=POS_INT, default=16, metavar="W",
                    help="resnet: stage widths W, 2W, 4W (default: 16; the paper's ImageNet-100 runs use 32)")
     p.add_argument("--method", default=None, metavar="SPEC",
                    help="resmlp: credit method, any registered one with options, e.g. fa, dfa, fa-stream:identity "
@@ -255,40 +261,42 @@ def register(sub) -> None:
     family_args(sa)
     sa.add_argument("--model", nargs="+", default=None, metavar="NAME",
                     help="hf: Hub names or local folders of causal LMs (needs depthaudit[hf])")
-    sa.add_argument("--revision", default=None, metavar="REV", help="hf: model revision, e.g. step143000")
-    sa.add_argument("--continue-steps", type=int, default=0, metavar="N",
+    sa.add_argument("--revision", default=None, advanced=True, metavar="REV",
+                    help="hf: model revision, e.g. step143000")
+    sa.add_argument("--continue-steps", type=NONNEG_INT, default=0, metavar="N",
                     help="hf: continue pretraining N AdamW steps on --text first (default: 0)")
-    sa.add_argument("--continue-lr", type=float, default=1e-5, metavar="X", help="hf: its lr (default: 1e-5)")
-    sa.add_argument("--importance", nargs="*", type=int, default=None, metavar="N",
+    sa.add_argument("--continue-lr", type=POS_FLOAT, default=1e-5, metavar="X",
+                    help="hf: its lr (default: 1e-5)", advanced=True)
+    sa.add_argument("--importance", nargs="*", type=POS_INT, default=None, metavar="N",
                     help="hf: also Block Influence, angular distance l->l+N and the measured loss of removing each "
                     "block and each N-block set a rule prunes, beside AG and V (default N: 1 2 4 8)")
-    sa.add_argument("--bootstrap", type=int, default=1000, metavar="R",
+    sa.add_argument("--bootstrap", type=POS_INT, default=1000, metavar="R", advanced=True,
                     help="hf --importance: bootstrap resamples of the windows for the rank correlations "
                     "(default: 1000)")
-    sa.add_argument("--grow-steps", type=int, default=0, metavar="N",
+    sa.add_argument("--grow-steps", type=NONNEG_INT, default=0, metavar="N",
                     help="hf: insert the zero block at the highest-V and at the lowest-V boundary and train each, and "
                     "the model without insertion, N steps on --text (default: 0, off)")
-    sa.add_argument("--grow-lr", type=float, default=1e-3, metavar="X",
+    sa.add_argument("--grow-lr", type=POS_FLOAT, default=1e-3, metavar="X", advanced=True,
                     help="hf --grow-steps: the new block's lr (default: 1e-3); the model's is --continue-lr")
-    sa.add_argument("--grow-train", choices=["all", "block"], default="all",
+    sa.add_argument("--grow-train", choices=["all", "block"], default="all", advanced=True,
                     help="hf --grow-steps: train the pretrained weights too, or only the new block (default: all)")
     sa.add_argument("--text", default=None, metavar="FILE",
                     help="gpt: UTF-8 text or .npy tokens (default: the embedded text, no download)")
-    sa.add_argument("--context", type=int, default=64, metavar="T", help="gpt: context length (default: 64)")
-    sa.add_argument("--d-hidden", type=int, default=None, metavar="N", help="gpt, resmlp: width (default: 64, 256)")
-    sa.add_argument("--base-blocks", type=int, default=1, metavar="N",
+    sa.add_argument("--context", type=POS_INT, default=64, metavar="T", help="gpt: context length (default: 64)")
+    sa.add_argument("--d-hidden", type=POS_INT, default=None, metavar="N", help="gpt, resmlp: width (default: 64, 256)")
+    sa.add_argument("--base-blocks", type=POS_INT, default=1, metavar="N",
                     help="gpt, resmlp: blocks before the extras (default: 1)")
-    sa.add_argument("--extra", nargs="+", type=int, default=[0, 1, 2, 3, 6], metavar="N",
+    sa.add_argument("--extra", nargs="+", type=NONNEG_INT, default=[0, 1, 2, 3, 6], metavar="N",
                     help="extra blocks N added to ResNet-8 (default: 0 1 2 3 6)")
-    sa.add_argument("--analysis-batches", type=int, default=4, metavar="B", help="analysis batches (default: 4)")
-    sa.add_argument("--low-signal", type=float, default=5e-3, metavar="X", help="AGmax flag level (default: 5e-3)")
+    sa.add_argument("--analysis-batches", type=POS_INT, default=4, metavar="B", help="analysis batches (default: 4)")
+    sa.add_argument("--low-signal", type=POS_FLOAT, default=5e-3, metavar="X", help="AGmax flag level (default: 5e-3)")
     sa.add_argument("--analysis-split", choices=["test", "train"], default="test",
                     help="where AG is measured: held out (never fitted on) or training batches (default: test)")
-    sa.add_argument("--delta", type=float, default=None, metavar="X",
+    sa.add_argument("--delta", type=NONNEG_FLOAT, default=None, advanced=True, metavar="X",
                     help="separated test: δ of H0 Γ ≤ δ (default: --low-signal)")
-    sa.add_argument("--margin", type=float, default=None, metavar="T",
+    sa.add_argument("--margin", type=NONNEG_FLOAT, default=None, advanced=True, metavar="T",
                     help="separated test: t, decided at AGmax > δ + t (default: 2 standard errors, ours)")
-    sa.add_argument("--alpha", type=float, default=1e-3, metavar="X",
+    sa.add_argument("--alpha", type=POS_FLOAT, default=1e-3, metavar="X",
                     help="gradient-matched insertion: fit the new block to -α·g (default: 1e-3)")
     plain_args(sa, "results/saturation")
     sa.set_defaults(func=cmd_saturation)
@@ -299,10 +307,11 @@ def register(sub) -> None:
     gr.add_argument("--family", choices=["resnet", "resmlp"], default="resnet",
                     help="resnet (plain backprop) | resmlp (under --method) (default: resnet)")
     family_args(gr)
-    gr.add_argument("--d-hidden", type=int, default=None, metavar="N", help="resmlp: width (default: 256)")
-    gr.add_argument("--base-blocks", type=int, default=1, metavar="N", help="resmlp: blocks to start from (default: 1)")
-    gr.add_argument("--extra", type=int, default=3, metavar="N", help="blocks to grow (default: 3)")
-    gr.add_argument("--insert-at", nargs="+", type=int, default=None, metavar="E",
+    gr.add_argument("--d-hidden", type=POS_INT, default=None, metavar="N", help="resmlp: width (default: 256)")
+    gr.add_argument("--base-blocks", type=POS_INT, default=1, metavar="N",
+                    help="resmlp: blocks to start from (default: 1)")
+    gr.add_argument("--extra", type=NONNEG_INT, default=3, metavar="N", help="blocks to grow (default: 3)")
+    gr.add_argument("--insert-at", nargs="+", type=POS_INT, default=None, metavar="E",
                     help="epoch of each insertion (default: evenly over the first half)")
     plain_args(gr, "results/grow")
     gr.set_defaults(func=cmd_grow)

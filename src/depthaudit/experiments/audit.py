@@ -9,6 +9,15 @@ import torch
 from ..config import TrainConfig
 from ..data import DataBundle
 from ..diagnostics.identity import identity_over_seeds
+from ..fields import (
+    arg,
+    check_ranges,
+    d1_stat_field,
+    methods_field,
+    probe_batch_size_field,
+    probe_batches_field,
+    seeds_field,
+)
 from ..methods import parse_method_spec
 from ..provenance import provenance
 from ..runner import probe_batch, run_slug, tracking_plan
@@ -23,17 +32,23 @@ class AuditConfig:
     """What the audit runs: the base training config, methods, seeds, probe and thresholds."""
 
     base: TrainConfig
-    methods: tuple[str, ...] = ("bp", "fa", "dfa")
-    seeds: tuple[int, ...] = (42,)
-    probe_batches: int = 10  # the reference: 10 held-out batches of 128
-    probe_batch_size: int = 128
-    track_every: int = 1
+    methods: tuple[str, ...] = methods_field()
+    seeds: tuple[int, ...] = seeds_field()
+    probe_batches: int = probe_batches_field()  # the reference: 10 held-out batches of 128
+    probe_batch_size: int = probe_batch_size_field()
+    track_every: int = arg(1, help="measure every N epochs; 0 = end only", lo=0)
     thresholds: Thresholds = field(default_factory=Thresholds)
-    d1_stat: str = "median"  # the reference's final form; "mean" is the option
-    stop_on_flag: bool = False  # end a trained run at the epoch D1 or D2 first fires
-    functional: bool = False  # perturbation correlation, nudging, fresh-B null at the end (trained runs)
-    fresh_b_draws: int = 20
+    d1_stat: str = d1_stat_field()  # the reference's final form; "mean" is the option
+    stop_on_flag: bool = arg(False, help="end a trained run at the epoch D1 or D2 first fires (status "
+                             "stopped_flagged)")
+    functional: bool = arg(False, help="also measure perturbation correlation, nudging and the fresh-B null at "
+                           "the end")
+    fresh_b_draws: int = arg(20, help="with --functional: fresh feedback draws of the null; 0 = skip", lo=0,
+                             advanced=True)
     shallow_blocks: int = 0  # > 0: also train the parameter-matched shallow baseline with this many blocks (ours)
+
+    def __post_init__(self):
+        check_ranges(self)
 
     def to_dict(self) -> dict:
         """JSON-able (the base config nested)."""
