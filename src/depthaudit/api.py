@@ -40,6 +40,12 @@ class Result:
     card: str
     markdown: str = ""
     figures: list[Path] = field(default_factory=list)
+    stopped: str | None = None  # the sweep did what was asked and no more (a cell listing, one cell): no report
+
+    @classmethod
+    def stopped_sweep(cls, path: Path, status) -> Result:
+        """A sweep that stopped short (``--list-cells``, ``--cell``): its message is the card, nothing is reported."""
+        return cls(Path(path), {"records": status.records}, status.stopped, stopped=status.stopped)
 
     def __str__(self) -> str:
         return self.card
@@ -143,6 +149,8 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
         log(f"depthaudit audit: {', '.join(config.methods)} × seeds {list(config.seeds)} on {base.dataset} "
             f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}")
     report = run_audit(config, data, out, log=log, argv=argv or ["depthaudit.audit"], opts=opts)
+    if not isinstance(report, dict):  # a cell listing or one cell: the sweep's status, no report
+        return Result.stopped_sweep(out, report)
     with still_owner(out, claim), staged(out) as tmp:  # report, markdown and figures: all of them or none
         figures = audit_figures(report, tmp)
         report["figures"] = figures
@@ -183,8 +191,10 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
         log(f"depthaudit ladder: {len(specs)} runs ({len(config.methods)} methods × {len(config.k_values)} k × "
             f"{len(config.seeds)} seeds), {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
             f"{base.epochs} epochs, {base.device}, jobs {opts.jobs} → {store}")
-    run_sweep(specs, store, data=data if opts.jobs == 1 else None, argv=argv or ["depthaudit.ladder"], opts=opts,
-              log=log, run_log=(lambda m: log("    " + m)) if verbose else None)
+    status = run_sweep(specs, store, data=data if opts.jobs == 1 else None, argv=argv or ["depthaudit.ladder"],
+                       opts=opts, log=log, run_log=(lambda m: log("    " + m)) if verbose else None)
+    if not status.complete:
+        return Result.stopped_sweep(store.path, status)
     doc, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None)
     md_path = store.path.with_suffix(".md")
     return Result(store.path, doc, table, md_path.read_text() if md_path.exists() else table,
@@ -216,6 +226,8 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
         claim = claim_folder(out, "intervene", audit_identity(config, data.sha256))
     res = run_intervention(config, lambdas, data, out, log=_log(progress), argv=argv or ["depthaudit.intervene"],
                            opts=opts)
+    if not isinstance(res, dict):  # a cell listing or one cell: the sweep's status, no report
+        return Result.stopped_sweep(out, res)
     table = intervention_md(res)
     b = config.base
     md = (f"# Scale-penalty intervention ({b.penalty_form} form, λ ∈ {', '.join(f'{x:g}' for x in lambdas)}; "

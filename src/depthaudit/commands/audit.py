@@ -14,22 +14,19 @@ from ..io import check_output_dir
 from ..runner import fitted_probe_batches
 from . import COMMANDS
 from .args import (
-    NONNEG_FLOAT,
-    NONNEG_INT,
-    add_fields,
     add_train_args,
     audit_args,
     config_from_args,
     dedup_note,
-    given,
-    number,
     out_arg,
     probe_sizes,
     remember_sweep,
     shallow_blocks,
+    stopped,
     sweep_args,
     sweep_options,
 )
+from .parser import NONNEG_FLOAT, NONNEG_INT, add_fields, given, number
 
 
 def _audit_config(a: argparse.Namespace):
@@ -64,6 +61,8 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
         opts = remember_sweep(opts, out, argv)
     res = api.audit(acfg, out, sweep=opts, replace_report=a.replace_report, argv=["depthaudit", *argv])
     print(res.card)
+    if res.stopped:
+        return 0
     print(f"\nwrote {out / 'report.md'}, {out / 'report.json'} and {len(res.figures)} figures")
     return 0
 
@@ -87,6 +86,8 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     grid = {} if lambdas is None else {"lambdas": lambdas}  # not given: the reference's grid (api.intervene)
     res = api.intervene(acfg, out, sweep=opts, argv=["depthaudit", *argv], **grid)
     print(res.card)
+    if res.stopped:
+        return 0
     print(f"\nwrote {out / 'intervention.md'}, {out / 'intervention.json'} and {out / 'intervention.png'}")
     return 0
 
@@ -98,6 +99,7 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     from ..io import write_json, write_text
     from ..methods import METHODS
     from ..report.probes import credit_mix_figure, credit_mix_md, warm_start_md
+    from ..sweep import SweepStatus
 
     METHODS.get(a.method)  # an unknown method is one line now, not after the data loads
     if METHODS.get(a.method).exact_credits:
@@ -120,6 +122,8 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
         opts = remember_sweep(opts, out, argv)
     cb = credit_mix_sweep(base, a.method, a.alphas, seeds, out, data, data.sha256, probe, log=log,
                           argv=["depthaudit", *argv], opts=opts)
+    if isinstance(cb, SweepStatus):  # a cell listing or one cell: the sweep did what was asked
+        return stopped(cb)
     credit_mix_figure(cb, out / f"credit_mix_{a.method}.png")
     parts = [f"# Probes (ours): {a.method}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
              f"{base.epochs} epochs, seeds {list(seeds)}", "", "## Credit mix (ours)", "", credit_mix_md(cb), "",

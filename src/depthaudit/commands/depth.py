@@ -9,18 +9,8 @@ import torch
 from ..errors import UsageError
 from ..io import check_output_dir
 from . import COMMANDS
-from .args import (
-    NONNEG_FLOAT,
-    NONNEG_INT,
-    POS_FLOAT,
-    POS_INT,
-    dedup_note,
-    plain_args,
-    plain_recipe,
-    remember_sweep,
-    resolve_device,
-    sweep_options,
-)
+from .args import dedup_note, plain_args, plain_recipe, remember_sweep, resolve_device, stopped, sweep_options
+from .parser import NONNEG_FLOAT, NONNEG_INT, POS_FLOAT, POS_INT
 
 
 def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
@@ -64,7 +54,8 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     specs = [RunSpec(f"N{n}", SaturationRun(a.dataset, a.data_dir, n, a.epochs, a.batch_size, a.lr, a.weight_decay,
                                             a.seed, a.analysis_batches, a.low_signal, a.alpha, device, a.family,
                                             a.text, a.context, d_hidden, a.base_blocks, method, a.arch,
-                                            a.analysis_split, a.delta, a.margin, a.base_width),
+                                            a.analysis_split, a.delta, a.margin, a.base_width,
+                                            stop_after=a.stop_after),
                      runner=run_depth) for n in dict.fromkeys(a.extra)]
     if a.family == "resmlp":
         check_recipe(specs[0].cfg.recipe(), data)
@@ -76,6 +67,8 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
         ident.update(context=a.context, d_hidden=d_hidden, base_blocks=a.base_blocks)
     if a.family == "resnet" and a.base_width != 16:  # (absent at the default: earlier files stay the same file)
         ident["base_width"] = a.base_width
+    if a.stop_after is not None:
+        ident["stop_after"] = a.stop_after
     family = a.family
     if a.family == "resmlp":
         ident.update(arch=a.arch, d_hidden=d_hidden, base_blocks=a.base_blocks, method=method)
@@ -85,8 +78,8 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     opts = sweep_options(a, out, device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
-    run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], opts=opts)
-    return _write_saturation(store, a.low_signal)
+    status = run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], opts=opts)
+    return stopped(status) if not status.complete else _write_saturation(store, a.low_signal)
 
 
 def _write_saturation(store, low_signal: float) -> int:
@@ -144,7 +137,9 @@ def _saturation_hf(a: argparse.Namespace, argv: list[str], device: str) -> int:
     opts = sweep_options(a, out, device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
-    run_sweep(specs, store, argv=["depthaudit", *argv], opts=opts)
+    status = run_sweep(specs, store, argv=["depthaudit", *argv], opts=opts)
+    if not status.complete:
+        return stopped(status)
     if imp is not None or a.grow_steps:
         from ..report.pretrained import write_importance
 
@@ -168,9 +163,11 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     if a.epochs < 1:
         raise UsageError("--epochs must be >= 1 for grow (insertions happen at epoch starts)")
     sched = tuple(a.insert_at) if a.insert_at else default_schedule(a.extra, a.epochs)
-    bad = any(not 1 <= e <= a.epochs for e in sched) or list(sched) != sorted(sched)
+    last = a.stop_after or a.epochs  # --stop-after: the first epochs of the same run, insertions included
+    bad = any(not 1 <= e <= last for e in sched) or list(sched) != sorted(sched)
     if a.extra < 1 or len(sched) != a.extra or bad:
-        raise UsageError(f"--insert-at needs {a.extra} non-decreasing epochs in 1..{a.epochs} (one per extra block)")
+        raise UsageError(f"--insert-at needs {a.extra} non-decreasing epochs in 1..{last} (one per extra block)"
+                         + ("" if a.insert_at else f"; the default schedule {list(sched)} reaches past --stop-after"))
     method, d_hidden = family_method(a, "grow")
     data = load_data(a.dataset, a.data_dir, a.download, torch.device(device))
     if a.family == "resnet" and len(data.input_shape) != 3:
@@ -178,13 +175,15 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
                          "(--family resmlp takes any dataset)")
     specs = [RunSpec(arm, GrowRun(arm, a.dataset, a.data_dir, a.extra, a.epochs, sched, a.batch_size, a.lr,
                                   a.weight_decay, a.seed, device, a.family, method, a.arch, d_hidden or 256,
-                                  a.base_blocks, a.base_width),
+                                  a.base_blocks, a.base_width, stop_after=a.stop_after),
                      runner=run_arm) for arm in ("grown", "scratch")]
     ident = {"dataset": a.dataset, "data_sha256": data.sha256, "extra": a.extra, "epochs": a.epochs,
              "insert_at": list(sched), "seed": a.seed}
     name = f"resnet8+{a.extra}"
     if a.family == "resnet" and a.base_width != 16:
         ident["base_width"] = a.base_width
+    if a.stop_after is not None:  # (absent when not given: earlier files stay the same file)
+        ident["stop_after"] = a.stop_after
     if a.family == "resmlp":
         check_recipe(specs[1].cfg.recipe(), data)
         ident.update(family="resmlp", arch=a.arch, d_hidden=d_hidden, base_blocks=a.base_blocks, method=method)
@@ -195,7 +194,10 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     opts = sweep_options(a, out, device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
-    run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], run_log=log, opts=opts)
+    status = run_sweep(specs, store, data=data if a.jobs == 1 else None, argv=["depthaudit", *argv], run_log=log,
+                       opts=opts)
+    if not status.complete:
+        return stopped(status)
     table = grow_md(store.doc)
     grow_figure(store.doc, store.path.with_suffix(".png"))
     write_text(store.path.with_suffix(".md"), f"# {grow_title(store.doc)}\n\n{table}\n\n"

@@ -10,12 +10,9 @@ from ..experiments.ladder import LadderConfig
 from ..io import check_output_dir
 from . import COMMANDS
 from .args import (
-    NONNEG_INT,
-    add_fields,
     add_train_args,
     config_from_args,
     dedup_note,
-    given,
     out_arg,
     remember_sweep,
     shallow_args,
@@ -23,6 +20,7 @@ from .args import (
     sweep_args,
     sweep_options,
 )
+from .parser import NONNEG_INT, add_fields, given
 
 
 def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
@@ -52,6 +50,8 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     res = api.ladder(lc, a.output_dir, sweep=opts, audit_dir=a.audit_dir, verbose=a.verbose,
                      argv=["depthaudit", *argv])
     print(res.card)
+    if res.stopped:
+        return 0
     print(f"\nwrote {res.path}, {res.path.with_suffix('.md')} and {res.path.with_suffix('.png')}")
     return 0
 

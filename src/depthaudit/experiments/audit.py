@@ -21,7 +21,7 @@ from ..fields import (
 from ..methods import parse_method_spec
 from ..provenance import provenance
 from ..runner import probe_batch, run_slug, tracking_plan
-from ..sweep import FolderStore, RunSpec, run_sweep
+from ..sweep import FolderStore, RunSpec, SweepStatus, run_sweep
 from ..verdicts import Thresholds, accuracy_gap_pp, check_d1, check_d2, check_d3, decision_table, mean_std
 
 SCHEMA = "depthaudit.audit.v2"
@@ -226,14 +226,18 @@ def audit_specs(acfg: AuditConfig, data: DataBundle | None = None) -> list[RunSp
 
 
 def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=None, jobs: int = 1,
-              batch_runs: int = 1, opts=None) -> dict:
+              batch_runs: int = 1, opts=None) -> dict | SweepStatus:
     """Train (or reuse) every trained/frozen pair through the sweep runner, measure, return the report dict.
 
-    ``batch_runs > 1``: a method's pairs (and seeds) train stacked, that many runs at most (batched.py).
+    ``batch_runs > 1``: a method's pairs (and seeds) train stacked, that many runs at most (batched.py). A sweep
+    that stopped short (``--list-cells``, ``--cell``) is returned as its :class:`~depthaudit.sweep.SweepStatus`.
     """
     specs = audit_specs(acfg, data)
-    recs = run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
-                     run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
+    status = run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
+                       run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
+    if not status.complete:
+        return status
+    recs = status.records
     th = acfg.thresholds
     methods = [summarise_method(m, [recs[f"{m}/trained/s{s}"] for s in acfg.seeds],
                                 [recs[f"{m}/frozen/s{s}"] for s in acfg.seeds], th) for m in acfg.methods]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..config import LEGACY, TrainConfig
 from ..runner import tracking_plan
-from ..sweep import FileStore, FolderStore, RunSpec, run_sweep
+from ..sweep import FileStore, FolderStore, RunSpec, SweepStatus, run_sweep
 from ..verdicts import Thresholds, mean_std
 
 
@@ -27,8 +27,11 @@ def _final_cos(rec: dict) -> dict:
 
 def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, data, data_sha256: str,
                   probe: tuple[int, int] = (10, 128), eps: float = 1e-8, jobs: int = 1, log=None, argv=None,
-                  opts=None) -> dict:
-    """Run (or resume) the α sweep and return its summary table (``probe`` = (batches, batch size))."""
+                  opts=None) -> dict | SweepStatus:
+    """Run (or resume) the α sweep and return its summary table (``probe`` = (batches, batch size)).
+
+    A sweep that stopped short (``--list-cells``, ``--cell``) is returned as its :class:`~depthaudit.sweep.SweepStatus`.
+    """
     tracking = tracking_plan(*probe, 0, Thresholds(eps=eps))
     specs = [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, credit_mix=float(a)), tracking)
              for a in alphas for s in seeds]
@@ -38,7 +41,10 @@ def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, d
     store = FileStore(Path(out) / name, "depthaudit.credit_mix.v1",
                       {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe)},
                       defaults={**TrainConfig().identity_dict(), **LEGACY})
-    recs = run_sweep(specs, store, data=data, jobs=jobs, log=log, argv=argv, opts=opts)
+    status = run_sweep(specs, store, data=data, jobs=jobs, log=log, argv=argv, opts=opts)
+    if not status.complete:
+        return status
+    recs = status.records
     rows = []
     for a in alphas:
         rs = [recs[f"a{a:g}/s{s}"] for s in seeds]
@@ -84,7 +90,7 @@ def warm_start_probe(base: TrainConfig, method: str, pre_epochs: int, seeds, out
         arms[f"{method}_from_bp/s{s}"] = replace(base, method=method, seed=s, warm_start=spec.checkpoint)
         arms[f"{method}_scratch/s{s}"] = replace(base, method=method, seed=s)
         arms[f"bp_continued/s{s}"] = replace(base, method="bp", method_options={}, seed=s, warm_start=spec.checkpoint)
-    recs = run_sweep([RunSpec(k, c, track) for k, c in arms.items()], store, data=data, log=log, argv=argv)
+    recs = run_sweep([RunSpec(k, c, track) for k, c in arms.items()], store, data=data, log=log, argv=argv).records
     rows = []
     for arm in (f"{method}_from_bp", f"{method}_scratch", "bp_continued"):
         rs = [recs[f"{arm}/s{s}"] for s in seeds]

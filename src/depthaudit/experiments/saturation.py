@@ -52,6 +52,7 @@ class SaturationRun:
     delta: float | None = None  # separated test's δ (None = low_signal)
     margin: float | None = None  # separated test's t (None = 2 standard errors over the analysis batches, ours)
     base_width: int = 16  # resnet: stage widths w, 2w, 4w (16 = ResNet-CIFAR's; the paper's ImageNet-100 uses 32)
+    stop_after: int | None = None  # train only the first N epochs of the ``epochs`` budget's schedule
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -68,7 +69,7 @@ class SaturationRun:
     def same_as(self, stored: dict) -> bool:
         """Equality with a stored config (fields added later: what that version ran — plain BP, training batches)."""
         legacy = {"method": None, "arch": "resmlp", "analysis_split": "train", "delta": None, "margin": None,
-                  "base_width": 16}
+                  "base_width": 16, "stop_after": None}
         return {**legacy, **stored} == self.to_dict()
 
     def recipe(self):
@@ -77,20 +78,25 @@ class SaturationRun:
         from ..methods import parse_method_spec
 
         base = TrainConfig(dataset=self.dataset, data_dir=self.data_dir, arch=self.arch, d_hidden=self.d_hidden,
-                           num_blocks=self.base_blocks + self.extra, epochs=self.epochs, batch_size=self.batch_size,
+                           num_blocks=self.base_blocks + self.extra, epochs=self.epochs, stop_after=self.stop_after,
+                           batch_size=self.batch_size,
                            lr=self.lr, weight_decay=self.weight_decay, seed=self.seed, device=self.device)
         return parse_method_spec(self.method or "bp", base)[1]
 
 
 def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed: int, device, log=None,
-                loss_fn=F.cross_entropy):
-    """Plain backprop (AdamW, the recipe's cosine schedule) through the one training loop: ``(history, status)``."""
+                loss_fn=F.cross_entropy, stop_after: int | None = None):
+    """Plain backprop (AdamW, the recipe's cosine schedule) through the one training loop: ``(history, status)``.
+
+    The schedule spans the ``epochs`` budget; ``stop_after`` trains only its first N epochs.
+    """
     from ..loop import evaluate, fit, plain_step
 
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
     model.train()
     return fit(data.x_train.shape[0], batch, epochs, lr, seed, device, plain_step(model, opt, data, loss_fn),
-               lambda: evaluate(model, data.x_test, data.y_test, 500, loss_fn), log=log or (lambda m: None))
+               lambda: evaluate(model, data.x_test, data.y_test, 500, loss_fn), last_epoch=stop_after,
+               log=log or (lambda m: None))
 
 
 def _analysis_batches(data, cfg: SaturationRun, device) -> list:
@@ -132,7 +138,7 @@ def run_depth(spec, data=None, log=None, argv=None) -> dict:
         if cfg.family == "resnet":
             model = ResNetCIFAR(data.num_classes, cfg.extra, cfg.seed, data.input_shape[0], cfg.base_width).to(device)
         hist, status = train_plain(model, data, cfg.epochs, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.seed,
-                                   device, log, loss_fn=loss_fn)
+                                   device, log, loss_fn=loss_fn, stop_after=cfg.stop_after)
     rec = {"schema": "depthaudit.saturation_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,
            "provenance": provenance(device, data.provenance(), cfg.seed, argv),
            "blocks": len(model.blocks), "params": sum(p.numel() for p in model.parameters()),
