@@ -105,3 +105,11 @@ def decision_table(methods: list[dict], chance: float, th: Thresholds) -> dict:
     pr_n = sum(r["protocol_walks_back"] for r in rows)
     return {"chance_acc": chance, "rows": rows, "standard_pair_count": sp_n, "protocol_count": pr_n, "n": n,
             "summary": f"the standard pair walks back {sp_n} of {n} methods; the protocol {pr_n} of {n}"}
+
+
+def fmt_ms(ms: dict | None, fmt: str = ".3f") -> str:
+    """``0.389 ± 0.001`` (or just the mean when n < 2); ``—`` when missing."""
+    if not ms or ms.get("mean") is None:
+        return "—"
+    s = format(ms["mean"], fmt)
+    return s if ms.get("std") is None else f"{s} ± {format(ms['std'], fmt.replace('+', ''))}"  # a std has no sign

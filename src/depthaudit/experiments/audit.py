@@ -8,6 +8,7 @@ import torch
 
 from ..config import TrainConfig
 from ..data import DataBundle
+from ..diagnostics import ReferenceNorm, StreamNorms, registered
 from ..diagnostics.identity import identity_over_seeds
 from ..fields import (
     arg,
@@ -87,26 +88,6 @@ def _monitor_summary(trained: list[dict]) -> dict:
     return out
 
 
-def _functional_summary(probes: list[dict], L: int) -> dict | None:
-    """Seed means per layer of the functional measurements, when they were taken."""
-    if not any("perturbation_correlation" in p for p in probes):
-        return None
-
-    def per_layer(key, field):
-        vals = [p.get(key, {}).get(field) for p in probes]
-        vals = [v for v in vals if v is not None]
-        return [mean_std([v[i] for v in vals]) for i in range(L + 1)] if vals else None
-
-    fb = [p.get("fresh_b_null", {}) for p in probes]
-    refused = next((f["refused"] for f in fb if "refused" in f), None)
-    return {"perturbation_correlation": per_layer("perturbation_correlation", "per_layer"),
-            "nudging": per_layer("nudging", "per_layer"),
-            "fresh_b_null": None if refused or not any(fb) else {
-                "null_mean": per_layer("fresh_b_null", "null_mean"), "null_std": per_layer("fresh_b_null", "null_std"),
-                "z": per_layer("fresh_b_null", "z")},
-            "fresh_b_refused": refused or (None if any(fb) else "not measured")}
-
-
 def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: Thresholds) -> dict:
     """Aggregate one method's seeds into the standard pair, the three checks and per-layer detail."""
     statuses = [r["status"] for r in trained]
@@ -122,10 +103,8 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
     acc_t = [r["final"]["test_acc"] for r in trained]
     acc_f = [r["final"]["test_acc"] for r in frozen]
     gaps = [accuracy_gap_pp(_num(a), _num(b)) for a, b in zip(acc_t, acc_f, strict=True)]
-    cos = [p.get("credit_cosine", {}) for p in probes]
-    rob = [p.get("robust_cosine", {}) for p in probes]
-    rho = [_num(p.get("stream", {}).get("rho")) for p in probes]
-    g_l = [_num(p.get("reference", {}).get("g_L")) for p in probes]
+    rho = [_num(StreamNorms.read(p).get("rho")) for p in probes]  # D1's and D2's quantities
+    g_l = [_num(ReferenceNorm.read(p).get("g_L")) for p in probes]
     per_seed_checks = [{"D1": check_d1(r, th)["status"], "D2": check_d2(g, th)["status"],
                         "D3": check_d3(gp, th)["status"]} for r, g, gp in zip(rho, g_l, gaps, strict=True)]
     agg = {"rho": mean_std(rho), "g_L": mean_std(g_l), "gap_pp": mean_std(gaps)}
@@ -137,42 +116,38 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
         c["flagged_seeds"] = sum(s[k] == "FLAG" for s in per_seed_checks)
         if not pairs:  # nothing finished: no value to check
             c.update(value=None, margin=None, status="DIVERGED")
-    upd = [p.get("update_cosine", {}).get("per_block", [None] * L) for p in probes]
     # trajectories (seed-mean at each measured epoch) for the figures
     trajs = [_trajectory(r) for r in trained]
     epochs = sorted(set.intersection(*(set(e for e, _ in t) for t in trajs))) if trajs else []
-    hist = {"epochs": epochs, "per_layer_cosine": [], "rho": [], "g_L": []}
-    for e in epochs:
-        at = [dict(t)[e] for t in trajs]
-        hist["per_layer_cosine"].append([mean_std([a["credit_cosine"]["per_layer"][i] for a in at])["mean"]
-                                         for i in range(L + 1)])
-        hist["rho"].append(mean_std([a["stream"]["rho"] for a in at])["mean"])
-        hist["g_L"].append(mean_std([a["reference"]["g_L"] for a in at])["mean"])
-    return {
+    points = [[dict(t)[e] for t in trajs] for e in epochs]
+    out = {
         "method": method,
         "n_seeds": len(statuses),
         "status": statuses,
         "diverged": diverged,
         "epochs_completed": [r["final"].get("epochs_completed") for r in trained],
-        "standard_pair": {"test_acc": mean_std(acc_t),
-                          "aggregate_cosine_mean_per_layer": mean_std([c.get("mean_per_layer") for c in cos])},
-        "robust_cosine": {"mean_per_layer": mean_std([c.get("mean_per_layer") for c in rob]),
-                          "concat": mean_std([c.get("concat") for c in rob]),
-                          "per_layer": [mean_std([c.get("per_layer", [None] * (L + 1))[i] for c in rob])
-                                        for i in range(L + 1)]},
+        "standard_pair": {"test_acc": mean_std(acc_t)},
         "monitor": _monitor_summary(everyone),  # when each check fired: diverged runs included (it is why)
-        "functional": _functional_summary(probes, L),
         "checks": checks,
         "flags": [k for k, c in checks.items() if c["status"] == "FLAG"] if pairs else ["diverged"],
         "trained_test_acc": mean_std(acc_t),
         "frozen_test_acc": mean_std(acc_f),
-        "per_layer_cosine": [mean_std([c.get("per_layer", [None] * (L + 1))[i] for c in cos]) for i in range(L + 1)],
-        "update_cosine": [mean_std([u[i] for u in upd]) for i in range(L)],
-        "stream_norms": [mean_std([p.get("stream", {}).get("norms", [None] * (L + 1))[i] for p in probes])
-                         for i in range(L + 1)],
-        "history": hist,
+        "history": {"epochs": epochs},
         "runs": {"trained": [run_slug_of(r) for r in trained], "frozen": [run_slug_of(r) for r in frozen]},
     }
+    for d in registered():  # each quantity's own summary and history (diagnostics/*.py)
+        _merge(out, d.summarise(probes, L))
+        out["history"].update(d.trajectory(points, L))
+    return out
+
+
+def _merge(into: dict, part: dict) -> None:
+    """Merge a diagnostic's summary into a method's (nested dicts key by key)."""
+    for k, v in part.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
 
 
 def identity_summary(per_seed: list[dict], num_blocks: int) -> dict:

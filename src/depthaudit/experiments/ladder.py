@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..config import LEGACY, TrainConfig
+from ..diagnostics import CreditCosine, ReferenceNorm, StreamNorms
 from ..fields import arg, check_ranges, methods_field, probe_batch_size_field, probe_batches_field, seeds_field
 from ..methods import parse_method_spec
 from ..runner import tracking_plan
@@ -112,9 +113,9 @@ def aggregate(doc: dict) -> dict:
                                                          else rec["final"]["test_acc"])
         p = _final_probe(rec)
         e = extra.setdefault(m, {}).setdefault(k, {"rho": [], "g_L": [], "cos_mean": [], "diverged": []})
-        e["rho"].append(p.get("stream", {}).get("rho"))
-        e["g_L"].append(p.get("reference", {}).get("g_L"))
-        e["cos_mean"].append(p.get("credit_cosine", {}).get("mean_per_layer"))
+        e["rho"].append(StreamNorms.read(p).get("rho"))
+        e["g_L"].append(ReferenceNorm.read(p).get("g_L"))
+        e["cos_mean"].append(CreditCosine.read(p).get("mean_per_layer"))
         e["diverged"].append(rec["status"] == "diverged")
     table = {m: {k: {**mean_std(v), "diverged": sum(x is None for x in v)} for k, v in sorted(ks.items())}
              for m, ks in cells.items()}

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import LEGACY, TrainConfig
+from ..diagnostics import CreditCosine, RobustCosine
 from ..runner import tracking_plan
 from ..sweep import FileStore, FolderStore, RunSpec, SweepStatus, run_sweep
 from ..verdicts import Thresholds, mean_std
@@ -21,7 +22,7 @@ def _final_cos(rec: dict) -> dict:
     for h in [*reversed(rec.get("history", [])), {"probe": rec.get("probe_init") or {}}]:
         if "probe" in h:
             p = h["probe"]
-            return {**p.get("credit_cosine", {}), "concat": p.get("robust_cosine", {}).get("concat")}
+            return {**CreditCosine.read(p), "concat": RobustCosine.read(p).get("concat")}
     return {}
 
 
@@ -100,6 +101,6 @@ def warm_start_probe(base: TrainConfig, method: str, pre_epochs: int, seeds, out
                      "cos_mean_start": mean_std([c.get("mean_per_layer") for c in start]),
                      "cos_mean_end": mean_std([c.get("mean_per_layer") for c in end]),
                      "cos_concat_end": mean_std([c.get("concat") for c in end]),
-                     "history": [[h["epoch"], h["test_acc"], h.get("probe", {}).get("credit_cosine", {})
-                                  .get("mean_per_layer")] for h in rs[0]["history"]]})
+                     "history": [[h["epoch"], h["test_acc"], CreditCosine.read(h.get("probe")).get("mean_per_layer")]
+                                 for h in rs[0]["history"]]})
     return {"method": method, "pre_epochs": pre_epochs, "rows": rows}
