@@ -172,7 +172,7 @@ def register(sub) -> None:
                         description="Run the audit at every λ of --lambdas (the reference's grid and 30 epochs by "
                         "default); report D1/D2/D3, accuracy and per-layer cosines side by side, and a figure.")
     audit_args(iv, "results/intervene", defaults={"methods": ["dfa"], "epochs": 30})
-    g = iv.group("intervention")
+    g = iv.group(None)
     g.add_argument("--lambdas", nargs="+", type=NONNEG_FLOAT, default=None, metavar="λ",
                    help="λ grid of the penalty (default: the reference's 0 1e-4 1e-2 1e-1)")
     g.add_argument("--penalty", type=NONNEG_FLOAT, default=None, metavar="X",
