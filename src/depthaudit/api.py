@@ -46,6 +46,12 @@ class Result:
     card: str
     markdown: str = ""
     figures: list[Path] = field(default_factory=list)
+    stopped: str | None = None  # the sweep did what was asked and no more (a cell listing, one cell): no report
+
+    @classmethod
+    def stopped_sweep(cls, path: Path, status) -> Result:
+        """A sweep that stopped short (``--list-cells``, ``--cell``): its message is the card, nothing is reported."""
+        return cls(Path(path), {"records": status.records}, status.stopped, stopped=status.stopped)
 
     def __str__(self) -> str:
         return self.card
@@ -184,6 +190,8 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
         log(f"depthaudit audit: {', '.join(config.methods)} × seeds {list(config.seeds)} on {base.dataset} "
             f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}")
     report = run_audit(config, data, out, log=log, argv=argv or ["depthaudit.audit"], opts=opts)
+    if not isinstance(report, dict):  # a cell listing or one cell: the sweep's status, no report
+        return Result.stopped_sweep(out, report)
     with still_owner(out, claim), staged(out) as tmp:  # report, markdown and figures: all of them or none
         figures = audit_figures(report, tmp)
         report["figures"] = figures
@@ -225,8 +233,10 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
         log(f"depthaudit ladder: {len(specs)} runs ({len(config.methods)} methods × {len(config.k_values)} k × "
             f"{len(config.seeds)} seeds), {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
             f"{base.epochs} epochs, {base.device}, jobs {opts.jobs} → {store}")
-    run_sweep(specs, store, data=data if opts.jobs == 1 else None, argv=argv or ["depthaudit.ladder"], opts=opts,
-              log=log, run_log=(lambda m: log("    " + m)) if verbose else None)
+    status = run_sweep(specs, store, data=data if opts.jobs == 1 else None, argv=argv or ["depthaudit.ladder"],
+                       opts=opts, log=log, run_log=(lambda m: log("    " + m)) if verbose else None)
+    if not status.complete:
+        return Result.stopped_sweep(store.path, status)
     doc, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None)
     md_path = store.path.with_suffix(".md")
     return Result(store.path, doc, table, md_path.read_text() if md_path.exists() else table,
@@ -259,6 +269,8 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
         claim = claim_folder(out, "intervene", audit_identity(config, data.sha256))
     res = run_intervention(config, lambdas, data, out, log=_log(progress), argv=argv or ["depthaudit.intervene"],
                            opts=opts)
+    if not isinstance(res, dict):  # a cell listing or one cell: the sweep's status, no report
+        return Result.stopped_sweep(out, res)
     table = intervention_md(res)
     md = intervention_doc(res, table)
     with still_owner(out, claim), staged(out) as tmp:  # table, JSON and figure: all of them or none
@@ -285,6 +297,7 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     family = FAMILIES.get(config.family)
     out = Path(out)
     check_output_dir(out)
+    config = _with_budget(config, family)
     config = family.resolve(config, "saturation")
     family.check(config, "saturation")
     if not family.pretrained:
@@ -297,8 +310,10 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     family.check_recipe(specs[0].cfg, data)
     store = family.saturation_store(config, out, name, sha)
     opts = sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs"))
-    run_sweep(specs, store, data=family.sweep_data(data) if opts.jobs == 1 else None,
-              argv=argv or ["depthaudit.saturation"], opts=opts, log=_log(progress))
+    status = run_sweep(specs, store, data=family.sweep_data(data) if opts.jobs == 1 else None,
+                       argv=argv or ["depthaudit.saturation"], opts=opts, log=_log(progress))
+    if not status.complete:
+        return Result.stopped_sweep(store.path, status)
     family.after_sweep(store, config)
     return _depth_result(store, "saturation", config.low_signal)
 
@@ -325,15 +340,18 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
         raise UsageError(f"--family {config.family}: grow cannot grow it; use one of {able}")
     out = Path(out)
     check_output_dir(out)
+    config = _with_budget(config, family)
     if config.extra < 1:
         raise UsageError(f"--extra {config.extra}: grow needs at least 1 block to insert")
     if config.epochs < 1:
         raise UsageError("--epochs must be >= 1 for grow (insertions happen at epoch starts)")
     sched = config.schedule()
-    bad = any(not 1 <= e <= config.epochs for e in sched) or list(sched) != sorted(sched)
+    last = config.stop_after or config.epochs  # --stop-after: the first epochs of the same run, insertions included
+    bad = any(not 1 <= e <= last for e in sched) or list(sched) != sorted(sched)
     if len(sched) != config.extra or bad:
-        raise UsageError(f"--insert-at needs {config.extra} non-decreasing epochs in 1..{config.epochs} (one per extra "
-                         "block)")
+        raise UsageError(f"--insert-at needs {config.extra} non-decreasing epochs in 1..{last} (one per extra block)"
+                         + ("" if config.insert_at else f"; the default schedule {list(sched)} reaches past "
+                            "--stop-after"))
     config = family.resolve(config, "grow")
     family.check(config, "grow")
     data, _, _ = family.load(config, "grow", data)
@@ -341,12 +359,27 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
     family.check_recipe(specs[1].cfg, data)
     ident = {"dataset": config.dataset, "data_sha256": data.sha256, "extra": config.extra, "epochs": config.epochs,
              "insert_at": list(sched), "seed": config.seed, **family.grow_identity(config)}
+    if config.stop_after is not None:  # (absent when not given: earlier files stay the same file)
+        ident["stop_after"] = config.stop_after
     store = FileStore(out / f"grow_{family.grow_name(config)}_{config.dataset}.json", "depthaudit.grow.v1", ident)
     opts = sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs"))
     log = _log(progress)
-    run_sweep(specs, store, data=data if opts.jobs == 1 else None, argv=argv or ["depthaudit.grow"], run_log=log,
-              opts=opts, log=log)
+    status = run_sweep(specs, store, data=data if opts.jobs == 1 else None, argv=argv or ["depthaudit.grow"],
+                       run_log=log, opts=opts, log=log)
+    if not status.complete:
+        return Result.stopped_sweep(store.path, status)
     return _depth_result(store, "grow")
+
+
+def _with_budget(config, family):
+    """``epochs=None``: the dataset's budget (CIFAR 100, others 20), as every command's ``--epochs``."""
+    from .config import DEFAULT_EPOCHS
+    from .data import DATASETS
+
+    if config.epochs is not None:
+        return config
+    budget = DEFAULT_EPOCHS if family.reads_text else DATASETS.meta(config.dataset).get("epochs", DEFAULT_EPOCHS)
+    return replace(config, epochs=budget)
 
 
 def _depth_result(store, kind: str, low_signal: float = 5e-3) -> Result:

@@ -12,7 +12,7 @@ import sys
 import threading
 
 from .commands import build_parser
-from .errors import SweepDone, UsageError
+from .errors import UsageError
 from .plugins import import_plugins_in
 
 # what a report prints that an ASCII (or Latin-1, …) terminal cannot: the closest plain spelling
@@ -126,9 +126,6 @@ def _main(argv: list[str]) -> int:
         except SystemExit as exc:  # the parser's refusal (one line, 2) or --help/--version (0): a return code
             return exc.code if isinstance(exc.code, int) else 2
         return args.func(args, argv)
-    except SweepDone as done:  # --list-cells / --cell: the sweep did what was asked
-        print(done)
-        return 0
     except UsageError as exc:
         print(f"depthaudit: error: {exc}", file=sys.stderr)
         return 2

@@ -5,7 +5,34 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .errors import UsageError
+from .fields import arg, check_ranges
 from .seeds import derive_seed  # noqa: F401  (re-exported: its home before 0.3)
+
+DEFAULT_EPOCHS = 20  # the budget of a dataset that registers none
+
+
+def _datasets():
+    from .data import DATASETS
+
+    return DATASETS.names()
+
+
+def _augments():
+    from .data.augment import AUGMENTS
+
+    return ("auto", *AUGMENTS)
+
+
+def _models():
+    from .models import MODELS
+
+    return MODELS.names()
+
+
+def _variants():
+    from .models.resmlp import VARIANTS
+
+    return VARIANTS
 
 
 @dataclass(frozen=True)
@@ -13,33 +40,43 @@ class TrainConfig:
     """Everything that determines one training run (defaults = SPEC §2 audit recipe)."""
 
     # data
-    dataset: str = "mnist1d"
-    data_dir: str | None = None
-    download: bool = False
-    augment: str = "auto"  # auto = the dataset's default (CIFAR: crop+flip) | crop+flip | crop | flip | none
+    dataset: str = arg("mnist1d", help="dataset", group="data", choices=_datasets)
+    data_dir: str | None = arg(None, help="folder or .zip holding the data (cifar*)", metavar="DIR")
+    download: bool = arg(False, help="download a missing CIFAR archive (verified by md5)", advanced=True)
+    augment: str = arg("auto", help="training augmentation; auto = the dataset's (CIFAR: crop+flip, pad 4)",
+                       choices=_augments, advanced=True, training=True)
     # model
-    arch: str = "resmlp"
-    variant: str = "ref"  # ref = the published protocol's model | v0.1 = depthaudit 0.1's (ours)
-    d_hidden: int = 256
-    num_blocks: int = 4
-    mlp_ratio: int | None = None  # None = the variant's own (ResMLP ref 1, v0.1 4; ViT 4)
+    arch: str = arg("resmlp", help="residual model", group="model", choices=_models)
+    variant: str = arg("ref", help="ref = the published protocol's model; v0.1 = depthaudit 0.1's (ours)",
+                       choices=_variants, advanced=True)
+    d_hidden: int = arg(256, help="stream width d", lo=1)
+    num_blocks: int = arg(4, help="residual blocks L", lo=0)
+    mlp_ratio: int | None = arg(None, help="MLP expansion", lo=1, advanced=True,
+                                default_text="the variant's; ResMLP ref 1, v0.1 4; ViT 4")
     # credit method and which blocks train
-    method: str = "bp"
-    train_blocks: str = "all"
-    credit_mix: float | None = None  # credit mix (ours): (1-α)·method credit + α·BP credit
-    warm_start: str | None = None  # BP warm start (ours): start from this checkpoint's weights
+    method: str = arg("bp", help="credit method, from {NAMES}, with options as name:key=value",
+                      group="credit and recipe", metavar="M", per_run=True)
+    train_blocks: str = arg("all", help="all | none | last:k | first:k", per_run=True)
+    credit_mix: float | None = arg(None, help="credit mix (ours): (1-α)·method + α·BP credit", lo=0, hi=1,
+                                   advanced=True, per_run=True)
+    warm_start: str | None = arg(None, help="BP warm start (ours): start from these weights", metavar="PT",
+                                 advanced=True, per_run=True)
     # the method's own options, every declared one resolved (its defaults filled in): see methods/options.py
     method_options: dict[str, Any] = field(default_factory=dict)
     # recipe
-    epochs: int = 20  # the budget: the cosine schedule spans it
-    stop_after: int | None = None  # train only the first N epochs of that schedule
-    batch_size: int = 128
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    scale_penalty: float = 0.0  # λ of the scale penalty
-    penalty_form: str = "abs"  # abs = λ‖f‖² (the reference's) | rel = λ‖f‖²/‖h‖² (ours, 0.1's)
-    seed: int = 42
-    device: str = "cpu"
+    epochs: int | None = arg(None, help="budget: the cosine schedule spans it", lo=0, training=True,
+                             default_text="the dataset's; CIFAR 100, others 20")
+    stop_after: int | None = arg(None, help="train only the first N epochs of that schedule", lo=1,
+                                 advanced=True, training=True)
+    batch_size: int = arg(128, help="batch size", lo=1, training=True)
+    lr: float = arg(1e-3, help="AdamW learning rate (cosine to 0)", lo=0, lo_open=True, training=True)
+    weight_decay: float = arg(0.01, help="AdamW weight decay", lo=0, training=True)
+    scale_penalty: float = arg(0.0, help="scale penalty λ", lo=0, training=True)
+    penalty_form: str = arg("abs", help="abs = λ‖f‖² (reference) | rel = λ‖f‖²/‖h‖² (ours)", choices=("abs", "rel"),
+                            advanced=True, training=True)
+    seed: int = arg(42, help="seed (init, feedback, shuffle)", lo=0, hi=2**63 - 1, per_run=True)
+    device: str = arg("cpu", help="cpu | cuda | cuda:N | auto = cuda if available", metavar="DEV",
+                      default_text="auto")
 
     def __post_init__(self):
         from .data.augment import AUGMENTS
@@ -55,15 +92,13 @@ class TrainConfig:
             object.__setattr__(self, "augment", DATASETS.meta(self.dataset).get("augment", "none"))
         if self.augment not in AUGMENTS:
             raise UsageError(f"--augment {self.augment!r} not known; use one of auto, {', '.join(AUGMENTS)}")
+        if self.epochs is None:  # the budget: the dataset's own (CIFAR: the protocol's 100), else 20
+            from .data import DATASETS
+
+            object.__setattr__(self, "epochs", DATASETS.meta(self.dataset).get("epochs", DEFAULT_EPOCHS))
+        check_ranges(self)  # every field's declared range (the CLI's parser applies the same ones)
         if self.stop_after is not None and not 1 <= self.stop_after <= self.epochs:
             raise UsageError(f"--stop-after must be in 1..--epochs ({self.epochs}), got {self.stop_after}")
-        for name in ("d_hidden", "num_blocks", "mlp_ratio", "epochs", "batch_size"):
-            if getattr(self, name) < (0 if name in ("epochs", "num_blocks") else 1):
-                raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise UsageError(f"--lr must be > 0, got {self.lr}")
-        if self.weight_decay < 0 or self.scale_penalty < 0:
-            raise UsageError("--weight-decay and --scale-penalty must be >= 0")
         trainable_blocks(self.train_blocks, self.num_blocks)  # validates the spelling and k
         if self.warm_start and not os.path.isfile(self.warm_start):
             inside = os.path.join(self.warm_start, "checkpoint.pt")
@@ -71,7 +106,7 @@ class TrainConfig:
                 raise UsageError(f"--warm-start {self.warm_start}: is a folder; give the checkpoint file in it"
                                  + (f" ({inside})" if os.path.isfile(inside) else ""))
             raise UsageError(f"--warm-start {self.warm_start}: no such file; give a checkpoint.pt path")
-        if self.penalty_form not in ("abs", "rel"):
+        if self.penalty_form not in ("abs", "rel"):  # (the API's path; the CLI's parser refuses it first)
             raise UsageError(f"--penalty-form {self.penalty_form!r} not known; use abs or rel")
         if self.scale_penalty == 0:  # the form of a zero penalty is meaningless: one canonical value
             object.__setattr__(self, "penalty_form", "abs")
@@ -82,8 +117,6 @@ class TrainConfig:
         object.__setattr__(self, "method_options", resolve(
             self.method, METHODS.get(self.method), dict(self.method_options or {}),
             hint="; to switch methods use cfg.with_method(spec), which takes that method's own options"))
-        if self.credit_mix is not None and not 0.0 <= self.credit_mix <= 1.0:
-            raise UsageError(f"--credit-mix must be in [0, 1], got {self.credit_mix}")
 
     def with_method(self, spec: str) -> "TrainConfig":
         """This config running method ``spec`` (``"fa"``, ``"fa:head=exact"``) with that method's own options."""

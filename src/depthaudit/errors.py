@@ -1,4 +1,4 @@
-"""The exceptions the CLI turns into one line: bad input (exit 2), an interrupt (exit 130), a finished cell (0)."""
+"""The exceptions the CLI turns into one line: bad input (exit 2), an interrupt (exit 130)."""
 
 
 class UsageError(Exception):
@@ -7,7 +7,3 @@ class UsageError(Exception):
 
 class Interrupted(KeyboardInterrupt):
     """SIGINT/SIGTERM stopped the work: every worker is gone, finished runs are stored; the message says so."""
-
-
-class SweepDone(Exception):
-    """The sweep did what was asked and the command ends here (``--list-cells``, ``--cell``): exit 0."""

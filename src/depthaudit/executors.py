@@ -28,6 +28,7 @@ import torch
 from . import progress
 from .config import TrainConfig
 from .errors import Interrupted, UsageError
+from .fields import arg
 from .stores import RunSpec
 
 
@@ -35,22 +36,31 @@ from .stores import RunSpec
 class SweepOptions:
     """How a sweep runs: where (executor), how many at once, which cells, and where runs are watched."""
 
-    jobs: int = 1  # local: parallel worker processes
-    batch_runs: int = 1  # runs trained stacked per group (batched.py)
-    executor: str = "local"  # local | ray | slurm
-    cell: str | None = None  # run exactly this cell (its key or its index in --list-cells)
-    list_cells: bool = False  # print the grid and stop
-    stored_only: bool = False  # train nothing; refuse if a cell is missing (``depthaudit report`` of cells)
-    log: tuple[str, ...] = ()  # "tensorboard", "wandb": per-run live logs (runlog.py)
-    log_dir: str | None = None  # where TensorBoard/W&B files go (default: <out>/logs)
-    ray_address: str | None = None
-    cpus_per_run: float = 1.0
-    gpus_per_run: float = 0.0
-    slurm_partition: str | None = None
-    slurm_time: int = 240  # minutes per array task
-    slurm_gpus: int = 0
-    slurm_parallelism: int = 64  # array tasks running at once
-    slurm_cluster: str | None = None  # submitit's cluster ("local" runs array tasks as local processes: tests)
+    jobs: int = arg(1, help="parallel local training processes", lo=1, metavar="N",
+                    group="sweep execution (README: on a cluster)")
+    batch_runs: int | None = arg(1, help="train up to N runs of one shape stacked in one process; 1 = one by one",
+                                 lo=1, metavar="N", advanced=True, default_text="16 on CUDA, 1 on CPU")
+    executor: str = arg("local", help="local processes, Ray tasks or a SLURM array via submitit",
+                        choices=("local", "ray", "slurm"))
+    cell: str | None = arg(None, help="run only this cell (its id or index, e.g. $SLURM_ARRAY_TASK_ID); a finished "
+                           "cell is skipped", metavar="ID")
+    list_cells: bool = arg(False, help="print the grid, one run per line (id, status), and stop")
+    # train nothing; refuse if a cell is missing (``depthaudit report`` of cells)
+    stored_only: bool = arg(False, help="report finished cells only", hidden=True)
+    log: tuple[str, ...] = arg((), help="also log every run live to tensorboard and/or wandb",
+                               choices=("tensorboard", "wandb"), metavar="TO")
+    log_dir: str | None = arg(None, help="TensorBoard/W&B files", metavar="DIR", advanced=True,
+                              default_text="OUT/logs")
+    ray_address: str | None = arg(None, help="join this Ray cluster", metavar="ADDR", advanced=True,
+                                  default_text="$RAY_ADDRESS, else start a local one")
+    cpus_per_run: float = arg(1.0, help="Ray/SLURM CPUs per task", lo=0, lo_open=True, metavar="X", advanced=True)
+    gpus_per_run: float = arg(0.0, help="Ray GPUs per task, may be fractional", lo=0, metavar="X", advanced=True)
+    slurm_partition: str | None = arg(None, help="SLURM partition", metavar="P", advanced=True)
+    slurm_time: int = arg(240, help="SLURM minutes per array task", lo=1, metavar="MIN", advanced=True)
+    slurm_gpus: int = arg(0, help="SLURM GPUs per task", lo=0, advanced=True)
+    slurm_parallelism: int = arg(64, help="SLURM array tasks running at once", lo=1, advanced=True)
+    # submitit's cluster ("local" runs array tasks as local processes: tests)
+    slurm_cluster: str | None = arg(None, help="submitit's cluster", hidden=True)
     slurm_folder: str | None = None  # submitit's logs (default: <out>/slurm)
     remember: tuple | None = None  # (out, argv): write out/sweep.json once --cell is found (commands.args)
 

@@ -8,16 +8,34 @@ are skipped and reported as such. Imports go one way: sweep → executors → st
 """
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import progress
-from .errors import Interrupted, SweepDone, UsageError
+from .errors import Interrupted, UsageError
 from .executors import REUSED, SweepOptions, batch_cap, execute, execute_group, run_groups, stack_groups
 from .io import write_json
 from .stores import FileStore, FolderStore, RunSpec, file_lock, read_run_files
 
-__all__ = ["FileStore", "FolderStore", "RunSpec", "SweepOptions", "batch_cap", "cell_lines", "execute",
+__all__ = ["FileStore", "FolderStore", "RunSpec", "SweepOptions", "SweepStatus", "batch_cap", "cell_lines", "execute",
            "execute_group", "file_lock", "pick_cell", "read_run_files", "run_sweep", "stack_groups"]
+
+
+@dataclass(frozen=True)
+class SweepStatus:
+    """What a sweep did: the records of its runs, or why it stopped short of the whole grid.
+
+    ``stopped`` is the message of a sweep that did what was asked and no more (``--list-cells``: the grid;
+    ``--cell``: that cell's outcome); the command prints it and ends with exit 0, writing no report.
+    """
+
+    records: dict[str, dict] = field(default_factory=dict)
+    stopped: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every run of the grid is in :attr:`records` (nothing stopped the sweep short)."""
+        return self.stopped is None
 
 
 class Progress:
@@ -81,16 +99,16 @@ def pick_cell(specs: list[RunSpec], cell: str) -> RunSpec:
 
 
 def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None, argv=None,
-              run_log=None, batch_runs: int = 1, opts: SweepOptions | None = None) -> dict[str, dict]:
-    """Run every spec not already in ``store``; return ``{key: record}`` for all specs.
+              run_log=None, batch_runs: int = 1, opts: SweepOptions | None = None) -> SweepStatus:
+    """Run every spec not already in ``store``; return its :class:`SweepStatus` (``{key: record}`` for all specs).
 
     ``opts`` (else ``jobs``/``batch_runs``) says how: ``jobs > 1`` trains in that many spawned local
     processes (each loads the data from the cache and uses ``cpu_count // jobs`` threads);
     ``batch_runs > 1`` trains up to that many runs that share an architecture stacked in one process
     (:func:`stack_groups`); ``executor`` ``ray``/``slurm`` sends the groups to a Ray cluster or a SLURM job
     array. Whoever trains a run writes its record into the store (atomic, under its own name), so an
-    interrupted sweep loses at most the groups in flight. ``list_cells`` prints the grid and ``cell`` runs
-    one cell, each ending in :class:`SweepDone`.
+    interrupted sweep loses at most the groups in flight. ``list_cells`` returns the grid and ``cell`` runs
+    one cell, each as a status that ``stopped`` (its message; the caller ends there, writing no report).
 
     Before anything trains the sweep claims ``store`` for its configuration under the store's lock
     (``store.claim()``: a store of another configuration is refused in one line). An interrupt
@@ -99,7 +117,7 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
     opts = opts or SweepOptions(jobs=jobs, batch_runs=batch_runs)
     log = log or progress.say
     if opts.list_cells:
-        raise SweepDone("\n".join(cell_lines(specs, store)))
+        return SweepStatus(stopped="\n".join(cell_lines(specs, store)))
     if opts.cell is not None:
         specs = [pick_cell(specs, opts.cell)]
         if opts.remember is not None:  # the cell exists: keep the command for `depthaudit report OUT`
@@ -115,7 +133,8 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
         else:
             pending.append(s)
     if opts.cell is not None and not pending:
-        raise SweepDone(f"cell {specs[0].key}: already finished ({_summary(results[specs[0].key])}); skipped")
+        return SweepStatus(results, f"cell {specs[0].key}: already finished ({_summary(results[specs[0].key])}); "
+                           "skipped")
     if opts.stored_only and pending:
         names = ", ".join(s.key for s in pending[:5]) + (", …" if len(pending) > 5 else "")
         raise UsageError(f"{len(pending)} of {len(specs)} cells are not finished ({names}); run them first "
@@ -141,6 +160,7 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
         prog.close()
     if opts.cell is not None:
         rec = results[specs[0].key]
-        raise SweepDone(f"cell {specs[0].key}: {_summary(rec)}; stored in {store}. When every cell has finished, "
-                        "`depthaudit report OUT` (or the same command without --cell) writes the tables and figures")
-    return results
+        return SweepStatus(results, f"cell {specs[0].key}: {_summary(rec)}; stored in {store}. When every cell has "
+                           "finished, `depthaudit report OUT` (or the same command without --cell) writes the tables "
+                           "and figures")
+    return SweepStatus(results)

@@ -8,15 +8,18 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 
+from .fields import arg
+
 
 @dataclass(frozen=True)
 class Thresholds:
     """Defaults from SPEC §3; every one is a CLI flag."""
 
-    rho_max: float = 50.0  # D1: flag when ρ > rho_max
-    eps: float = 1e-8  # the cosine's denominator floor
-    ref_factor: float = 10.0  # D2: flag when ‖g_L‖ < ref_factor · eps
-    gap_min_pp: float = 2.0  # D3: flag when trained − frozen accuracy < gap_min_pp percentage points
+    rho_max: float = arg(50.0, help="D1 flag when ρ > X", lo=0, lo_open=True, metavar="X",
+                         group="measurement and thresholds")
+    eps: float = arg(1e-8, help="cosine floor ε", lo=0, lo_open=True, metavar="X")
+    ref_factor: float = arg(10.0, help="D2 flag when ‖g_L‖ < X·ε", lo=0, lo_open=True, metavar="X", advanced=True)
+    gap_min_pp: float = arg(2.0, help="D3 flag when gap < X pp", flag="gap-min", metavar="X")
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -102,3 +105,11 @@ def decision_table(methods: list[dict], chance: float, th: Thresholds) -> dict:
     pr_n = sum(r["protocol_walks_back"] for r in rows)
     return {"chance_acc": chance, "rows": rows, "standard_pair_count": sp_n, "protocol_count": pr_n, "n": n,
             "summary": f"the standard pair walks back {sp_n} of {n} methods; the protocol {pr_n} of {n}"}
+
+
+def fmt_ms(ms: dict | None, fmt: str = ".3f") -> str:
+    """``0.389 ± 0.001`` (or just the mean when n < 2); ``—`` when missing."""
+    if not ms or ms.get("mean") is None:
+        return "—"
+    s = format(ms["mean"], fmt)
+    return s if ms.get("std") is None else f"{s} ± {format(ms['std'], fmt.replace('+', ''))}"  # a std has no sign

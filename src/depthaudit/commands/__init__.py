@@ -30,7 +30,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     ``argv=None`` builds every command's full parser.
     """
     from .. import __version__
-    from .args import Parser
+    from .parser import Parser
 
     p = Parser(prog="depthaudit", description="Audit whether a credit-assignment method trains depth.")
     p.add_argument("--version", action="version", version=f"depthaudit {__version__}")

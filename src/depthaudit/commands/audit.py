@@ -7,55 +7,46 @@ from pathlib import Path
 import torch
 
 from ..api import check_probe_fits
+from ..config import TrainConfig
 from ..errors import UsageError
+from ..experiments.audit import AuditConfig
 from ..io import check_output_dir
 from ..runner import fitted_probe_batches
 from . import COMMANDS
 from .args import (
-    TRAINING_ONLY,
     add_train_args,
     audit_args,
-    check_probe_args,
     config_from_args,
     dedup_note,
-    hide_flags,
     out_arg,
-    probe_args,
+    probe_sizes,
     remember_sweep,
     shallow_blocks,
+    stopped,
     sweep_args,
     sweep_options,
 )
+from .parser import NONNEG_FLOAT, NONNEG_INT, add_fields, given, number
 
 
 def _audit_config(a: argparse.Namespace):
-    from ..experiments.audit import AuditConfig
+    """The AuditConfig of the flags given (AuditConfig and Thresholds fill in every other default)."""
     from ..verdicts import Thresholds
 
+    a.methods = a.methods or list(AuditConfig.methods)
+    a.seeds = a.seeds or list(AuditConfig.seeds)
     base = config_from_args(a)
     check_output_dir(a.out, subdirs=("runs",))
-    nb, bs = check_probe_args(a)
-    if a.track_every < 0 or not a.eps > 0 or not a.rho_max > 0:
-        raise UsageError("--track-every must be >= 0, --eps and --rho-max > 0")
-    if a.stop_on_flag and a.track_every != 1:
+    if a.stop_on_flag and a.track_every not in (None, 1):
         raise UsageError("--stop-on-flag needs the monitor every epoch; drop --track-every or set it to 1")
-    from ..methods import parse_method_spec
-
-    for m in a.methods:  # parsed once by config_from_args: canonical labels (`fa:` is `fa`)
-        parse_method_spec(m, base)
     if base.num_blocks < 1:
         raise UsageError("--num-blocks 0: the audit measures residual blocks; give at least 1")
     shallow = shallow_blocks(a, base.num_blocks)
-    if getattr(a, "fresh_b_draws", None) is not None and not getattr(a, "functional", False):
+    if a.fresh_b_draws is not None and not a.functional:
         print("depthaudit: note: --fresh-b-draws has no effect without --functional", file=sys.stderr)
-    draws = 20 if getattr(a, "fresh_b_draws", None) is None else a.fresh_b_draws
-    dedup_note(a.methods, "--methods")
     dedup_note(a.seeds, "--seeds")
-    return AuditConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), seeds=tuple(dict.fromkeys(a.seeds)),
-                       probe_batches=nb, probe_batch_size=bs, track_every=a.track_every,
-                       thresholds=Thresholds(a.rho_max, a.eps, a.ref_factor, a.gap_min), d1_stat=a.d1_stat,
-                       stop_on_flag=a.stop_on_flag, functional=getattr(a, "functional", False),
-                       fresh_b_draws=draws, shallow_blocks=shallow)
+    return AuditConfig(base=base, **given(a, AuditConfig), thresholds=Thresholds(**given(a, Thresholds)),
+                       shallow_blocks=shallow)
 
 
 def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
@@ -70,6 +61,8 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
         opts = remember_sweep(opts, out, argv)
     res = api.audit(acfg, out, sweep=opts, replace_report=a.replace_report, argv=["depthaudit", *argv])
     print(res.card)
+    if res.stopped:
+        return 0
     print(f"\nwrote {out / 'report.md'}, {out / 'report.json'} and {len(res.figures)} figures")
     return 0
 
@@ -83,17 +76,18 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     if a.scale_penalty:
         raise UsageError("intervene sets λ from --lambdas (or --penalty); drop --scale-penalty")
     acfg = _audit_config(a)
-    lambdas = [0.0, a.penalty] if a.penalty is not None else a.lambdas or [0.0, 1e-4, 1e-2, 1e-1]
-    dedup_note(lambdas, "--lambdas")
-    lambdas = list(dict.fromkeys(float(x) for x in lambdas))
-    if any(not x >= 0 for x in lambdas):
-        raise UsageError(f"--lambdas must be >= 0, got {lambdas}")
+    lambdas = [0.0, a.penalty] if a.penalty is not None else a.lambdas
+    if lambdas is not None:
+        dedup_note(lambdas, "--lambdas")
     out = Path(a.out)
     opts = sweep_options(a, out, acfg.base.device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
-    res = api.intervene(acfg, out, lambdas, sweep=opts, argv=["depthaudit", *argv])
+    grid = {} if lambdas is None else {"lambdas": lambdas}  # not given: the reference's grid (api.intervene)
+    res = api.intervene(acfg, out, sweep=opts, argv=["depthaudit", *argv], **grid)
     print(res.card)
+    if res.stopped:
+        return 0
     print(f"\nwrote {out / 'intervention.md'}, {out / 'intervention.json'} and {out / 'intervention.png'}")
     return 0
 
@@ -105,6 +99,7 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     from ..io import write_json, write_text
     from ..methods import METHODS
     from ..report.probes import credit_mix_figure, credit_mix_md, warm_start_md
+    from ..sweep import SweepStatus
 
     METHODS.get(a.method)  # an unknown method is one line now, not after the data loads
     if METHODS.get(a.method).exact_credits:
@@ -112,22 +107,23 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
                          "start measure nothing; probe a method whose credit differs (e.g. fa, dfa)")
     dedup_note(a.alphas, "--alphas")
     a.alphas = list(dict.fromkeys(a.alphas))
+    a.seeds = a.seeds or list(AuditConfig.seeds)
     base = config_from_args(a)
     check_output_dir(a.out, subdirs=("warm_start",))
-    if any(not 0 <= x <= 1 for x in a.alphas):
-        raise UsageError("--alphas must lie in [0, 1]")
     data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
-    check_probe_fits(a.probe_batch_size, data)
+    nb, bs = probe_sizes(a, AuditConfig)
+    check_probe_fits(bs, data)
     out = Path(a.out)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     seeds = tuple(dict.fromkeys(a.seeds))
-    probe = check_probe_args(a)
-    probe = (fitted_probe_batches(data, *probe), probe[1])
+    probe = (fitted_probe_batches(data, nb, bs), bs)
     opts = sweep_options(a, out, base.device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
     cb = credit_mix_sweep(base, a.method, a.alphas, seeds, out, data, data.sha256, probe, log=log,
                           argv=["depthaudit", *argv], opts=opts)
+    if isinstance(cb, SweepStatus):  # a cell listing or one cell: the sweep did what was asked
+        return stopped(cb)
     credit_mix_figure(cb, out / f"credit_mix_{a.method}.png")
     parts = [f"# Probes (ours): {a.method}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
              f"{base.epochs} epochs, seeds {list(seeds)}", "", "## Credit mix (ours)", "", credit_mix_md(cb), "",
@@ -150,13 +146,14 @@ def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     from .. import api
 
     base = config_from_args(a)
-    nb, bs = check_probe_args(a)
-    dedup_note(a.seeds, "--seeds")
+    nb, bs = probe_sizes(a, AuditConfig)
+    seeds = a.seeds or list(AuditConfig.seeds)
+    dedup_note(seeds, "--seeds")
     if a.out and Path(a.out).is_dir():
         raise UsageError(f"--out {a.out} is a folder; give a .json file path")
     if a.out:
         check_output_dir(Path(a.out).parent or Path("."))
-    res = api.identity(base, a.seeds, probe_batches=nb, probe_batch_size=bs, out=a.out)
+    res = api.identity(base, seeds, probe_batches=nb, probe_batch_size=bs, out=a.out)
     print(res.card)
     return 0
 
@@ -168,38 +165,37 @@ def register(sub) -> None:
                         "report the standard pair beside D1 scale, D2 reference validity, D3 depth utility.")
     audit_args(au, "results/audit")
     au.add_argument("--replace-report", action="store_true",
-                    help="overwrite OUT's report of a different audit configuration (runs are kept)")
+                    help="overwrite OUT's report of a different audit configuration (runs are kept)", advanced=True)
     au.set_defaults(func=cmd_audit)
 
     iv = sub.add_parser("intervene", help=COMMANDS["intervene"][1],
                         description="Run the audit at every λ of --lambdas (the reference's grid and 30 epochs by "
                         "default); report D1/D2/D3, accuracy and per-layer cosines side by side, and a figure.")
-    audit_args(iv, "results/intervene")
-    iv.set_defaults(methods=["dfa"], epochs=30)
-    iv.add_argument("--lambdas", nargs="+", type=float, default=None, metavar="λ",
-                    help="λ grid of the penalty (default: the reference's 0 1e-4 1e-2 1e-1)")
-    iv.add_argument("--penalty", type=float, default=None, metavar="X", help="shorthand for --lambdas 0 X")
+    audit_args(iv, "results/intervene", defaults={"methods": ["dfa"], "epochs": 30})
+    g = iv.group(None)
+    g.add_argument("--lambdas", nargs="+", type=NONNEG_FLOAT, default=None, metavar="λ",
+                   help="λ grid of the penalty (default: the reference's 0 1e-4 1e-2 1e-1)")
+    g.add_argument("--penalty", type=NONNEG_FLOAT, default=None, metavar="X",
+                   help="shorthand for --lambdas 0 X")
     iv.set_defaults(func=cmd_intervene)
 
     br = sub.add_parser("probes", help=COMMANDS["probes"][1],
                         description="Ours, not the protocol's methods. Credit mix: train with (1-α)·method + α·BP "
                         "credit over --alphas. BP warm start (--pre-epochs > 0): BP first, then the method from there.")
-    add_train_args(br, per_run=False)
-    br.set_defaults(methods=None)
-    br.add_argument("--method", default="dfa", help="the method to mix with BP (default: dfa)")
-    br.add_argument("--alphas", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0], metavar="A",
-                    help="α grid (default: 0 0.25 0.5 0.75 1)")
-    br.add_argument("--pre-epochs", type=int, default=0, metavar="N", help="BP warm start: BP epochs first (0 = skip)")
-    probe_args(br)
+    add_fields(br, TrainConfig, skip={"train_blocks", "credit_mix", "warm_start", "seed"}, defaults={"method": "dfa"})
+    add_fields(br, AuditConfig, only={"seeds", "probe_batches", "probe_batch_size"})
+    g = br.group("probes")
+    g.add_argument("--alphas", nargs="+", type=number(float, {"lo": 0, "hi": 1}), default=[0.0, 0.25, 0.5, 0.75, 1.0],
+                   metavar="A", help="α grid")
+    g.add_argument("--pre-epochs", type=NONNEG_INT, default=0, metavar="N",
+                   help="BP warm start: BP epochs first (0 = skip)")
     out_arg(br, "results/probes")
     sweep_args(br, stacking=False)
-    hide_flags(br, {"methods"})  # probes take one --method
     br.set_defaults(func=cmd_probes)
 
     idt = sub.add_parser("identity", help=COMMANDS["identity"][1],
                          description="At random init: per-block |f_l(h)|/|h|, |h_L-h_0|/|h_0|, cos(h_L, h_0).")
-    add_train_args(idt, per_run=False)
-    hide_flags(idt, TRAINING_ONLY)  # the check is at initialisation: no training flag changes it
-    probe_args(idt)
+    add_train_args(idt, per_run=False, training=False)  # at initialisation: no training flag changes it
+    add_fields(idt, AuditConfig, only={"probe_batches", "probe_batch_size"})
     out_arg(idt, None, "write the numbers to this JSON file")
     idt.set_defaults(func=cmd_identity)

@@ -6,58 +6,52 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import UsageError
+from ..experiments.ladder import LadderConfig
 from ..io import check_output_dir
 from . import COMMANDS
 from .args import (
     add_train_args,
-    check_probe_args,
     config_from_args,
     dedup_note,
     out_arg,
-    probe_args,
     remember_sweep,
     shallow_args,
     shallow_blocks,
     sweep_args,
     sweep_options,
 )
+from .parser import NONNEG_INT, add_fields, given
 
 
 def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     """Depth-utility ladder (:func:`depthaudit.ladder`): the last k blocks for every k, method and seed."""
     from .. import api
-    from ..experiments.ladder import LadderConfig
 
     if a.gpu is not None:
-        if a.device not in ("auto", f"cuda:{a.gpu}"):
+        if a.device not in (None, "auto", f"cuda:{a.gpu}"):
             raise UsageError(f"--gpu {a.gpu} and --device {a.device} disagree; give one of them")
         a.device = f"cuda:{a.gpu}"
     check_audit_dir(a.audit_dir)
+    a.methods = a.methods or list(LadderConfig.methods)
+    a.seeds = a.seeds or list(LadderConfig.seeds)
     base = config_from_args(a)
     check_output_dir(a.output_dir, "--output_dir")
-    nb, bs = check_probe_args(a)
     if a.k_values is not None:
         dedup_note(a.k_values, "--k_values")
-    ks = tuple(dict.fromkeys(a.k_values if a.k_values is not None else range(base.num_blocks + 1)))
-    bad = [k for k in ks if k < 0 or k > base.num_blocks]
+    bad = [k for k in a.k_values or () if k > base.num_blocks]
     if bad:
         raise UsageError(f"--k_values {bad}: each k must be in 0..{base.num_blocks} (--num_blocks)")
-    from ..methods import parse_method_spec
-
-    for m in a.methods:  # parsed once by config_from_args: canonical labels (`fa:` is `fa`)
-        parse_method_spec(m, base)
-    dedup_note(a.methods, "--methods")
     dedup_note(a.seeds, "--seeds")
-    shallow = shallow_blocks(a, base.num_blocks)
-    lc = LadderConfig(base=base, methods=tuple(dict.fromkeys(a.methods)), k_values=ks,
-                      seeds=tuple(dict.fromkeys(a.seeds)), probe_batches=nb, probe_batch_size=bs,
-                      shallow_blocks=shallow)
+    lc = LadderConfig(base=base, **{"k_values": tuple(range(base.num_blocks + 1)), **given(a, LadderConfig)},
+                      shallow_blocks=shallow_blocks(a, base.num_blocks))
     opts = sweep_options(a, a.output_dir, base.device)  # bad sweep flags: one line, before any work
     if opts.cell is not None:
         opts = remember_sweep(opts, a.output_dir, argv)
     res = api.ladder(lc, a.output_dir, sweep=opts, audit_dir=a.audit_dir, verbose=a.verbose,
                      argv=["depthaudit", *argv])
     print(res.card)
+    if res.stopped:
+        return 0
     print(f"\nwrote {res.path}, {res.path.with_suffix('.md')} and {res.path.with_suffix('.png')}")
     return 0
 
@@ -217,18 +211,16 @@ def register(sub) -> None:
     la = sub.add_parser("ladder", help=COMMANDS["ladder"][1],
                         description="For each method, k and seed train only the last k blocks; one resumable JSON "
                         "per configuration (ladder_d{d}_L{L}_{dataset}.json), a table and a figure.")
-    add_train_args(la, per_run=False)
-    la.set_defaults(dataset="cifar10", seeds=[42, 123, 456], epochs=100)
-    g = la.add_argument_group("ladder")
-    g.add_argument("--k_values", "--k-values", dest="k_values", nargs="+", type=int, default=None, metavar="K",
-                   help="rungs k (default: 0..num_blocks)")
-    g.add_argument("--gpu", type=int, default=None, metavar="N", help="use cuda:N (same as --device cuda:N)")
-    probe_args(g)
+    add_train_args(la, per_run=False, sweep=LadderConfig, defaults={"dataset": "cifar10"})
+    add_fields(la, LadderConfig, skip={"methods", "seeds"})
+    g = la.group("ladder")
+    g.add_argument("--gpu", type=NONNEG_INT, default=None, metavar="N",
+                   help="use cuda:N (same as --device cuda:N)")
     shallow_args(g)
     out_arg(g, "results/depth_ladder", "folder for the ladder JSON, table and figure", shown="--output_dir",
             dest="output_dir")
     g.add_argument("--audit-dir", default=None, help="an audit --out folder to cross-check k=0 and k=L against")
-    g.add_argument("--verbose", action="store_true", help="print every epoch of every run")
+    g.add_argument("--verbose", action="store_true", help="print every epoch of every run", advanced=True)
     sweep_args(la)
     la.set_defaults(func=cmd_ladder)
 

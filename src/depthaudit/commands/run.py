@@ -24,9 +24,9 @@ def register(sub) -> None:
     t = sub.add_parser("train", help=COMMANDS["train"][1],
                        description="Train one residual model under one credit method (SPEC §2 recipe).")
     add_train_args(t)
-    g = t.add_argument_group("output")
+    g = t.group("output")
     out_arg(g, None, "output folder (default: runs/<config>)")
     g.add_argument("--force", action="store_true", help="overwrite an existing result.json")
-    g.add_argument("--no-checkpoint", "--no_checkpoint", dest="no_checkpoint", action="store_true",
+    g.add_argument("--no-checkpoint", "--no_checkpoint", dest="no_checkpoint", action="store_true", advanced=True,
                    help="do not write checkpoint.pt (weights + feedback)")
     t.set_defaults(func=cmd_train)

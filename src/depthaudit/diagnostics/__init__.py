@@ -1,33 +1,32 @@
-"""Diagnostics read stream states and credits on fixed probe batches; they never touch the optimizer."""
+"""Diagnostics read stream states and credits on fixed probe batches; they never touch the optimizer.
 
-from .base import EPS, Diagnostic, Probe, Tracker, robust_cosine
+Each quantity registers itself (:func:`register`, one file per quantity); the audit measures every registered
+diagnostic its tracking plan asks for (:meth:`Diagnostic.from_plan`), in their ``order``.
+"""
+
+from .base import DIAGNOSTICS, EPS, Diagnostic, Probe, Tracker, register, registered, robust_cosine
 from .credit_cosine import CreditCosine, RobustCosine, robust_aggregates, standard_cosines
 from .functional import FreshBNull, Nudging, PerturbationCorrelation
 from .monitor import Monitor
 from .stream import ReferenceNorm, StreamNorms
 from .update_cosine import UpdateCosine
 
-__all__ = ["EPS", "Diagnostic", "Probe", "Tracker", "robust_cosine", "CreditCosine", "RobustCosine",
-           "standard_cosines", "robust_aggregates", "Monitor", "ReferenceNorm", "StreamNorms", "UpdateCosine",
-           "FreshBNull", "Nudging", "PerturbationCorrelation", "audit_tracker", "audit_monitor"]
+__all__ = ["DIAGNOSTICS", "EPS", "Diagnostic", "Probe", "Tracker", "register", "registered", "robust_cosine",
+           "CreditCosine", "RobustCosine", "standard_cosines", "robust_aggregates", "Monitor", "ReferenceNorm",
+           "StreamNorms", "UpdateCosine", "FreshBNull", "Nudging", "PerturbationCorrelation", "audit_tracker",
+           "audit_monitor"]
 
 
 def audit_tracker(batches, every: int = 1, eps: float = EPS, d1_stat: str = "median",
                   functional: dict | None = None) -> Tracker:
-    """The audit's standard set: standard and robust credit cosines, update cosines, stream norms/ρ, ‖g_L‖.
+    """Every registered diagnostic the plan asks for, every ``every`` epochs.
 
+    By default: the standard and robust credit cosines, update cosines, stream norms/ρ and ‖g_L‖.
     ``functional`` (``{"every", "directions", "step", "eta", "fresh_b_draws", "seed"}``) adds the functional
     measurements (perturbation correlation, nudging, fresh-B null when ``fresh_b_draws > 0``).
     """
-    diags = [CreditCosine(every), RobustCosine(every), UpdateCosine(every), StreamNorms(every, d1_stat),
-             ReferenceNorm(every)]
-    if functional:
-        f = functional
-        diags += [PerturbationCorrelation(f["every"], f["directions"], f["step"], f["seed"]),
-                  Nudging(f["every"], f["eta"])]
-        if f["fresh_b_draws"] > 0:
-            diags.append(FreshBNull(f["every"], f["fresh_b_draws"], f["seed"]))
-    return Tracker(batches, diags, eps)
+    plan = {"every": every, "d1_stat": d1_stat, "functional": functional}
+    return Tracker(batches, [d for cls in registered() if (d := cls.from_plan(plan)) is not None], eps)
 
 
 def audit_monitor(tracking: dict) -> Monitor | None:

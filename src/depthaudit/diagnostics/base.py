@@ -21,6 +21,8 @@ from ..methods.base import CreditMethod
 from ..methods.bp import bp_credits
 from ..models.base import ResidualModel
 from ..recipe import Trace, output_error, readout_pass, trace_forward
+from ..registry import Registry
+from ..verdicts import fmt_ms
 
 EPS = 1e-8  # the standard cosine's denominator floor (F.cosine_similarity's default, fp32)
 
@@ -96,9 +98,16 @@ class Probe:
 
 
 class Diagnostic:
-    """A quantity measured on a :class:`Probe`; ``schedule(epoch)`` says when (epoch 0 = init)."""
+    """A quantity measured on a :class:`Probe`; ``schedule(epoch)`` says when (epoch 0 = init).
+
+    A diagnostic registers itself (:func:`register`) and brings everything the audit does with it: which
+    instance a tracking plan asks for (:meth:`from_plan`), its part of a method's summary over seeds
+    (:meth:`summarise`) and of the per-epoch history (:meth:`trajectory`), and its section of the report card
+    (:meth:`section`). A new quantity is one file (plus its test); nothing else names it.
+    """
 
     name: ClassVar[str] = ""
+    order: ClassVar[int] = 100  # where it is measured, summarised and shown among the registered ones
 
     def __init__(self, every: int = 1):
         self.every = every
@@ -110,6 +119,56 @@ class Diagnostic:
     def compute(self, probe: Probe) -> dict:
         """Return JSON-able values."""
         raise NotImplementedError
+
+    @classmethod
+    def from_plan(cls, plan: dict) -> "Diagnostic | None":
+        """The instance an audit's tracking plan asks for (``every``, ``d1_stat``, ``functional``), or None."""
+        return cls(plan["every"])
+
+    @classmethod
+    def read(cls, measured: dict | None) -> dict:
+        """This quantity's values in one measurement (``{name: values}``, e.g. a history entry's ``probe``)."""
+        return (measured or {}).get(cls.name) or {}
+
+    @classmethod
+    def summarise(cls, finals: list[dict], num_blocks: int) -> dict:
+        """Its part of a method's audit summary from each seed's final measurement (merged into the summary)."""
+        return {}
+
+    @classmethod
+    def trajectory(cls, points: list[list[dict]], num_blocks: int) -> dict:
+        """Its part of the summary's ``history``: per measured epoch, the seeds' measurements at that epoch."""
+        return {}
+
+    @classmethod
+    def section(cls, report: dict, table) -> tuple[str, str] | None:
+        """Its section of the audit card, ``(title, table(headers, rows))``, or None (nothing to show)."""
+        return None
+
+
+DIAGNOSTICS: Registry[type[Diagnostic]] = Registry("diagnostic")
+
+
+def register(cls: type[Diagnostic]) -> type[Diagnostic]:
+    """Class decorator: add a diagnostic to :data:`DIAGNOSTICS` under its ``name`` (the audit then measures it)."""
+    DIAGNOSTICS.register(cls.name)(cls)
+    return cls
+
+
+def registered() -> list[type[Diagnostic]]:
+    """The registered diagnostics in their ``order`` (ties: by name)."""
+    return sorted((DIAGNOSTICS.get(n) for n in DIAGNOSTICS.names()), key=lambda d: (d.order, d.name))
+
+
+def per_layer_rows(report: dict, key: str, sub: str | None = None) -> list[list[str]]:
+    """One card row per method: the seed mean ± std of a per-layer summary ``m[key]`` (or ``m[key][sub]``)."""
+    return [[m["method"], *(fmt_ms(v) for v in (m[key] if sub is None else (m.get(key) or {}).get(sub) or []))]
+            for m in report["methods"]]
+
+
+def layer_headers(report: dict) -> list[str]:
+    """``method, l=0 … l=L`` of the audit's model."""
+    return ["method", *(f"l={i}" for i in range(report["config"]["base"]["num_blocks"] + 1))]
 
 
 def robust_cosine(a: torch.Tensor, b: torch.Tensor) -> float:

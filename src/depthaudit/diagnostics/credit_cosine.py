@@ -3,7 +3,8 @@
 import torch
 import torch.nn.functional as F
 
-from .base import Diagnostic, Probe, robust_cosine
+from ..verdicts import mean_std
+from .base import Diagnostic, Probe, layer_headers, per_layer_rows, register, robust_cosine
 
 
 def standard_cosines(credits: list[torch.Tensor], reference: list[torch.Tensor], batch_size: int,
@@ -33,10 +34,12 @@ def robust_aggregates(credits: list[torch.Tensor], reference: list[torch.Tensor]
             "concat": robust_cosine(cat_c, cat_g)}
 
 
+@register
 class CreditCosine(Diagnostic):
     """The standard pair's cosine: per-layer Γ_l and the headline mean over layers (Mode 2 shows per layer)."""
 
     name = "credit_cosine"
+    order = 10
 
     def compute(self, probe: Probe) -> dict:
         """``per_layer`` Γ_l for l = 0..L and ``mean_per_layer`` (the headline Γ)."""
@@ -44,12 +47,49 @@ class CreditCosine(Diagnostic):
         return {"per_layer": per, "mean_per_layer": sum(per) / len(per), "eps": probe.eps,
                 "batch_size": probe.batch_size}
 
+    @classmethod
+    def summarise(cls, finals: list[dict], num_blocks: int) -> dict:
+        """The standard pair's aggregate Γ and the per-layer Γ_l (mean ± std over seeds)."""
+        cos = [cls.read(p) for p in finals]
+        return {"standard_pair": {"aggregate_cosine_mean_per_layer": mean_std([c.get("mean_per_layer") for c in cos])},
+                "per_layer_cosine": [mean_std([c.get("per_layer", [None] * (num_blocks + 1))[i] for c in cos])
+                                     for i in range(num_blocks + 1)]}
 
+    @classmethod
+    def trajectory(cls, points: list[list[dict]], num_blocks: int) -> dict:
+        """Per measured epoch, the seed-mean Γ_l of every layer."""
+        return {"per_layer_cosine": [[mean_std([cls.read(a)["per_layer"][i] for a in at])["mean"]
+                                      for i in range(num_blocks + 1)] for at in points]}
+
+    @classmethod
+    def section(cls, report: dict, table) -> tuple[str, str]:
+        """The per-layer Γ_l table."""
+        return ("Per-layer credit cosine Γ_l (standard: per-example, mean-loss reference, ε = 1e-8, fp32), end of "
+                "training", table(layer_headers(report), per_layer_rows(report, "per_layer_cosine")))
+
+
+@register
 class RobustCosine(Diagnostic):
     """Ours, beside the standard one: what the credit's direction really is when Γ has degenerated."""
 
     name = "robust_cosine"
+    order = 20
 
     def compute(self, probe: Probe) -> dict:
         """``per_layer``, ``mean_per_layer`` and ``concat`` in fp64 without a floor."""
         return robust_aggregates(probe.credits, probe.reference)
+
+    @classmethod
+    def summarise(cls, finals: list[dict], num_blocks: int) -> dict:
+        """Mean ± std over seeds of the per-layer mean, the concatenated cosine and each layer's."""
+        rob, L1 = [cls.read(p) for p in finals], num_blocks + 1
+        return {"robust_cosine": {"mean_per_layer": mean_std([c.get("mean_per_layer") for c in rob]),
+                                  "concat": mean_std([c.get("concat") for c in rob]),
+                                  "per_layer": [mean_std([c.get("per_layer", [None] * L1)[i] for c in rob])
+                                                for i in range(L1)]}}
+
+    @classmethod
+    def section(cls, report: dict, table) -> tuple[str, str]:
+        """The per-layer robust cosine table."""
+        return ("Per-layer robust cosine (ours: fp64 over the whole probe set, no floor)",
+                table(layer_headers(report), per_layer_rows(report, "robust_cosine", "per_layer")))

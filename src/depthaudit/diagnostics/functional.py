@@ -11,7 +11,8 @@
   feedback (``CreditMethod.random_feedback``); the CLI refuses it for the others.
 
 They run on the first probe batch only and at the end of training by default (``every = 0``): each costs
-many partial forward passes.
+many partial forward passes. They are measured only when the tracking plan asks for them (``audit
+--functional``); :class:`PerturbationCorrelation` brings the three's summary and card section.
 """
 
 import math
@@ -21,7 +22,8 @@ import torch.nn.functional as F
 
 from ..config import derive_seed
 from ..recipe import output_error, rms
-from .base import Diagnostic, Probe
+from ..verdicts import fmt_ms, mean_std
+from .base import Diagnostic, Probe, layer_headers, register
 from .credit_cosine import standard_cosines
 
 
@@ -45,14 +47,36 @@ def _first_batch(probe: Probe):
     return probe.batches[0][1], [h[:n] for h in probe.states], [c[:n] for c in probe.credits]
 
 
+@register
 class PerturbationCorrelation(Diagnostic):
     """Pearson r between predicted and true loss changes under random ε-perturbations of ``h_l``."""
 
     name = "perturbation_correlation"
+    order = 60
 
     def __init__(self, every: int = 0, directions: int = 32, step: float = 1e-3, seed: int = 0):
         super().__init__(every)
         self.directions, self.step, self.seed = directions, step, seed
+
+    @classmethod
+    def from_plan(cls, plan: dict) -> "PerturbationCorrelation | None":
+        """With the plan's ``functional`` measurements only."""
+        f = plan.get("functional")
+        return cls(f["every"], f["directions"], f["step"], f["seed"]) if f else None
+
+    @classmethod
+    def summarise(cls, finals: list[dict], num_blocks: int) -> dict:
+        """The functional measurements' seed means per layer (this family's summary); None when not measured."""
+        return {"functional": _functional_summary(finals, num_blocks)}
+
+    @classmethod
+    def section(cls, report: dict, table) -> tuple[str, str] | None:
+        """The functional measurements' table, when any method has them."""
+        rows = _functional_rows(report)
+        if not rows:
+            return None
+        return ("Functional credit measurements (end of training, first probe batch; r → 1 and Δℓ < 0 = a useful "
+                "credit)", table(["method", "measure", *layer_headers(report)[1:]], rows))
 
     def compute(self, probe: Probe) -> dict:
         """``per_layer`` r_l for l = 0..L and their mean."""
@@ -77,14 +101,22 @@ class PerturbationCorrelation(Diagnostic):
         return {"per_layer": out, "mean": sum(out) / len(out), "directions": self.directions, "step": self.step}
 
 
+@register
 class Nudging(Diagnostic):
     """Mean loss change when ``h_l`` moves by ``−η·c_l/rms(c_l)``; negative means the credit points downhill."""
 
     name = "nudging"
+    order = 70
 
     def __init__(self, every: int = 0, eta: float = 0.01):
         super().__init__(every)
         self.eta = eta
+
+    @classmethod
+    def from_plan(cls, plan: dict) -> "Nudging | None":
+        """With the plan's ``functional`` measurements only."""
+        f = plan.get("functional")
+        return cls(f["every"], f["eta"]) if f else None
 
     def compute(self, probe: Probe) -> dict:
         """``per_layer`` Δℓ for l = 0..L and the fraction of layers that go downhill."""
@@ -99,14 +131,22 @@ class Nudging(Diagnostic):
         return {"per_layer": out, "downhill_fraction": sum(d < 0 for d in out) / len(out), "eta": self.eta}
 
 
+@register
 class FreshBNull(Diagnostic):
     """Γ_l with ``n`` fresh feedback draws: the chance level; the trained method's z-score against it."""
 
     name = "fresh_b_null"
+    order = 80
 
     def __init__(self, every: int = 0, draws: int = 20, seed: int = 0):
         super().__init__(every)
         self.draws, self.seed = draws, seed
+
+    @classmethod
+    def from_plan(cls, plan: dict) -> "FreshBNull | None":
+        """With the plan's ``functional`` measurements and at least one draw."""
+        f = plan.get("functional")
+        return cls(f["every"], f["fresh_b_draws"], f["seed"]) if f and f["fresh_b_draws"] > 0 else None
 
     def compute(self, probe: Probe) -> dict:
         """Per layer: null mean and std over draws, the method's Γ_l and ``z``."""
@@ -130,3 +170,41 @@ class FreshBNull(Diagnostic):
         mean, std = t.mean(0), t.std(0)
         z = [(m - a) / s if s > 0 else math.nan for m, a, s in zip(mine, mean.tolist(), std.tolist(), strict=True)]
         return {"per_layer": mine, "null_mean": mean.tolist(), "null_std": std.tolist(), "z": z, "draws": self.draws}
+
+
+def _functional_summary(finals: list[dict], num_blocks: int) -> dict | None:
+    """Seed means per layer of the functional measurements, when they were taken."""
+    if not any(PerturbationCorrelation.name in p for p in finals):
+        return None
+
+    def per_layer(d: type[Diagnostic], key: str):
+        vals = [d.read(p).get(key) for p in finals]
+        vals = [v for v in vals if v is not None]
+        return [mean_std([v[i] for v in vals]) for i in range(num_blocks + 1)] if vals else None
+
+    fb = [FreshBNull.read(p) for p in finals]
+    refused = next((f["refused"] for f in fb if "refused" in f), None)
+    return {"perturbation_correlation": per_layer(PerturbationCorrelation, "per_layer"),
+            "nudging": per_layer(Nudging, "per_layer"),
+            "fresh_b_null": None if refused or not any(fb) else {
+                "null_mean": per_layer(FreshBNull, "null_mean"), "null_std": per_layer(FreshBNull, "null_std"),
+                "z": per_layer(FreshBNull, "z")},
+            "fresh_b_refused": refused or (None if any(fb) else "not measured")}
+
+
+def _functional_rows(report: dict) -> list[list[str]]:
+    rows = []
+    for m in report["methods"]:
+        f = m.get("functional")
+        if not f:
+            continue
+        L1 = len(f["nudging"] or [])
+        rows.append([m["method"], "perturbation r", *(fmt_ms(v) for v in f["perturbation_correlation"] or [])])
+        rows.append([m["method"], "nudge Δℓ", *(fmt_ms(v, ".2e") for v in f["nudging"] or [])])
+        fb = f.get("fresh_b_null")
+        if fb:
+            rows.append([m["method"], "fresh-B null Γ", *(fmt_ms(v) for v in fb["null_mean"])])
+            rows.append([m["method"], "z vs null", *(fmt_ms(v, ".1f") for v in fb["z"])])
+        else:
+            rows.append([m["method"], "fresh-B null", f["fresh_b_refused"], *[""] * (L1 - 1)])
+    return rows

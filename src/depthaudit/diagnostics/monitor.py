@@ -6,9 +6,11 @@ the training loop ends the run there (status ``stopped_flagged``).
 
 import math
 
+from .stream import ReferenceNorm, StreamNorms
+
 
 class Monitor:
-    """Reads the tracker's ``stream`` (ρ) and ``reference`` (‖g_L‖) values; remembers first firings."""
+    """Reads the tracker's :class:`StreamNorms` (ρ) and :class:`ReferenceNorm` (‖g_L‖); remembers first firings."""
 
     def __init__(self, rho_max: float = 50.0, g_min: float = 1e-7, stop_on_flag: bool = False):
         self.rho_max, self.g_min, self.stop_on_flag = rho_max, g_min, stop_on_flag
@@ -23,11 +25,12 @@ class Monitor:
     def update(self, epoch: int, measured: dict) -> list[str]:
         """Record one measurement; return the checks that fired for the first time at ``epoch``."""
         self.measured_epochs.append(epoch)
-        values = {"D1": measured.get("stream", {}).get("rho"), "D2": measured.get("reference", {}).get("g_L")}
+        values = {"D1": (StreamNorms, "rho"), "D2": (ReferenceNorm, "g_L")}  # the checks' quantities
         new = []
-        for name, v in values.items():
-            if "stream" not in measured and name == "D1" or "reference" not in measured and name == "D2":
+        for name, (quantity, key) in values.items():
+            if quantity.name not in measured:
                 continue
+            v = quantity.read(measured).get(key)
             if self.fired[name] is None and self._fires(name, v):
                 self.fired[name] = {"epoch": epoch, "value": v}
                 new.append(name)

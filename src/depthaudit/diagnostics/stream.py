@@ -2,7 +2,8 @@
 
 import math
 
-from .base import Diagnostic, Probe, median_norm
+from ..verdicts import mean_std
+from .base import Diagnostic, Probe, median_norm, register
 
 
 def _rho(norms: list[float]) -> tuple[list[float], float]:
@@ -12,6 +13,7 @@ def _rho(norms: list[float]) -> tuple[list[float], float]:
     return ratios, (max(ratios) if ratios else 1.0)
 
 
+@register
 class StreamNorms(Diagnostic):
     """``‖h_l‖`` for l = 0..L, the ratios ``‖h_l‖/‖h_{l-1}‖`` and ρ = their max (D1).
 
@@ -21,10 +23,16 @@ class StreamNorms(Diagnostic):
     """
 
     name = "stream"
+    order = 40
 
     def __init__(self, every: int = 1, stat: str = "median"):
         super().__init__(every)
         self.stat = stat
+
+    @classmethod
+    def from_plan(cls, plan: dict) -> "StreamNorms":
+        """Every ``plan['every']`` epochs in the plan's D1 statistic."""
+        return cls(plan["every"], plan.get("d1_stat", "median"))
 
     def compute(self, probe: Probe) -> dict:
         """``norms``, ``ratios``, ``rho`` (in ``stat``), plus ``median``/``mean`` variants and ``full_state``."""
@@ -40,7 +48,19 @@ class StreamNorms(Diagnostic):
             out["full_state"] = {"norms_median": full, "rho_median": _rho(full)[1]}
         return out
 
+    @classmethod
+    def summarise(cls, finals: list[dict], num_blocks: int) -> dict:
+        """Mean ± std over seeds of each ‖h_l‖ (ρ is D1's, summarised with the checks)."""
+        return {"stream_norms": [mean_std([cls.read(p).get("norms", [None] * (num_blocks + 1))[i] for p in finals])
+                                 for i in range(num_blocks + 1)]}
 
+    @classmethod
+    def trajectory(cls, points: list[list[dict]], num_blocks: int) -> dict:
+        """Per measured epoch, the seed-mean ρ."""
+        return {"rho": [mean_std([cls.read(a)["rho"] for a in at])["mean"] for at in points]}
+
+
+@register
 class ReferenceNorm(Diagnostic):
     """D2: per-example norm of the mean-loss BP reference ``g_l = ∂ℓ_mean/∂h_l`` on probe batches of B_p.
 
@@ -51,6 +71,7 @@ class ReferenceNorm(Diagnostic):
     """
 
     name = "reference"
+    order = 50
 
     def compute(self, probe: Probe) -> dict:
         """``norms`` per layer, ``g_L`` (what D2 checks), ``batch_size`` and the 0.1 figure."""
@@ -61,3 +82,8 @@ class ReferenceNorm(Diagnostic):
         if out["view"] != "full":
             out["full_state_g_L"] = median_norm(probe.reference[-1].flatten(1)) / bp
         return out
+
+    @classmethod
+    def trajectory(cls, points: list[list[dict]], num_blocks: int) -> dict:
+        """Per measured epoch, the seed-mean ‖g_L‖ (D2's quantity)."""
+        return {"g_L": [mean_std([cls.read(a)["g_L"] for a in at])["mean"] for at in points]}

@@ -2,9 +2,11 @@
 
 import torch
 
-from .base import Diagnostic, Probe, robust_cosine
+from ..verdicts import mean_std
+from .base import Diagnostic, Probe, per_layer_rows, register, robust_cosine
 
 
+@register
 class UpdateCosine(Diagnostic):
     """For block l: ``cos(∇θ⟨f_l, c_l⟩, ∇θ⟨f_l, g_l⟩)`` over the probe set; the latter is block l's BP gradient.
 
@@ -13,6 +15,7 @@ class UpdateCosine(Diagnostic):
     """
 
     name = "update_cosine"
+    order = 30
 
     def compute(self, probe: Probe) -> dict:
         """``per_block``: list of L cosines (None for frozen blocks)."""
@@ -39,3 +42,16 @@ class UpdateCosine(Diagnostic):
         for i in live:
             out[i] = robust_cosine(torch.cat([t.flatten() for t in mine[i]]), torch.cat([t.flatten() for t in ref[i]]))
         return {"per_block": out}
+
+    @classmethod
+    def summarise(cls, finals: list[dict], num_blocks: int) -> dict:
+        """Mean ± std over seeds of each block's update cosine."""
+        upd = [cls.read(p).get("per_block", [None] * num_blocks) for p in finals]
+        return {"update_cosine": [mean_std([u[i] for u in upd]) for i in range(num_blocks)]}
+
+    @classmethod
+    def section(cls, report: dict, table) -> tuple[str, str]:
+        """The per-block update cosine table."""
+        L = report["config"]["base"]["num_blocks"]
+        return ("Per-block update cosine (ours, robust: block's surrogate gradient vs its BP gradient)",
+                table(["method", *(f"block {i + 1}" for i in range(L))], per_layer_rows(report, "update_cosine")))

@@ -8,11 +8,21 @@ import torch
 
 from ..config import TrainConfig
 from ..data import DataBundle
+from ..diagnostics import ReferenceNorm, StreamNorms, registered
 from ..diagnostics.identity import identity_over_seeds
+from ..fields import (
+    arg,
+    check_ranges,
+    d1_stat_field,
+    methods_field,
+    probe_batch_size_field,
+    probe_batches_field,
+    seeds_field,
+)
 from ..methods import parse_method_spec
 from ..provenance import provenance
 from ..runner import probe_batch, run_slug, tracking_plan
-from ..sweep import FolderStore, RunSpec, run_sweep
+from ..sweep import FolderStore, RunSpec, SweepStatus, run_sweep
 from ..verdicts import Thresholds, accuracy_gap_pp, check_d1, check_d2, check_d3, decision_table, mean_std
 
 SCHEMA = "depthaudit.audit.v2"
@@ -23,17 +33,23 @@ class AuditConfig:
     """What the audit runs: the base training config, methods, seeds, probe and thresholds."""
 
     base: TrainConfig
-    methods: tuple[str, ...] = ("bp", "fa", "dfa")
-    seeds: tuple[int, ...] = (42,)
-    probe_batches: int = 10  # the reference: 10 held-out batches of 128
-    probe_batch_size: int = 128
-    track_every: int = 1
+    methods: tuple[str, ...] = methods_field()
+    seeds: tuple[int, ...] = seeds_field()
+    probe_batches: int = probe_batches_field()  # the reference: 10 held-out batches of 128
+    probe_batch_size: int = probe_batch_size_field()
+    track_every: int = arg(1, help="measure every N epochs; 0 = end only", lo=0)
     thresholds: Thresholds = field(default_factory=Thresholds)
-    d1_stat: str = "median"  # the reference's final form; "mean" is the option
-    stop_on_flag: bool = False  # end a trained run at the epoch D1 or D2 first fires
-    functional: bool = False  # perturbation correlation, nudging, fresh-B null at the end (trained runs)
-    fresh_b_draws: int = 20
+    d1_stat: str = d1_stat_field()  # the reference's final form; "mean" is the option
+    stop_on_flag: bool = arg(False, help="end a trained run at the epoch D1 or D2 first fires (status "
+                             "stopped_flagged)")
+    functional: bool = arg(False, help="also measure perturbation correlation, nudging and the fresh-B null at "
+                           "the end")
+    fresh_b_draws: int = arg(20, help="with --functional: fresh feedback draws of the null; 0 = skip", lo=0,
+                             advanced=True)
     shallow_blocks: int = 0  # > 0: also train the parameter-matched shallow baseline with this many blocks (ours)
+
+    def __post_init__(self):
+        check_ranges(self)
 
     def to_dict(self) -> dict:
         """JSON-able (the base config nested)."""
@@ -72,26 +88,6 @@ def _monitor_summary(trained: list[dict]) -> dict:
     return out
 
 
-def _functional_summary(probes: list[dict], L: int) -> dict | None:
-    """Seed means per layer of the functional measurements, when they were taken."""
-    if not any("perturbation_correlation" in p for p in probes):
-        return None
-
-    def per_layer(key, field):
-        vals = [p.get(key, {}).get(field) for p in probes]
-        vals = [v for v in vals if v is not None]
-        return [mean_std([v[i] for v in vals]) for i in range(L + 1)] if vals else None
-
-    fb = [p.get("fresh_b_null", {}) for p in probes]
-    refused = next((f["refused"] for f in fb if "refused" in f), None)
-    return {"perturbation_correlation": per_layer("perturbation_correlation", "per_layer"),
-            "nudging": per_layer("nudging", "per_layer"),
-            "fresh_b_null": None if refused or not any(fb) else {
-                "null_mean": per_layer("fresh_b_null", "null_mean"), "null_std": per_layer("fresh_b_null", "null_std"),
-                "z": per_layer("fresh_b_null", "z")},
-            "fresh_b_refused": refused or (None if any(fb) else "not measured")}
-
-
 def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: Thresholds) -> dict:
     """Aggregate one method's seeds into the standard pair, the three checks and per-layer detail."""
     statuses = [r["status"] for r in trained]
@@ -107,10 +103,8 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
     acc_t = [r["final"]["test_acc"] for r in trained]
     acc_f = [r["final"]["test_acc"] for r in frozen]
     gaps = [accuracy_gap_pp(_num(a), _num(b)) for a, b in zip(acc_t, acc_f, strict=True)]
-    cos = [p.get("credit_cosine", {}) for p in probes]
-    rob = [p.get("robust_cosine", {}) for p in probes]
-    rho = [_num(p.get("stream", {}).get("rho")) for p in probes]
-    g_l = [_num(p.get("reference", {}).get("g_L")) for p in probes]
+    rho = [_num(StreamNorms.read(p).get("rho")) for p in probes]  # D1's and D2's quantities
+    g_l = [_num(ReferenceNorm.read(p).get("g_L")) for p in probes]
     per_seed_checks = [{"D1": check_d1(r, th)["status"], "D2": check_d2(g, th)["status"],
                         "D3": check_d3(gp, th)["status"]} for r, g, gp in zip(rho, g_l, gaps, strict=True)]
     agg = {"rho": mean_std(rho), "g_L": mean_std(g_l), "gap_pp": mean_std(gaps)}
@@ -122,42 +116,38 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
         c["flagged_seeds"] = sum(s[k] == "FLAG" for s in per_seed_checks)
         if not pairs:  # nothing finished: no value to check
             c.update(value=None, margin=None, status="DIVERGED")
-    upd = [p.get("update_cosine", {}).get("per_block", [None] * L) for p in probes]
     # trajectories (seed-mean at each measured epoch) for the figures
     trajs = [_trajectory(r) for r in trained]
     epochs = sorted(set.intersection(*(set(e for e, _ in t) for t in trajs))) if trajs else []
-    hist = {"epochs": epochs, "per_layer_cosine": [], "rho": [], "g_L": []}
-    for e in epochs:
-        at = [dict(t)[e] for t in trajs]
-        hist["per_layer_cosine"].append([mean_std([a["credit_cosine"]["per_layer"][i] for a in at])["mean"]
-                                         for i in range(L + 1)])
-        hist["rho"].append(mean_std([a["stream"]["rho"] for a in at])["mean"])
-        hist["g_L"].append(mean_std([a["reference"]["g_L"] for a in at])["mean"])
-    return {
+    points = [[dict(t)[e] for t in trajs] for e in epochs]
+    out = {
         "method": method,
         "n_seeds": len(statuses),
         "status": statuses,
         "diverged": diverged,
         "epochs_completed": [r["final"].get("epochs_completed") for r in trained],
-        "standard_pair": {"test_acc": mean_std(acc_t),
-                          "aggregate_cosine_mean_per_layer": mean_std([c.get("mean_per_layer") for c in cos])},
-        "robust_cosine": {"mean_per_layer": mean_std([c.get("mean_per_layer") for c in rob]),
-                          "concat": mean_std([c.get("concat") for c in rob]),
-                          "per_layer": [mean_std([c.get("per_layer", [None] * (L + 1))[i] for c in rob])
-                                        for i in range(L + 1)]},
+        "standard_pair": {"test_acc": mean_std(acc_t)},
         "monitor": _monitor_summary(everyone),  # when each check fired: diverged runs included (it is why)
-        "functional": _functional_summary(probes, L),
         "checks": checks,
         "flags": [k for k, c in checks.items() if c["status"] == "FLAG"] if pairs else ["diverged"],
         "trained_test_acc": mean_std(acc_t),
         "frozen_test_acc": mean_std(acc_f),
-        "per_layer_cosine": [mean_std([c.get("per_layer", [None] * (L + 1))[i] for c in cos]) for i in range(L + 1)],
-        "update_cosine": [mean_std([u[i] for u in upd]) for i in range(L)],
-        "stream_norms": [mean_std([p.get("stream", {}).get("norms", [None] * (L + 1))[i] for p in probes])
-                         for i in range(L + 1)],
-        "history": hist,
+        "history": {"epochs": epochs},
         "runs": {"trained": [run_slug_of(r) for r in trained], "frozen": [run_slug_of(r) for r in frozen]},
     }
+    for d in registered():  # each quantity's own summary and history (diagnostics/*.py)
+        _merge(out, d.summarise(probes, L))
+        out["history"].update(d.trajectory(points, L))
+    return out
+
+
+def _merge(into: dict, part: dict) -> None:
+    """Merge a diagnostic's summary into a method's (nested dicts key by key)."""
+    for k, v in part.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
 
 
 def identity_summary(per_seed: list[dict], num_blocks: int) -> dict:
@@ -211,14 +201,18 @@ def audit_specs(acfg: AuditConfig, data: DataBundle | None = None) -> list[RunSp
 
 
 def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=None, jobs: int = 1,
-              batch_runs: int = 1, opts=None) -> dict:
+              batch_runs: int = 1, opts=None) -> dict | SweepStatus:
     """Train (or reuse) every trained/frozen pair through the sweep runner, measure, return the report dict.
 
-    ``batch_runs > 1``: a method's pairs (and seeds) train stacked, that many runs at most (batched.py).
+    ``batch_runs > 1``: a method's pairs (and seeds) train stacked, that many runs at most (batched.py). A sweep
+    that stopped short (``--list-cells``, ``--cell``) is returned as its :class:`~depthaudit.sweep.SweepStatus`.
     """
     specs = audit_specs(acfg, data)
-    recs = run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
-                     run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
+    status = run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
+                       run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
+    if not status.complete:
+        return status
+    recs = status.records
     th = acfg.thresholds
     methods = [summarise_method(m, [recs[f"{m}/trained/s{s}"] for s in acfg.seeds],
                                 [recs[f"{m}/frozen/s{s}"] for s in acfg.seeds], th) for m in acfg.methods]

@@ -91,6 +91,7 @@ class DepthFamily:
     under_method = False  # trains under ``--method`` (the audit's recipe); else plain backprop
     growable = False  # ``grow`` can grow it
     pretrained = False  # measures given models (``--model``), one cell per model, instead of training depths
+    reads_text = False  # trains on ``--text`` (its budget is DEFAULT_EPOCHS), not on an image/vector dataset
     default_d_hidden: int | None = None  # width when ``--d-hidden`` is not given (None: the family has none)
     default_batch_size = 128
 
@@ -172,6 +173,8 @@ class DepthFamily:
         ident = {"family": self.name, "data": name, "data_sha256": sha, "epochs": cfg.epochs, "seed": cfg.seed,
                  "batch_size": cfg.batch_size, "lr": cfg.lr, "weight_decay": cfg.weight_decay,
                  "analysis_batches": cfg.analysis_batches, **self.saturation_identity(cfg)}
+        if getattr(cfg, "stop_after", None) is not None:  # (absent when not given: earlier files stay the same file)
+            ident["stop_after"] = cfg.stop_after
         return FileStore(Path(out) / f"saturation_{self.saturation_part(cfg)}_{name}.json", "depthaudit.saturation.v1",
                          ident)
 
@@ -198,7 +201,7 @@ class DepthFamily:
         data = self.run_data(run, data, device)
         model = self.build(run, data, device)
         hist, status = train_plain(model, data, run.epochs, run.batch_size, run.lr, run.weight_decay, run.seed,
-                                   device, log)
+                                   device, log, stop_after=run.stop_after)
         return Trained(model, data, hist, status)
 
     def tangent(self, model, seed_of):
@@ -324,6 +327,7 @@ class ResNetFamily(DepthFamily):
 @FAMILIES.register("gpt")
 class GPTFamily(DepthFamily):
     """A pre-LN causal decoder of base + N blocks on text (``--text``, default the embedded one), plain backprop."""
+    reads_text = True
 
     help = "decoder, text"
     default_d_hidden = 64
@@ -359,7 +363,7 @@ class GPTFamily(DepthFamily):
         model = GPTDecoder(data.vocab, run.context, run.d_hidden, run.base_blocks + run.extra, seed=run.seed)
         model = model.to(device)
         hist, status = train_plain(model, data, run.epochs, run.batch_size, run.lr, run.weight_decay, run.seed,
-                                   device, log, loss_fn=lm_loss)
+                                   device, log, loss_fn=lm_loss, stop_after=run.stop_after)
         return Trained(model, data, hist, status, loss_fn=lm_loss)
 
     def describe(self, run) -> str:
@@ -441,6 +445,7 @@ class PretrainedFamily(DepthFamily):
 
     help = "pretrained --model"
     pretrained = True
+    reads_text = True
     default_batch_size = 8  # 8 windows of --context tokens: fits a CPU, and a GPU for the larger Pythias
 
     def resolve(self, cfg, command: str):

@@ -42,7 +42,7 @@ class GrowConfig:
     data_dir: str | None = None
     download: bool = False
     extra: int = 3
-    epochs: int = 10
+    epochs: int | None = None  # the budget the schedule spans; None = the dataset's (text: DEFAULT_EPOCHS)
     insert_at: tuple[int, ...] | None = None
     batch_size: int | None = None
     lr: float = 1e-3
@@ -54,6 +54,7 @@ class GrowConfig:
     d_hidden: int | None = None
     base_blocks: int = 1
     base_width: int = 16
+    stop_after: int | None = None  # train only the first N epochs of the ``epochs`` budget's schedule
 
     def __post_init__(self):
         if self.insert_at is not None:
@@ -90,6 +91,7 @@ class GrowRun:
     d_hidden: int = 256
     base_blocks: int = 1
     base_width: int = 16  # resnet: stage widths w, 2w, 4w
+    stop_after: int | None = None  # train only the first N epochs of the ``epochs`` budget's schedule
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -104,7 +106,7 @@ class GrowRun:
     def same_as(self, stored: dict) -> bool:
         """Equality with a stored config (one stored before the families existed was a ResNet arm)."""
         legacy = {"family": "resnet", "method": None, "arch": "resmlp", "d_hidden": 256, "base_blocks": 1,
-                  "base_width": 16}
+                  "base_width": 16, "stop_after": None}
         return {**legacy, **stored} == self.to_dict()
 
     def recipe(self):
@@ -114,7 +116,8 @@ class GrowRun:
 
         blocks = self.base_blocks + (0 if self.arm == "grown" else self.extra)
         base = TrainConfig(dataset=self.dataset, data_dir=self.data_dir, arch=self.arch, d_hidden=self.d_hidden,
-                           num_blocks=blocks, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                           num_blocks=blocks, epochs=self.epochs, stop_after=self.stop_after,
+                           batch_size=self.batch_size, lr=self.lr,
                            weight_decay=self.weight_decay, seed=self.seed, device=self.device)
         return parse_method_spec(self.method or "bp", base)[1]
 
@@ -162,7 +165,8 @@ def resnet_arm(cfg: GrowRun, data, log, argv, t0) -> dict:
     model.train()
     hist, status = fit(data.x_train.shape[0], cfg.batch_size, cfg.epochs, cfg.lr, cfg.seed, device,
                        plain_step(model, opt, data), lambda: evaluate(model, data.x_test, data.y_test, 500),
-                       on_epoch_start=insert_due, on_epoch_end=blocks, log=log or (lambda m: None),
+                       last_epoch=cfg.stop_after, on_epoch_start=insert_due, on_epoch_end=blocks,
+                       log=log or (lambda m: None),
                        budget_note=f"{cfg.arm}: ")
     train_loss = evaluate(model, data.x_train, data.y_train, 1000)[0]
     final = {"train_loss": train_loss, "test_loss": hist[-1]["test_loss"] if hist else None,

@@ -8,7 +8,7 @@ cosines (Mode 2) move with it — reported as measured, whatever the data say.
 from dataclasses import replace
 from pathlib import Path
 
-from ..sweep import FolderStore, run_sweep
+from ..sweep import FolderStore, SweepStatus, run_sweep
 from .audit import AuditConfig, audit_specs, run_audit
 
 LAMBDAS = (0.0, 1e-4, 1e-2, 1e-1)
@@ -21,16 +21,19 @@ def _row(m: dict) -> dict:
 
 
 def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, argv=None, jobs: int = 1,
-                     batch_runs: int = 1, opts=None) -> dict:
+                     batch_runs: int = 1, opts=None) -> dict | SweepStatus:
     """One audit per λ (all sharing one run store); rows per method and λ.
 
     Every λ's runs go through one sweep first, so with ``batch_runs > 1`` runs of different λ train stacked;
-    each audit then finds its runs stored.
+    each audit then finds its runs stored. A sweep that stopped short (``--list-cells``, ``--cell``) is returned
+    as its :class:`~depthaudit.sweep.SweepStatus`.
     """
     grid = [replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))) for lam in lambdas]
     specs = [replace(s, key=f"lam{g.base.scale_penalty:g}/{s.key}") for g in grid for s in audit_specs(g, data)]
-    run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
-              run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
+    status = run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
+                       run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
+    if not status.complete:
+        return status
     audits = {float(lam): run_audit(replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))), data, out,
                                     log=log, argv=argv, jobs=jobs, batch_runs=batch_runs, opts=opts)
               for lam in lambdas}

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..config import LEGACY, TrainConfig
+from ..diagnostics import CreditCosine, ReferenceNorm, StreamNorms
+from ..fields import arg, check_ranges, methods_field, probe_batch_size_field, probe_batches_field, seeds_field
 from ..methods import parse_method_spec
 from ..runner import tracking_plan
 from ..sweep import FileStore, RunSpec
@@ -21,14 +23,18 @@ class LadderConfig:
     """Base config plus the grid: methods × k × seeds; the final state is measured on a probe batch."""
 
     base: TrainConfig
-    methods: tuple[str, ...] = ("bp", "fa", "dfa")
-    k_values: tuple[int, ...] = (0, 1, 2, 3, 4)
-    seeds: tuple[int, ...] = (42, 123, 456)
-    probe_batches: int = 10
-    probe_batch_size: int = 128
+    methods: tuple[str, ...] = methods_field()
+    k_values: tuple[int, ...] = arg((0, 1, 2, 3, 4), help="rungs k", lo=0, flag="k_values", aliases=("--k-values",),
+                                    metavar="K", group="ladder", default_text="0..num_blocks")
+    seeds: tuple[int, ...] = seeds_field((42, 123, 456))
+    probe_batches: int = probe_batches_field()
+    probe_batch_size: int = probe_batch_size_field()
     eps: float = 1e-8
     d1_stat: str = "median"
     shallow_blocks: int = 0  # > 0: also the parameter-matched shallow model per method and seed (ours)
+
+    def __post_init__(self):
+        check_ranges(self)
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -107,9 +113,9 @@ def aggregate(doc: dict) -> dict:
                                                          else rec["final"]["test_acc"])
         p = _final_probe(rec)
         e = extra.setdefault(m, {}).setdefault(k, {"rho": [], "g_L": [], "cos_mean": [], "diverged": []})
-        e["rho"].append(p.get("stream", {}).get("rho"))
-        e["g_L"].append(p.get("reference", {}).get("g_L"))
-        e["cos_mean"].append(p.get("credit_cosine", {}).get("mean_per_layer"))
+        e["rho"].append(StreamNorms.read(p).get("rho"))
+        e["g_L"].append(ReferenceNorm.read(p).get("g_L"))
+        e["cos_mean"].append(CreditCosine.read(p).get("mean_per_layer"))
         e["diverged"].append(rec["status"] == "diverged")
     table = {m: {k: {**mean_std(v), "diverged": sum(x is None for x in v)} for k, v in sorted(ks.items())}
              for m, ks in cells.items()}

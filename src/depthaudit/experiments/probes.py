@@ -11,8 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import LEGACY, TrainConfig
+from ..diagnostics import CreditCosine, RobustCosine
 from ..runner import tracking_plan
-from ..sweep import FileStore, FolderStore, RunSpec, run_sweep
+from ..sweep import FileStore, FolderStore, RunSpec, SweepStatus, run_sweep
 from ..verdicts import Thresholds, mean_std
 
 
@@ -21,14 +22,17 @@ def _final_cos(rec: dict) -> dict:
     for h in [*reversed(rec.get("history", [])), {"probe": rec.get("probe_init") or {}}]:
         if "probe" in h:
             p = h["probe"]
-            return {**p.get("credit_cosine", {}), "concat": p.get("robust_cosine", {}).get("concat")}
+            return {**CreditCosine.read(p), "concat": RobustCosine.read(p).get("concat")}
     return {}
 
 
 def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, data, data_sha256: str,
                   probe: tuple[int, int] = (10, 128), eps: float = 1e-8, jobs: int = 1, log=None, argv=None,
-                  opts=None) -> dict:
-    """Run (or resume) the α sweep and return its summary table (``probe`` = (batches, batch size))."""
+                  opts=None) -> dict | SweepStatus:
+    """Run (or resume) the α sweep and return its summary table (``probe`` = (batches, batch size)).
+
+    A sweep that stopped short (``--list-cells``, ``--cell``) is returned as its :class:`~depthaudit.sweep.SweepStatus`.
+    """
     tracking = tracking_plan(*probe, 0, Thresholds(eps=eps))
     specs = [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, credit_mix=float(a)), tracking)
              for a in alphas for s in seeds]
@@ -38,7 +42,10 @@ def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, d
     store = FileStore(Path(out) / name, "depthaudit.credit_mix.v1",
                       {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe)},
                       defaults={**TrainConfig().identity_dict(), **LEGACY})
-    recs = run_sweep(specs, store, data=data, jobs=jobs, log=log, argv=argv, opts=opts)
+    status = run_sweep(specs, store, data=data, jobs=jobs, log=log, argv=argv, opts=opts)
+    if not status.complete:
+        return status
+    recs = status.records
     rows = []
     for a in alphas:
         rs = [recs[f"a{a:g}/s{s}"] for s in seeds]
@@ -84,7 +91,7 @@ def warm_start_probe(base: TrainConfig, method: str, pre_epochs: int, seeds, out
         arms[f"{method}_from_bp/s{s}"] = replace(base, method=method, seed=s, warm_start=spec.checkpoint)
         arms[f"{method}_scratch/s{s}"] = replace(base, method=method, seed=s)
         arms[f"bp_continued/s{s}"] = replace(base, method="bp", method_options={}, seed=s, warm_start=spec.checkpoint)
-    recs = run_sweep([RunSpec(k, c, track) for k, c in arms.items()], store, data=data, log=log, argv=argv)
+    recs = run_sweep([RunSpec(k, c, track) for k, c in arms.items()], store, data=data, log=log, argv=argv).records
     rows = []
     for arm in (f"{method}_from_bp", f"{method}_scratch", "bp_continued"):
         rs = [recs[f"{arm}/s{s}"] for s in seeds]
@@ -94,6 +101,6 @@ def warm_start_probe(base: TrainConfig, method: str, pre_epochs: int, seeds, out
                      "cos_mean_start": mean_std([c.get("mean_per_layer") for c in start]),
                      "cos_mean_end": mean_std([c.get("mean_per_layer") for c in end]),
                      "cos_concat_end": mean_std([c.get("concat") for c in end]),
-                     "history": [[h["epoch"], h["test_acc"], h.get("probe", {}).get("credit_cosine", {})
-                                  .get("mean_per_layer")] for h in rs[0]["history"]]})
+                     "history": [[h["epoch"], h["test_acc"], CreditCosine.read(h.get("probe")).get("mean_per_layer")]
+                                 for h in rs[0]["history"]]})
     return {"method": method, "pre_epochs": pre_epochs, "rows": rows}

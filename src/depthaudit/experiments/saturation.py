@@ -40,7 +40,7 @@ class SaturationConfig:
     data_dir: str | None = None
     download: bool = False
     extra: tuple[int, ...] = (0, 1, 2, 3, 6)
-    epochs: int = 10
+    epochs: int | None = None  # the budget the schedule spans; None = the dataset's (text: DEFAULT_EPOCHS)
     batch_size: int | None = None
     lr: float = 1e-3
     weight_decay: float = 0.01
@@ -68,6 +68,7 @@ class SaturationConfig:
     grow_steps: int = 0
     grow_lr: float = 1e-3
     grow_train: str = "all"
+    stop_after: int | None = None  # train only the first N epochs of the ``epochs`` budget's schedule
 
     def __post_init__(self):
         for name in ("extra", "model"):  # lists from a caller or the CLI: stored as tuples (hashable, frozen)
@@ -108,6 +109,7 @@ class SaturationRun:
     delta: float | None = None  # separated test's δ (None = low_signal)
     margin: float | None = None  # separated test's t (None = 2 standard errors over the analysis batches, ours)
     base_width: int = 16  # resnet: stage widths w, 2w, 4w (16 = ResNet-CIFAR's; the paper's ImageNet-100 uses 32)
+    stop_after: int | None = None  # train only the first N epochs of the ``epochs`` budget's schedule
 
     def to_dict(self) -> dict:
         """JSON-able."""
@@ -120,7 +122,7 @@ class SaturationRun:
     def same_as(self, stored: dict) -> bool:
         """Equality with a stored config (fields added later: what that version ran — plain BP, training batches)."""
         legacy = {"method": None, "arch": "resmlp", "analysis_split": "train", "delta": None, "margin": None,
-                  "base_width": 16}
+                  "base_width": 16, "stop_after": None}
         return {**legacy, **stored} == self.to_dict()
 
     def recipe(self):
@@ -129,20 +131,25 @@ class SaturationRun:
         from ..methods import parse_method_spec
 
         base = TrainConfig(dataset=self.dataset, data_dir=self.data_dir, arch=self.arch, d_hidden=self.d_hidden,
-                           num_blocks=self.base_blocks + self.extra, epochs=self.epochs, batch_size=self.batch_size,
+                           num_blocks=self.base_blocks + self.extra, epochs=self.epochs, stop_after=self.stop_after,
+                           batch_size=self.batch_size,
                            lr=self.lr, weight_decay=self.weight_decay, seed=self.seed, device=self.device)
         return parse_method_spec(self.method or "bp", base)[1]
 
 
 def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed: int, device, log=None,
-                loss_fn=F.cross_entropy):
-    """Plain backprop (AdamW, the recipe's cosine schedule) through the one training loop: ``(history, status)``."""
+                loss_fn=F.cross_entropy, stop_after: int | None = None):
+    """Plain backprop (AdamW, the recipe's cosine schedule) through the one training loop: ``(history, status)``.
+
+    The schedule spans the ``epochs`` budget; ``stop_after`` trains only its first N epochs.
+    """
     from ..loop import evaluate, fit, plain_step
 
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
     model.train()
     return fit(data.x_train.shape[0], batch, epochs, lr, seed, device, plain_step(model, opt, data, loss_fn),
-               lambda: evaluate(model, data.x_test, data.y_test, 500, loss_fn), log=log or (lambda m: None))
+               lambda: evaluate(model, data.x_test, data.y_test, 500, loss_fn), last_epoch=stop_after,
+               log=log or (lambda m: None))
 
 
 def _analysis_batches(data, cfg: SaturationRun, device) -> list:

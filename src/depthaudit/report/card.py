@@ -1,12 +1,14 @@
-"""The audit report card: the standard pair beside the protocol's verdicts, per-layer detail, identity."""
+"""The audit report card: the standard pair beside the protocol's verdicts, per-layer detail, identity.
+
+The per-layer and functional sections are the diagnostics' own (:meth:`Diagnostic.section`, in registry order).
+"""
+
+from ..diagnostics import registered
+from ..verdicts import fmt_ms
+
+__all__ = ["audit_markdown", "audit_terminal", "fmt_ms"]
 
 
-def fmt_ms(ms: dict | None, fmt: str = ".3f") -> str:
-    """``0.389 ± 0.001`` (or just the mean when n < 2); ``—`` when missing."""
-    if not ms or ms.get("mean") is None:
-        return "—"
-    s = format(ms["mean"], fmt)
-    return s if ms.get("std") is None else f"{s} ± {format(ms['std'], fmt.replace('+', ''))}"  # a std has no sign
 
 
 def _check(c: dict, fmt: str) -> str:
@@ -31,24 +33,6 @@ def _rows(report: dict) -> list[list[str]]:
         rows.append([m["method"], fmt_ms(sp["test_acc"]), fmt_ms(sp["aggregate_cosine_mean_per_layer"]),
                      fmt_ms(rob), _check(ck["D1"], ".3g"), _check(ck["D2"], ".2e"),
                      _check(ck["D3"], "+.1f"), verdict])
-    return rows
-
-
-def _functional_rows(report: dict) -> list[list[str]]:
-    rows = []
-    for m in report["methods"]:
-        f = m.get("functional")
-        if not f:
-            continue
-        L1 = len(f["nudging"] or [])
-        rows.append([m["method"], "perturbation r", *(fmt_ms(v) for v in f["perturbation_correlation"] or [])])
-        rows.append([m["method"], "nudge Δℓ", *(fmt_ms(v, ".2e") for v in f["nudging"] or [])])
-        fb = f.get("fresh_b_null")
-        if fb:
-            rows.append([m["method"], "fresh-B null Γ", *(fmt_ms(v) for v in fb["null_mean"])])
-            rows.append([m["method"], "z vs null", *(fmt_ms(v, ".1f") for v in fb["z"])])
-        else:
-            rows.append([m["method"], "fresh-B null", f["fresh_b_refused"], *[""] * (L1 - 1)])
     return rows
 
 
@@ -113,11 +97,6 @@ def _headers(report: dict) -> list[str]:
             "verdict"]
 
 
-def _layer_rows(report: dict, key: str, sub: str | None = None) -> list[list[str]]:
-    return [[m["method"], *(fmt_ms(v) for v in (m[key] if sub is None else (m.get(key) or {}).get(sub) or []))]
-            for m in report["methods"]]
-
-
 def _table_text(headers, rows) -> str:
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True))  # noqa: E731
@@ -147,29 +126,19 @@ def _title(report: dict) -> str:
 
 
 def _sections(report: dict, table) -> list[tuple[str, str]]:
-    L = report["config"]["base"]["num_blocks"]
     ident = report["identity"]["summary"]
     id_rows = [[f"block {i + 1}: ‖f_l(h_(l-1))‖/‖h_(l-1)‖", fmt_ms(v)] for i, v in enumerate(ident["block_ratio"])]
     id_rows += [["stack: ‖h_L − h_0‖/‖h_0‖", fmt_ms(ident["stack_rel_change"])],
                 ["stack: cos(h_L, h_0)", fmt_ms(ident["stack_cos"])]]
     if "g_L_median" in ident:
         id_rows.append(["D2 ‖g_L‖ at init (mean loss, median per example)", fmt_ms(ident["g_L_median"], ".2e")])
-    layers = ["method", *(f"l={i}" for i in range(L + 1))]
     excl = any((m.get("diverged") or {}).get("excluded_seeds") for m in report["methods"])
     return [
         ("Standard pair vs protocol (value STATUS (margin))", table(_headers(report), _rows(report))),
         *([("Decision table: " + report["decision"]["summary"],
              table(["method", "standard pair walks back?", "protocol walks back?"], _decision_rows(report)))]
           if report.get("decision") else []),
-        ("Per-layer credit cosine Γ_l (standard: per-example, mean-loss reference, ε = 1e-8, fp32), end of training",
-         table(layers, _layer_rows(report, "per_layer_cosine"))),
-        ("Per-layer robust cosine (ours: fp64 over the whole probe set, no floor)",
-         table(layers, _layer_rows(report, "robust_cosine", "per_layer"))),
-        ("Per-block update cosine (ours, robust: block's surrogate gradient vs its BP gradient)",
-         table(["method", *(f"block {i + 1}" for i in range(L))], _layer_rows(report, "update_cosine"))),
-        *([("Functional credit measurements (end of training, first probe batch; r → 1 and Δℓ < 0 = a useful credit)",
-             table(["method", "measure", *(f"l={i}" for i in range(L + 1))], _functional_rows(report)))]
-          if _functional_rows(report) else []),
+        *[sec for d in registered() if (sec := d.section(report, table)) is not None],  # each quantity's own
         ("Training monitor: first epoch each check fired (per seed)",
          table(["method", "D1 fired at", "D2 fired at", "stopped at (--stop-on-flag)"], _monitor_rows(report))
          + _stopped_note(report)),

@@ -1,0 +1,207 @@
+"""A flag framework generated from config dataclasses (Hugging Face's ``HfArgumentParser`` way).
+
+Each config field declares its default, help, range or choices, group and advanced-ness once
+(:func:`depthaudit.fields.arg`); :func:`add_fields` turns it into a flag whose parser default is ``None`` ("not
+given"), and :func:`given` reads back what the user gave, so the dataclass fills in every default itself. A
+command may override a default (``ladder``: CIFAR-10); the help shows what applies. :class:`Parser` reports a
+bad flag in one line, lists one spelling per flag (``--d-hidden``; ``--d_hidden`` is accepted too) and keeps
+advanced flags for ``--help-all``.
+"""
+
+import argparse
+import copy
+import typing
+from dataclasses import MISSING, fields
+
+from ..fields import flag_name, out_of_range
+
+
+def number(kind, meta: dict | None = None):
+    """An argparse ``type``: parse ``kind``, refusing non-finite values and values outside the field's range."""
+
+    def conv(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        bad = out_of_range(v, meta or {})
+        if bad:
+            raise argparse.ArgumentTypeError(f"{text!r} {bad}" if bad.startswith("is") else f"{text} {bad}")
+        return v
+
+    conv.__name__ = kind.__name__
+    return conv
+
+
+# the types of the few flags no config field declares (the depth commands' own, the probe grids)
+POS_INT, NONNEG_INT = number(int, {"lo": 1}), number(int, {"lo": 0})
+POS_FLOAT, NONNEG_FLOAT = number(float, {"lo": 0, "lo_open": True}), number(float, {"lo": 0})
+
+
+class _HelpAll(argparse.Action):
+    """``--help-all``: the full help, every flag."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._show_all = True
+        parser.print_help()
+        parser.exit()
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Compact help: one spelling per flag; the default shown is the command's, else the field's."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=30, width=100)
+
+    def _format_action_invocation(self, action):
+        shown = [s for s in action.option_strings if not (s.startswith("--") and "_" in s
+                                                             and s.replace("_", "-") in action.option_strings)]
+        if shown and shown != action.option_strings:
+            action = copy.copy(action)
+            action.option_strings = shown
+        return super()._format_action_invocation(action)
+
+    def _expand_help(self, action):
+        text = super()._expand_help(action)
+        d = action.default if action.default is not None else getattr(action, "field_default", None)
+        if d is None or d is False or d == () or action.default is argparse.SUPPRESS or "default:" in text:
+            return text
+        d = " ".join(map(fmt, d)) if isinstance(d, list | tuple) else fmt(d)
+        return f"{text} (default: {d})"
+
+
+def fmt(v) -> str:
+    """A default as one types it: ``0.001``, ``1e-8``, ``42``."""
+    return f"{v:g}".replace("e-0", "e-") if isinstance(v, float) else str(v)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line (exit 2), not a usage dump; compact help; ``--help-all``."""
+
+    def __init__(self, *args, **kw):
+        kw.setdefault("formatter_class", _Formatter)
+        sub = kw.get("prog", "").count(" ")
+        if sub:  # subcommands: the groups below say it all
+            kw.setdefault("usage", "%(prog)s [options]")
+        super().__init__(*args, **kw)
+        self._show_all, self._groups = not sub, {}
+        if sub:
+            super().add_argument("--help-all", action=_HelpAll, nargs=0, help="show every flag, advanced ones too")
+
+    def add_argument(self, *names, **kw):
+        """Every ``--multi-word`` flag also takes ``--multi_word`` (the seed harness's spelling)."""
+        return _add(super().add_argument, self, names, kw)
+
+    def group(self, title: str | None):
+        """The help group ``title`` (made on first use; None = the top level)."""
+        if title is None:
+            return self
+        if title not in self._groups:
+            g = self._groups[title] = self.add_argument_group(title)
+            orig = g.add_argument
+            g.add_argument = lambda *names, **k: _add(orig, self, names, k)
+        return self._groups[title]
+
+    def format_help(self) -> str:
+        """The help; advanced flags (declared ``advanced``, method options) only with ``--help-all``."""
+        hidden = [] if self._show_all else [a for a in self._actions if getattr(a, "advanced", False)
+                                            and a.help is not argparse.SUPPRESS]
+        saved = [a.help for a in hidden]
+        for a in hidden:
+            a.help = argparse.SUPPRESS
+        try:
+            text = super().format_help()
+        finally:
+            for a, h in zip(hidden, saved, strict=True):
+                a.help = h
+        if hidden:
+            text += f"\n{len(hidden)} more flags (method options, variants, cluster resources): --help-all\n"
+        return text
+
+    def error(self, message):
+        """One line naming the problem, exit 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _add(add, parser, names, kw):
+    names, advanced = list(names), kw.pop("advanced", False)
+    for n in list(names):
+        alt = "--" + n[2:].replace("-", "_")
+        if n.startswith("--") and alt not in names and alt not in parser._option_string_actions:
+            names.append(alt)
+    action = add(*names, **kw)
+    action.advanced = advanced
+    return action
+
+
+def _kind(tp) -> tuple[type, bool]:
+    """``(element type, is a sequence)`` of an annotation: ``int | None`` → int; ``tuple[int, ...]`` → int, True."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (tuple, list):
+        return (args[0] if args else str), True
+    if args:
+        return _kind(next(a for a in args if a is not type(None)))
+    return tp, False
+
+
+def add_fields(p: Parser, cls, *, skip=(), only=None, defaults: dict | None = None, training: bool = True,
+               into: str | None = "") -> None:
+    """One flag per declared field of ``cls`` (and of its nested config dataclasses), as the field says.
+
+    ``skip``/``only`` select fields by name; ``defaults`` are this command's own defaults (shown in its help);
+    ``training=False`` hides the flags of training alone (kept accepted: shared command lines); ``into``: list
+    them in this help group (None: the top level) instead of the declared ones.
+    """
+    hints, group = typing.get_type_hints(cls), None
+    for f in fields(cls):
+        m = f.metadata
+        kind, seq = _kind(hints[f.name])
+        if "help" not in m:
+            if isinstance(f.default_factory, type) and hasattr(f.default_factory, "__dataclass_fields__"):
+                add_fields(p, f.default_factory, skip=skip, only=only, defaults=defaults, training=training)
+            continue
+        group = m["group"] or group
+        if f.name in skip or (only is not None and f.name not in only):
+            continue
+        choices = m["choices"]() if callable(m["choices"]) else m["choices"]
+        kw = {"dest": f.name, "default": (defaults or {}).get(f.name), "help": _help(m["help"])}
+        if kind is bool:
+            kw["action"] = "store_true"
+        else:
+            kw["type"] = number(kind, m) if kind in (int, float) else kind
+            kw["metavar"] = m["metavar"] or ("N" if kind is int else "X" if kind is float else None)
+            if choices is not None:
+                kw["choices"] = list(choices)
+                kw["metavar"] = m["metavar"]
+            if seq:
+                kw["nargs"] = "+"
+        if m["hidden"] or (m["training"] and not training):
+            kw["help"] = argparse.SUPPRESS
+        where = p.group(group if into == "" else into)
+        action = where.add_argument(flag_name(f), *m["aliases"], advanced=m["advanced"], **kw)
+        action.field_default = m["default_text"] or (f.default if f.default is not MISSING else None)
+
+
+def _help(text: str) -> str:
+    """A declared help text for argparse (``{NAMES}``: the registered credit methods)."""
+    if "{NAMES}" in text:
+        from ..methods import METHODS
+
+        text = text.replace("{NAMES}", "{" + ",".join(METHODS.names()) + "}")
+    return text.replace("%", "%%")
+
+
+def given(a: argparse.Namespace, cls) -> dict:
+    """``{field: value}`` of the declared fields of ``cls`` that the command line (or the command) set."""
+    out = {}
+    for f in fields(cls):
+        v = getattr(a, f.name, None)
+        if "help" in f.metadata and v is not None:
+            out[f.name] = tuple(dict.fromkeys(v)) if isinstance(v, list) else v
+    return out
+
+
+def field_default(cls, name: str):
+    """The declared default of ``cls.name``."""
+    f = cls.__dataclass_fields__[name]
+    return f.default if f.default is not MISSING else f.default_factory()

@@ -1,0 +1,95 @@
+"""Config fields that carry their own command-line flag (Hugging Face's ``HfArgumentParser`` way).
+
+A config dataclass declares each field once with :func:`arg`: its default, help, range or choices, the
+help group it is listed in and whether only ``--help-all`` shows it. The CLI's flags are generated from these
+declarations (``commands/args.py``), and :func:`check_ranges` applies the same ranges to a config built in
+Python, so a default or a range lives in exactly one place. Imports nothing heavy (``--help`` stays fast).
+"""
+
+import math
+from dataclasses import MISSING, field, fields, is_dataclass
+
+from .errors import UsageError
+
+
+def arg(default=MISSING, *, help: str, group: str | None = None, advanced: bool = False, lo=None, hi=None,
+        lo_open: bool = False, choices=None, metavar: str | None = None, flag: str | None = None,
+        aliases: tuple[str, ...] = (), factory=MISSING, default_text: str | None = None, per_run: bool = False,
+        training: bool = False, hidden: bool = False):
+    """A dataclass field with its flag's declaration in ``metadata``.
+
+    ``lo``/``hi`` bound a number (``lo_open``: strictly above ``lo``); ``choices`` is a sequence or a callable
+    returning one (a registry's names, read when the parser is built); ``flag`` overrides the flag's name
+    (default: the field's, dashed) and ``aliases`` are other accepted spellings; ``default_text`` is what the
+    help says for a default that is resolved later (``None`` = the dataset's); ``per_run``: a flag of commands
+    that train one run (``train``), not of sweeps; ``training``: hidden by commands that train nothing;
+    ``hidden``: accepted, never listed.
+    """
+    meta = {"help": help, "group": group, "advanced": advanced, "lo": lo, "hi": hi, "lo_open": lo_open,
+            "choices": choices, "metavar": metavar, "flag": flag, "aliases": tuple(aliases),
+            "default_text": default_text, "per_run": per_run, "training": training, "hidden": hidden}
+    if factory is not MISSING:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def flag_name(f) -> str:
+    """The flag a field is given as: ``--d-hidden`` for ``d_hidden`` (or the declared ``flag``)."""
+    return "--" + (f.metadata.get("flag") or f.name.replace("_", "-"))
+
+
+def out_of_range(value, meta) -> str | None:
+    """What is wrong with a number against its field's range (``"must be >= 1"``), None when it is in range."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return "is not a finite number"
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if lo is not None and (value <= lo if meta.get("lo_open") else value < lo):
+        return f"must be {'>' if meta.get('lo_open') else '>='} {lo}"
+    if hi is not None and value > hi:
+        return f"must be <= {hi}"
+    return None
+
+
+def check_ranges(obj) -> None:
+    """Refuse a config (or a nested one) holding a number outside its field's declared range: one line."""
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        if is_dataclass(v):
+            check_ranges(v)
+            continue
+        if "help" not in f.metadata or v is None:
+            continue
+        for x in v if isinstance(v, tuple | list) else (v,):
+            bad = out_of_range(x, f.metadata)
+            if bad:
+                raise UsageError(f"{flag_name(f)} {bad}, got {x}")
+
+
+# fields shared by the sweep configs (AuditConfig, LadderConfig): declared once here
+def methods_field(default=("bp", "fa", "dfa")):
+    """``methods``: one row per credit-method spec."""
+    return arg(default, help="credit methods, from {NAMES}; a variant as a row of its own: name:key=value "
+               "(e.g. fa:head=exact, fa-stream:identity)", metavar="M", group="credit and recipe", training=True)
+
+
+def seeds_field(default=(42,)):
+    """``seeds``: each method's runs, aggregated as mean ± std."""
+    return arg(default, help="seeds (mean ± std, ddof 1)", lo=0, hi=2**63 - 1, metavar="S")
+
+
+def probe_batches_field():
+    """``probe_batches``: the field's convention is 10 held-out batches of 128."""
+    return arg(10, help="held-out probe batches per measurement", lo=1, group="measurement and thresholds")
+
+
+def probe_batch_size_field():
+    """``probe_batch_size``: B_p of the mean-loss reference."""
+    return arg(128, help="probe batch size B_p of the mean-loss reference", lo=2)
+
+
+def d1_stat_field():
+    """``d1_stat``: the per-example stream-norm statistic of D1."""
+    return arg("median", help="per-example stream norm statistic for D1 (median: the reference's)",
+               choices=("median", "mean"), advanced=True)

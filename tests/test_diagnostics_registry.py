@@ -1,0 +1,108 @@
+"""Diagnostics register themselves: the audit measures, summarises and shows every registered one, so a new
+quantity is one file (here a plug-in written by the test) and nothing else names it."""
+
+import json
+import textwrap
+
+import pytest
+
+from depthaudit.cli import main
+from depthaudit.diagnostics import (
+    DIAGNOSTICS,
+    CreditCosine,
+    FreshBNull,
+    Nudging,
+    PerturbationCorrelation,
+    ReferenceNorm,
+    RobustCosine,
+    StreamNorms,
+    UpdateCosine,
+    audit_tracker,
+    registered,
+)
+
+
+def _lineup(tracker):
+    return [(type(d), vars(d)) for d in tracker.diagnostics]
+
+
+def test_the_audit_tracker_is_the_registry_in_order():
+    assert registered()[:8] == [CreditCosine, RobustCosine, UpdateCosine, StreamNorms, ReferenceNorm,
+                                PerturbationCorrelation, Nudging, FreshBNull]
+    # the standard set, every `every` epochs, D1 in the plan's statistic
+    assert _lineup(audit_tracker([], 3, d1_stat="mean")) == [
+        (CreditCosine, {"every": 3}), (RobustCosine, {"every": 3}), (UpdateCosine, {"every": 3}),
+        (StreamNorms, {"every": 3, "stat": "mean"}), (ReferenceNorm, {"every": 3})]
+    f = {"every": 0, "directions": 5, "step": 1e-2, "eta": 0.5, "fresh_b_draws": 4, "seed": 7}
+    got = _lineup(audit_tracker([], 1, functional=f))
+    assert got[5:] == [(PerturbationCorrelation, {"every": 0, "directions": 5, "step": 1e-2, "seed": 7}),
+                       (Nudging, {"every": 0, "eta": 0.5}), (FreshBNull, {"every": 0, "draws": 4, "seed": 7})]
+    assert [t for t, _ in _lineup(audit_tracker([], 1, functional={**f, "fresh_b_draws": 0}))][5:] == \
+        [PerturbationCorrelation, Nudging]
+
+
+PLUGIN = '''
+"""A new quantity in one file: the mean per-example norm of the method's credit at each layer."""
+
+from depthaudit.diagnostics import Diagnostic, register
+from depthaudit.diagnostics.base import layer_headers, per_layer_rows
+from depthaudit.verdicts import mean_std
+
+
+@register
+class CreditNorm(Diagnostic):
+    name = "credit_norm"
+    order = 35
+
+    def compute(self, probe):
+        return {"per_layer": [c.flatten(1).norm(dim=1).mean().item() for c in probe.credits]}
+
+    @classmethod
+    def summarise(cls, finals, num_blocks):
+        vals = [cls.read(p)["per_layer"] for p in finals]
+        return {"credit_norm": [mean_std([v[i] for v in vals]) for i in range(num_blocks + 1)]}
+
+    @classmethod
+    def section(cls, report, table):
+        return ("Per-layer mean credit norm (a plug-in's quantity)",
+                table(layer_headers(report), per_layer_rows(report, "credit_norm")))
+'''
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    (tmp_path / "credit_norm_plugin.py").write_text(textwrap.dedent(PLUGIN))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # the registry as it was, after the test (the plug-in registers at import)
+    monkeypatch.setattr(DIAGNOSTICS, "_items", dict(DIAGNOSTICS._items))
+    monkeypatch.setattr(DIAGNOSTICS, "_meta", dict(DIAGNOSTICS._meta))
+    yield "credit_norm_plugin"
+    import sys
+
+    sys.modules.pop("credit_norm_plugin", None)
+
+
+def test_a_new_quantity_is_one_file(tmp_path, plugin, capsys):
+    out = tmp_path / "audit"
+    argv = ["--plugin", plugin, "audit", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "2", "--methods", "fa",
+            "--probe-batches", "1", "--probe-batch-size", "16", "--device", "cpu", "--out", str(out)]
+    assert main(argv) == 0
+    card = capsys.readouterr().out
+    assert "Per-layer mean credit norm (a plug-in's quantity)" in card
+    # measured at every epoch of the tracked run, beside the built-in quantities; the frozen baseline is untracked
+    runs = {json.loads(p.read_text())["config"]["train_blocks"]: json.loads(p.read_text())
+            for p in (out / "runs").glob("*/result.json")}
+    trained = runs["all"]
+    assert [len(h["probe"]["credit_norm"]["per_layer"]) for h in trained["history"]] == [3, 3]
+    assert all(v > 0 for v in trained["history"][-1]["probe"]["credit_norm"]["per_layer"])
+    # its own summary in report.json (one seed: the mean is that run's final value), and its own section in the
+    # Markdown report, where its order puts it: after the update cosines, before the functional/monitor sections
+    report = json.loads((out / "report.json").read_text())
+    summary = report["methods"][0]["credit_norm"]
+    assert [s["mean"] for s in summary] == trained["history"][-1]["probe"]["credit_norm"]["per_layer"]
+    md = (out / "report.md").read_text()
+    assert md.index("Per-block update cosine") < md.index("Per-layer mean credit norm") < md.index("Training monitor")
+    # `depthaudit report` renders it again from the JSON, the same way
+    capsys.readouterr()
+    assert main(["--plugin", plugin, "report", str(out)]) == 0
+    assert "Per-layer mean credit norm (a plug-in's quantity)" in capsys.readouterr().out
