@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -235,3 +236,55 @@ def test_an_empty_option_list_is_the_same_row(capsys):
     acfg = _audit_config(build_parser(argv).parse_args(argv))
     assert acfg.methods == ("fa", "fa:head=exact")
     assert "--methods repeats fa" in capsys.readouterr().err
+
+
+BADMODEL = '''import torch
+from torch import nn
+from depthaudit.models import MODELS, ResidualAdapter
+
+
+class Stem(nn.Linear):
+    def forward(self, x):
+        raise ValueError('stem broke')
+
+
+class Net(nn.Module):
+    def __init__(self, d_in, d, n, c):
+        super().__init__()
+        self.stem, self.head = Stem(d_in, d), nn.Linear(d, c)
+        self.layers = nn.ModuleList(nn.Linear(d, d) for _ in range(n))
+
+
+@MODELS.register('badnet')
+def badnet(input_shape, num_classes, d_hidden=8, num_blocks=1, seed=0, **kw):
+    torch.manual_seed(seed)
+    return ResidualAdapter(Net(int(torch.tensor(input_shape).prod()), d_hidden, num_blocks, num_classes),
+                           embed="stem", blocks="layers", readout="head")
+'''
+AUDIT_TINY = ["--dataset", "mnist1d", "--seeds", "1", "--epochs", "1", "--d-hidden", "8", "--num-blocks", "1",
+              "--probe-batches", "1", "--probe-batch-size", "16", "--out", "o"]
+
+
+@pytest.mark.parametrize("plugin, args, where", [
+    ("plugin_badcredits", ["--methods", "badfa", "fa"], "plugin_badcredits.py:8 (in credits)"),
+    ("plugin_fewcredits", ["--methods", "fewfa", "fa"], "plugin_fewcredits.py:3)"),
+    ("plugin_badmodel", ["--arch", "badnet", "--methods", "bp", "fa"], "plugin_badmodel.py:8 (in forward)")],
+    ids=["method raises", "method returns too few", "model raises"])
+def test_a_plugin_failing_in_a_worker_is_named_as_with_one_job(tmp_path, monkeypatch, capsys, plugin, args, where):
+    """--jobs 2: the worker names the plug-in, its file and line (the driver's copy of the error has no traceback)."""
+    _setup(tmp_path)
+    (tmp_path / "plugin_badmodel.py").write_text(BADMODEL)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("DEPTHAUDIT_PLUGINS", "")
+    lines = {}
+    for jobs in ("1", "2"):
+        rc = main(["--plugin", plugin, "audit", *args, "--jobs", jobs, *AUDIT_TINY])
+        err = capsys.readouterr().err.strip().splitlines()
+        print(jobs, err)
+        assert rc == 2 and not any("Traceback" in ln for ln in err)
+        assert [ln for ln in err if "error" in ln] == err[-1:] and f"plug-in {plugin}" in err[-1] and where in err[-1]
+        lines[jobs] = re.sub(r"/\S*/(plugin_\w+\.py)", r"\1", err[-1])  # (an earlier test's copy may be imported)
+        stored = [p.parent.name for p in (tmp_path / "o" / "runs").glob("*/result.json")]
+        assert all("_resmlp_" in n and "_fa_" in n for n in stored), stored  # only the healthy method's runs
+    assert lines["1"] == lines["2"]

@@ -13,7 +13,7 @@ import threading
 
 from .commands import build_parser
 from .errors import SweepDone, UsageError
-from .plugins import import_plugins_in
+from .plugins import HALF_WRITTEN, import_plugins_in, plugin_blame
 
 # what a report prints that an ASCII (or Latin-1, …) terminal cannot: the closest plain spelling
 ASCII_FALLBACK = {"±": "+/-", "×": "x", "→": "->", "←": "<-", "—": "-", "–": "-", "≤": "<=", "≥": ">=", "≈": "~",
@@ -65,43 +65,6 @@ def _out_of_memory(exc: BaseException) -> str | None:
     return None
 
 
-def plugin_blame(exc: BaseException) -> str | None:
-    """One line when a user's plug-in (``--plugin``) raised, or its object was in use where the error arose.
-
-    Names the plug-in, the error and the plug-in's file and line; None when no plug-in is involved.
-    """
-    import inspect
-    import os
-
-    names = [n for n in os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",") if n in sys.modules]
-    if not names:
-        return None
-    files = {os.path.abspath(getattr(sys.modules[n], "__file__", "") or ""): n for n in names}
-    owner = lambda mod: next((n for n in names if mod == n or mod.startswith(n + ".")), None)  # noqa: E731
-    frames, tb = [], exc.__traceback__
-    while tb is not None:
-        frames.append((tb.tb_frame, tb.tb_lineno))
-        tb = tb.tb_next
-    what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
-    for frame, lineno in reversed(frames):  # the innermost line of the plug-in's own code
-        name = files.get(os.path.abspath(frame.f_code.co_filename))
-        if name:
-            return (f"plug-in {name} raised {what} at {frame.f_code.co_filename}:{lineno} (in "
-                    f"{frame.f_code.co_name}); fix the plug-in")
-    for frame, _ in reversed(frames):  # depthaudit raised while using a plug-in's object: what it returned
-        obj = frame.f_locals.get("self")
-        name = owner(type(obj).__module__) if obj is not None else None
-        if name:
-            cls = type(obj)
-            try:
-                where = f"{inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]}"
-            except (OSError, TypeError):
-                where = name
-            return (f"plug-in {name}: its {cls.__name__} ({where}) gave depthaudit something it cannot use: {what}; "
-                    "check what its methods return (e.g. one credit per layer)")
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point; bad input prints one line and returns 2, an interrupt one line and 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -145,7 +108,7 @@ def _main(argv: list[str]) -> int:
             if str(exc.filename).startswith(str(cache_dir())):
                 line += " (it is the data cache: set DEPTHAUDIT_CACHE_DIR to a writable folder)"
         if line is not None:
-            print(f"depthaudit: error: {line} (nothing half-written; finished runs are stored)", file=sys.stderr)
+            print(f"depthaudit: error: {line} {HALF_WRITTEN}", file=sys.stderr)
             return 2
         print("depthaudit: internal error (a bug, not your input): please report it with the traceback below",
               file=sys.stderr)

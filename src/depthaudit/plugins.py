@@ -2,6 +2,7 @@
 
 import importlib
 import os
+import sys
 
 from .errors import UsageError
 
@@ -35,8 +36,6 @@ def import_plugin(name: str) -> None:
 
 def import_plugins_in(argv: list[str]) -> None:
     """Import every ``--plugin MODULE`` of ``argv`` (also ``--plugin=MODULE``); workers inherit the list."""
-    import sys
-
     if "" not in sys.path and os.getcwd() not in sys.path:  # like `python -m`: modules beside you import
         sys.path.insert(0, os.getcwd())
     for i, tok in enumerate(argv):
@@ -47,3 +46,53 @@ def import_plugins_in(argv: list[str]) -> None:
             # spawned workers (any executor) import the same plug-ins before they run a spec
             os.environ["DEPTHAUDIT_PLUGINS"] = ",".join(
                 dict.fromkeys([*filter(None, os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",")), name]))
+
+
+def plugin_blame(exc: BaseException) -> str | None:
+    """One line when a user's plug-in (``--plugin``) raised, or its object was in use where the error arose.
+
+    Names the plug-in, the error and the plug-in's file and line; None when no plug-in is involved.
+    """
+    import inspect
+    import os
+
+    names = [n for n in os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",") if n in sys.modules]
+    if not names:
+        return None
+    files = {os.path.abspath(getattr(sys.modules[n], "__file__", "") or ""): n for n in names}
+    owner = lambda mod: next((n for n in names if mod == n or mod.startswith(n + ".")), None)  # noqa: E731
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+    for frame, lineno in reversed(frames):  # the innermost line of the plug-in's own code
+        name = files.get(os.path.abspath(frame.f_code.co_filename))
+        if name:
+            return (f"plug-in {name} raised {what} at {frame.f_code.co_filename}:{lineno} (in "
+                    f"{frame.f_code.co_name}); fix the plug-in")
+    for frame, _ in reversed(frames):  # depthaudit raised while using a plug-in's object: what it returned
+        obj = frame.f_locals.get("self")
+        name = owner(type(obj).__module__) if obj is not None else None
+        if name:
+            cls = type(obj)
+            try:
+                where = f"{inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]}"
+            except (OSError, TypeError):
+                where = name
+            return (f"plug-in {name}: its {cls.__name__} ({where}) gave depthaudit something it cannot use: {what}; "
+                    "check what its methods return (e.g. one credit per layer)")
+    return None
+
+
+HALF_WRITTEN = "(nothing half-written; finished runs are stored)"
+
+
+def plugin_error(exc: BaseException) -> UsageError | None:
+    """The one-line :class:`UsageError` for an error a plug-in caused (:func:`plugin_blame`), else None.
+
+    A worker process (``--jobs N``, a Ray or SLURM task) calls it where the error arose, while the traceback
+    still holds the plug-in's frames: what reaches the driver is this line, not a traceback-less copy.
+    """
+    line = plugin_blame(exc)
+    return UsageError(f"{line} {HALF_WRITTEN}") if line is not None else None
