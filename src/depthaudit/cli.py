@@ -73,10 +73,35 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         old_term = signal.signal(signal.SIGTERM, _term_to_interrupt)  # SIGTERM stops like Ctrl-C: cleanly
     try:
-        return _main(argv)
+        rc = _main(argv)
+        sys.stdout.flush()  # a pipe closed early breaks here, not in Python's exit flush
+        return rc
+    except BrokenPipeError:
+        return _reader_gone()
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
+
+
+# Exit status when whoever reads our output stops reading (`depthaudit … | head -1`): 141 = 128 + SIGPIPE, the
+# status a shell reports for `yes | head -1` and for any Unix tool ended by the broken pipe, so `set -o pipefail`
+# scripts see the same as with those tools; no traceback, no message (there is nobody to read it).
+BROKEN_PIPE_EXIT = 141
+
+
+def _reader_gone() -> int:
+    """The pipe we print into was closed: stop quietly (no traceback, not even at interpreter exit)."""
+    import os
+
+    from .io import remove_in_flight
+
+    remove_in_flight()
+    for stream in (sys.stdout, sys.stderr):  # Python's final flush must not fail again on the dead pipe
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass  # not a real file (a test's capture): nothing is flushed to a pipe at exit
+    return BROKEN_PIPE_EXIT
 
 
 def _main(argv: list[str]) -> int:
@@ -90,7 +115,7 @@ def _main(argv: list[str]) -> int:
             return exc.code if isinstance(exc.code, int) else 2
         return args.func(args, argv)
     except SweepDone as done:  # --list-cells / --cell: the sweep did what was asked
-        print(done)
+        print(done, flush=True)
         return 0
     except UsageError as exc:
         print(f"depthaudit: error: {exc}", file=sys.stderr)
@@ -100,6 +125,8 @@ def _main(argv: list[str]) -> int:
         print(f"depthaudit: {str(exc) or 'interrupted; finished runs are stored, nothing half-written was left'}",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise  # the reader went away (`| head`): main ends quietly
     except Exception as exc:
         line = environment_error(exc) or _out_of_memory(exc) or plugin_blame(exc)
         if line is not None and isinstance(exc, OSError) and exc.filename is not None:
