@@ -102,9 +102,10 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     """Our probes for one method: the credit-mix α sweep and the BP warm start."""
     from ..data import load_data
     from ..experiments.probes import credit_mix_sweep, warm_start_probe
-    from ..io import write_json, write_text
+    from ..io import staged, write_json, write_text
     from ..methods import METHODS
     from ..report.probes import credit_mix_figure, credit_mix_md, warm_start_md
+    from ..stores import claim_folder, still_owner
 
     METHODS.get(a.method)  # an unknown method is one line now, not after the data loads
     if METHODS.get(a.method).exact_credits:
@@ -126,21 +127,30 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     opts = sweep_options(a, out, base.device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
+    claim = None
+    if not opts.list_cells and opts.cell is None:  # this method's report in OUT belongs to one configuration:
+        # claimed under the folder's lock before anything trains (another method's probes sit beside it)
+        ident = {k: v for k, v in base.identity_dict().items() if k not in ("seed", "device", "data_dir", "download")}
+        claim = claim_folder(out, "probes", {**ident, "method": a.method, "alphas": a.alphas, "seeds": list(seeds),
+                                             "pre_epochs": a.pre_epochs, "probe": list(probe),
+                                             "data_sha256": data.sha256},
+                             a.replace_report, name=f"probes_{a.method}.identity.json")
     cb = credit_mix_sweep(base, a.method, a.alphas, seeds, out, data, data.sha256, probe, log=log,
                           argv=["depthaudit", *argv], opts=opts)
-    credit_mix_figure(cb, out / f"credit_mix_{a.method}.png")
     parts = [f"# Probes (ours): {a.method}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
              f"{base.epochs} epochs, seeds {list(seeds)}", "", "## Credit mix (ours)", "", credit_mix_md(cb), "",
              f"![credit mix](credit_mix_{a.method}.png)", ""]
     res = {"credit_mix": cb}
     if a.pre_epochs > 0:
         sb = warm_start_probe(base, a.method, a.pre_epochs, seeds, out, data, probe, log=log,
-                          argv=["depthaudit", *argv])
+                              argv=["depthaudit", *argv])
         res["warm_start"] = sb
         parts += [f"## BP warm start (ours; BP for {a.pre_epochs} epochs, then {base.epochs} more)", "",
                   warm_start_md(sb), ""]
-    write_json(out / f"probes_{a.method}.json", res)
-    write_text(out / f"probes_{a.method}.md", "\n".join(parts))
+    with still_owner(out, claim), staged(out) as tmp:  # JSON, table and figure: all of them or none
+        credit_mix_figure(cb, tmp / f"credit_mix_{a.method}.png")
+        write_json(tmp / f"probes_{a.method}.json", res)
+        write_text(tmp / f"probes_{a.method}.md", "\n".join(parts))
     print("\n".join(parts))
     return 0
 
@@ -193,6 +203,8 @@ def register(sub) -> None:
     probe_args(br)
     out_arg(br, "results/probes")
     sweep_args(br, stacking=False)
+    br.add_argument("--replace-report", action="store_true",
+                    help="take over OUT's probes of this method made under another configuration (runs are kept)")
     hide_flags(br, {"methods"})  # probes take one --method
     br.set_defaults(func=cmd_probes)
 
