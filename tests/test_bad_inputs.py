@@ -68,6 +68,21 @@ def _setup(tmp):
         for cls in ("a", "b"):
             (tmp / "imgs" / split / cls).mkdir(parents=True)
             Image.new("RGB", (size, size)).save(tmp / "imgs" / split / cls / "0.png")
+    # issue 25's re-walk: plug-ins whose objects break their contract (loader, model factory), data with NaN
+    (tmp / "plugin_nonedata.py").write_text(
+        "from depthaudit.data.base import DATASETS\n\n@DATASETS.register('nonedata')\n"
+        "def load(data_dir=None, download=False):\n    return None\n")
+    (tmp / "plugin_nandata.py").write_text(
+        "import numpy as np\nfrom depthaudit.data.base import DATASETS, ArrayData\n\n@DATASETS.register('nandata')\n"
+        "def load(data_dir=None, download=False):\n    x = np.full((8, 4), np.nan, np.float32)\n"
+        "    return ArrayData(x, np.arange(8) % 2, x, np.arange(8) % 2, 2, 'nan', 'n' * 64)\n")
+    (tmp / "plugin_linear.py").write_text(
+        "from torch import nn\nfrom depthaudit.models import MODELS\n\n@MODELS.register('plainlinear')\n"
+        "def make(input_shape, num_classes, d_hidden=8, num_blocks=1, mlp_ratio=None, seed=0):\n"
+        "    return nn.Linear(4, 2)\n")
+    (tmp / "plugin_narrow.py").write_text(
+        "from depthaudit.models import MODELS\n\n@MODELS.register('narrow')\ndef make(input_shape, num_classes):\n"
+        "    raise AssertionError('never called')\n")
     sat = {"schema": "depthaudit.saturation.v1", "identity": {"family": "resnet"},
            "runs": {"N0": {"blocks": 3, "params": 1, "config": {"extra": 0}, "final": {"test_acc": 0.5, "test_loss": 1},
                            "signal": {"AGmax": "x", "AG": [1], "V": [1], "low_signal": False}}}}
@@ -148,6 +163,19 @@ CASES = [
     (["audit", "--methods", "fa:head=exact,head=feedback"], "'head' is given twice"),
     (["--plugin", "plugin_badlabels", "train", "--dataset", "badlabels", *TINY_RUN], "labels span 0..7"),
     (["train", "--dataset", "imagefolder", "--data-dir", "imgs", *TINY_RUN], "train images are 8×8 but test"),
+    # issue 25's re-walk: an empty path is refused, not read as the default; a NUL byte; an empty --plugin
+    (["train", *TINY_RUN[:-2], "--out", ""], "--out: an empty path"),
+    (["ladder", "--output_dir", " "], "an empty path"),
+    (["report", ""], "DIR: an empty path"),
+    (["train", "--data-dir", "a\x00b", *TINY_RUN], "holds a NUL byte"),
+    (["--plugin", "", "train", *TINY_RUN], "--plugin '': an empty module name"),
+    # a plug-in's loader or model factory that breaks its contract: named with its file and line
+    (["--plugin", "plugin_nonedata", "train", "--dataset", "nonedata", *TINY_RUN], "plugin_nonedata.py:3) returned"),
+    (["--plugin", "plugin_nandata", "train", "--dataset", "nandata", *TINY_RUN], "hold 32 NaN or infinite values"),
+    (["--plugin", "plugin_linear", "train", "--arch", "plainlinear", "--dataset", "mnist1d", *TINY_RUN],
+     "returned a Linear, not a ResidualModel"),
+    (["--plugin", "plugin_narrow", "train", "--arch", "narrow", "--dataset", "mnist1d", *TINY_RUN],
+     "plugin_narrow.py:3) cannot be called as factory(input_shape, num_classes, d_hidden="),
 ]
 
 
@@ -288,3 +316,19 @@ def test_a_plugin_failing_in_a_worker_is_named_as_with_one_job(tmp_path, monkeyp
         stored = [p.parent.name for p in (tmp_path / "o" / "runs").glob("*/result.json")]
         assert all("_resmlp_" in n and "_fa_" in n for n in stored), stored  # only the healthy method's runs
     assert lines["1"] == lines["2"]
+
+
+def test_a_data_dir_a_generated_dataset_ignores_is_noted(tmp_path, capsys):
+    assert main(["train", "--dataset", "mnist1d", "--data-dir", str(tmp_path), "--epochs", "0", "--d-hidden", "8",
+                 "--num-blocks", "1", "--no-checkpoint", "--out", str(tmp_path / "o")]) == 0
+    assert "--data-dir has no effect with --dataset mnist1d" in capsys.readouterr().err
+
+
+def test_probes_take_a_method_spec(tmp_path, capsys):
+    """`probes --method fa:head=exact` as every command takes a spec (it was 'unknown method'); its own files."""
+    assert main(["probes", "--method", "fa:head=exact", "--dataset", "mnist1d", "--alphas", "0", "--seeds", "1",
+                 "--epochs", "1", "--d-hidden", "8", "--num-blocks", "1", "--probe-batches", "1",
+                 "--probe-batch-size", "16", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "probes_fa_head-exact.json").read_text())
+    runs = json.loads(Path(res["credit_mix"]["file"]).read_text())["runs"]
+    assert {r["config"]["method_options"]["head"] for r in runs.values()} == {"exact"}

@@ -41,6 +41,8 @@ def import_plugins_in(argv: list[str]) -> None:
     for i, tok in enumerate(argv):
         name = argv[i + 1] if tok == "--plugin" and i + 1 < len(argv) else (
             tok.split("=", 1)[1] if tok.startswith("--plugin=") else None)
+        if name is not None and not name.strip():
+            raise UsageError("--plugin '': an empty module name; give the plug-in module (e.g. --plugin myplugin)")
         if name:
             import_plugin(name)
             # spawned workers (any executor) import the same plug-ins before they run a spec
@@ -96,3 +98,13 @@ def plugin_error(exc: BaseException) -> UsageError | None:
     """
     line = plugin_blame(exc)
     return UsageError(f"{line} {HALF_WRITTEN}") if line is not None else None
+
+
+def defined_at(obj) -> str:
+    """``file:line`` where a function or class (a plug-in's factory, loader, method) is defined, else its name."""
+    import inspect
+
+    try:
+        return f"{inspect.getsourcefile(obj)}:{inspect.getsourcelines(obj)[1]}"
+    except (OSError, TypeError):
+        return getattr(obj, "__qualname__", repr(obj))

@@ -155,10 +155,28 @@ def _add(add, names, kw):
         taken = getattr(getattr(add, "__self__", None), "_option_string_actions", {})
         if n.startswith("--") and alt not in names and alt not in taken:
             names.append(alt)
-    dest = kw.get("dest") or next((n[2:].replace("-", "_") for n in names if n.startswith("--")), None)
+    dest = kw.get("dest") or next((n[2:].replace("-", "_") for n in names if n.startswith("--")),
+                                  names[0] if names and not names[0].startswith("-") else None)
     if kw.get("type") in (int, float):
         kw["type"] = RANGES.get(dest, number(kw["type"]))
+    elif dest in PATHS and kw.get("type") is None and kw.get("action") in (None, "store"):
+        kw["type"] = path_text
     return add(*names, **kw)
+
+
+# the flags that name a file or folder: an empty value (`--out ""`, an unset shell variable) is refused, not
+# read as "the default", and a NUL byte (which no path may hold) is refused before any file function sees it
+PATHS = {"out", "output_dir", "data_dir", "warm_start", "text", "audit_dir", "log_dir", "slurm_folder", "model", "dirs",
+         "dir", "path"}
+
+
+def path_text(text: str) -> str:
+    """A path flag's value: refused when empty (or blank) or when it holds a NUL byte."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a path, or drop the flag for its default")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} holds a NUL byte, which no path can hold")
+    return text
 
 
 def flag(group, name: str, **kw):
@@ -482,8 +500,12 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
         raise UsageError("--epochs 0 trains nothing (trained would equal frozen); give --epochs >= 1")
     if a.epochs == 0:
         _note("--epochs 0: nothing is trained; the record and checkpoint hold the initial (or --warm-start) weights")
+    from ..data import DATASETS
     from ..methods import parse_spec, with_flags
 
+    if (a.data_dir or a.download) and DATASETS.meta(a.dataset).get("generated"):
+        _note(f"--{'data-dir' if a.data_dir else 'download'} has no effect with --dataset {a.dataset}: it is "
+              "generated here, not read")
     flags = method_flag_values(a)
     unused_option_note(a, flags)
     opts = {}

@@ -115,10 +115,13 @@ def _saturation_hf(a: argparse.Namespace, argv: list[str], device: str) -> int:
     if a.grow_steps < 0 or a.grow_lr <= 0:
         raise UsageError("--grow-steps must be >= 0 and --grow-lr > 0")
     from ..models.gguf import check_gguf, is_gguf
+    from ..models.hf import check_hf
 
-    for m in a.model:  # a bad .gguf is one line before the store is claimed: nothing written
+    for m in a.model:  # a bad .gguf or an unloadable model is one line before the store is claimed: nothing written
         if is_gguf(m):
             check_gguf(m, a.revision)
+        else:
+            check_hf(m, a.revision)
     specs = [RunSpec(m, PretrainedRun(m, a.revision, a.text, a.context, a.continue_steps, a.continue_lr, bs,
                                       a.analysis_batches, a.low_signal, 4, a.seed, device, imp, a.bootstrap,
                                       a.grow_steps, a.grow_lr, a.grow_train),
