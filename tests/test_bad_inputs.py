@@ -155,7 +155,7 @@ CASES = [
     (["saturation", "--method", "fa"], "--family resmlp"),
     (["grow", "--family", "resmlp", "--method", "cb", "--dataset", "mnist1d"], "cannot grow"),
     (["saturation", "--text", "afile"], "--family gpt/resmlp"),
-    (["report", "rep_sat"], "cannot be rendered"),
+    (["report", "rep_sat"], "signal.AGmax is 'x', not a number"),
     (["report", "rep_hist"], "cannot be rendered"),
     (["audit", "--out", "rep_other", "--lr", "0.01"], "report of another audit"),
     (["saturation", "--model", "x"], "--family hf"),
