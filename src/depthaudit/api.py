@@ -187,7 +187,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
               log=log, run_log=(lambda m: log("    " + m)) if verbose else None)
     doc, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None)
     md_path = store.path.with_suffix(".md")
-    return Result(store.path, doc, table, md_path.read_text() if md_path.exists() else table,
+    return Result(store.path, doc, table, md_path.read_text(encoding="utf-8") if md_path.exists() else table,
                   [store.path.with_suffix(".png")])
 
 
@@ -297,7 +297,7 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
     import json
 
     try:
-        old = json.loads((out / "report.json").read_text()).get("config")
+        old = json.loads((out / "report.json").read_text(encoding="utf-8")).get("config")
     except (OSError, ValueError, AttributeError):
         return  # no report (or an unreadable one, which the report command names): nothing to protect
     new = json.loads(json.dumps(acfg.to_dict()))

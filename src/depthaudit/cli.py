@@ -68,6 +68,11 @@ def _out_of_memory(exc: BaseException) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; bad input prints one line and returns 2, an interrupt one line and 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    import os
+
+    for name in ("stdout", "stderr"):  # started with that descriptor closed (`>&-`): results still go to files
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as we do)
     plain_terminal()
     old_term = None
     if threading.current_thread() is threading.main_thread():
@@ -78,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     except BrokenPipeError:
         return _reader_gone()
+    except OSError as exc:  # the last of the output could not be written (stdout on a full disk, /dev/full)
+        print(f"depthaudit: error: cannot write the standard output ({exc.strerror or exc}); the files are written",
+              file=sys.stderr)
+        return 2
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
@@ -105,9 +114,16 @@ def _reader_gone() -> int:
 
 
 def _main(argv: list[str]) -> int:
+    import os
+
     from .io import environment_error, remove_in_flight
 
     try:
+        try:
+            os.getcwd()
+        except FileNotFoundError:
+            raise UsageError("the current folder no longer exists (removed while this shell stood in it); cd to an "
+                             "existing folder and rerun") from None
         import_plugins_in(argv)
         try:
             args = build_parser(argv).parse_args(argv)

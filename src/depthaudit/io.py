@@ -42,7 +42,7 @@ def environment_error(exc: BaseException) -> str | None:
         return None
     # a rename (os.replace) that failed names its destination second: that is the path the user knows
     where = exc.filename2 if getattr(exc, "filename2", None) is not None else \
-        exc.filename if exc.filename is not None else "a file"
+        exc.filename if exc.filename is not None else "a file (or the standard output)"
     return f"{where}: {exc.strerror or os.strerror(exc.errno)}; {_ENV_ERRNOS[exc.errno]}"
 
 

@@ -261,7 +261,7 @@ def read_json_doc(path: Path, runs: bool = False) -> dict:
     import json
 
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not valid JSON ({exc}); it is damaged — rerun the command that wrote it") from None
     if not isinstance(doc, dict):
@@ -312,7 +312,8 @@ def check_report_doc(path: Path, doc: dict) -> None:
 
     import jsonschema
 
-    schema = __import__("json").loads(files("depthaudit.report").joinpath("audit.schema.json").read_text())
+    schema_file = files("depthaudit.report").joinpath("audit.schema.json")
+    schema = __import__("json").loads(schema_file.read_text(encoding="utf-8"))
     try:
         jsonschema.validate({**doc, "figures": doc.get("figures", {})}, schema)
     except jsonschema.ValidationError as exc:
