@@ -169,6 +169,12 @@ CASES = [
     (["report", ""], "DIR: an empty path"),
     (["train", "--data-dir", "a\x00b", *TINY_RUN], "holds a NUL byte"),
     (["--plugin", "", "train", *TINY_RUN], "--plugin '': an empty module name"),
+    # --stored-only (report of cells) with a cell missing: refused before the folder or store is claimed
+    *[([cmd, *extra, "--dataset", "mnist1d", "--seeds", "1", *TINY_RUN[:6], "--probe-batches", "1",
+        "--probe-batch-size", "16", "--stored-only", "--out", "so"], "cells are not finished")
+      for cmd, extra in (("audit", ["--methods", "bp"]), ("ladder", ["--methods", "bp", "--k-values", "0"]),
+                         ("probes", ["--method", "fa", "--alphas", "0"]),
+                         ("intervene", ["--methods", "fa", "--lambdas", "0"]))],
     # a plug-in's loader or model factory that breaks its contract: named with its file and line
     (["--plugin", "plugin_nonedata", "train", "--dataset", "nonedata", *TINY_RUN], "plugin_nonedata.py:3) returned"),
     (["--plugin", "plugin_nandata", "train", "--dataset", "nandata", *TINY_RUN], "hold 32 NaN or infinite values"),

@@ -128,14 +128,14 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
     tag = a.method_spec.label.replace(":", "_").replace("=", "-").replace(",", "_")  # fa, fa_head-exact: file names
+    ident = {k: v for k, v in base.identity_dict().items() if k not in ("seed", "device", "data_dir", "download")}
+    ident = {**ident, "method": a.method_spec.label, "alphas": a.alphas, "seeds": list(seeds),
+             "pre_epochs": a.pre_epochs, "probe": list(probe), "data_sha256": data.sha256}
     claim = None
-    if not opts.list_cells and opts.cell is None:  # this method's report in OUT belongs to one configuration:
-        # claimed under the folder's lock before anything trains (another method's probes sit beside it)
-        ident = {k: v for k, v in base.identity_dict().items() if k not in ("seed", "device", "data_dir", "download")}
-        claim = claim_folder(out, "probes", {**ident, "method": a.method_spec.label, "alphas": a.alphas,
-                                             "seeds": list(seeds), "pre_epochs": a.pre_epochs, "probe": list(probe),
-                                             "data_sha256": data.sha256},
-                             a.replace_report, name=f"probes_{tag}.identity.json")
+    if not opts.list_cells and opts.cell is None and not opts.stored_only:  # this method's report in OUT belongs
+        # to one configuration: claimed under the folder's lock before anything trains (another method's probes
+        # sit beside it); --stored-only trains nothing and claims once every cell is found
+        claim = claim_folder(out, "probes", ident, a.replace_report, name=f"probes_{tag}.identity.json")
     cb = credit_mix_sweep(base, a.method, a.alphas, seeds, out, data, data.sha256, probe, log=log,
                           argv=["depthaudit", *argv], opts=opts)
     parts = [f"# Probes (ours): {a.method_spec.label}, {base.dataset} {base.arch} d={base.d_hidden} "
@@ -148,6 +148,8 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
         res["warm_start"] = sb
         parts += [f"## BP warm start (ours; BP for {a.pre_epochs} epochs, then {base.epochs} more)", "",
                   warm_start_md(sb), ""]
+    if claim is None and opts.stored_only:
+        claim = claim_folder(out, "probes", ident, a.replace_report, name=f"probes_{tag}.identity.json")
     with still_owner(out, claim), staged(out) as tmp:  # JSON, table and figure: all of them or none
         credit_mix_figure(cb, tmp / f"credit_mix_{tag}.png")
         write_json(tmp / f"probes_{tag}.json", res)
