@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,21 @@ def _setup(tmp):
         for cls in ("a", "b"):
             (tmp / "imgs" / split / cls).mkdir(parents=True)
             Image.new("RGB", (size, size)).save(tmp / "imgs" / split / cls / "0.png")
+    # issue 25's re-walk: plug-ins whose objects break their contract (loader, model factory), data with NaN
+    (tmp / "plugin_nonedata.py").write_text(
+        "from depthaudit.data.base import DATASETS\n\n@DATASETS.register('nonedata')\n"
+        "def load(data_dir=None, download=False):\n    return None\n")
+    (tmp / "plugin_nandata.py").write_text(
+        "import numpy as np\nfrom depthaudit.data.base import DATASETS, ArrayData\n\n@DATASETS.register('nandata')\n"
+        "def load(data_dir=None, download=False):\n    x = np.full((8, 4), np.nan, np.float32)\n"
+        "    return ArrayData(x, np.arange(8) % 2, x, np.arange(8) % 2, 2, 'nan', 'n' * 64)\n")
+    (tmp / "plugin_linear.py").write_text(
+        "from torch import nn\nfrom depthaudit.models import MODELS\n\n@MODELS.register('plainlinear')\n"
+        "def make(input_shape, num_classes, d_hidden=8, num_blocks=1, mlp_ratio=None, seed=0):\n"
+        "    return nn.Linear(4, 2)\n")
+    (tmp / "plugin_narrow.py").write_text(
+        "from depthaudit.models import MODELS\n\n@MODELS.register('narrow')\ndef make(input_shape, num_classes):\n"
+        "    raise AssertionError('never called')\n")
     sat = {"schema": "depthaudit.saturation.v1", "identity": {"family": "resnet"},
            "runs": {"N0": {"blocks": 3, "params": 1, "config": {"extra": 0}, "final": {"test_acc": 0.5, "test_loss": 1},
                            "signal": {"AGmax": "x", "AG": [1], "V": [1], "low_signal": False}}}}
@@ -139,7 +155,7 @@ CASES = [
     (["saturation", "--method", "fa"], "--family resmlp"),
     (["grow", "--family", "resmlp", "--method", "cb", "--dataset", "mnist1d"], "cannot grow"),
     (["saturation", "--text", "afile"], "--family gpt/resmlp"),
-    (["report", "rep_sat"], "cannot be rendered"),
+    (["report", "rep_sat"], "signal.AGmax is 'x', not a number"),
     (["report", "rep_hist"], "cannot be rendered"),
     (["audit", "--out", "rep_other", "--lr", "0.01"], "report of another audit"),
     (["saturation", "--model", "x"], "--family hf"),
@@ -147,6 +163,25 @@ CASES = [
     (["audit", "--methods", "fa:head=exact,head=feedback"], "'head' is given twice"),
     (["--plugin", "plugin_badlabels", "train", "--dataset", "badlabels", *TINY_RUN], "labels span 0..7"),
     (["train", "--dataset", "imagefolder", "--data-dir", "imgs", *TINY_RUN], "train images are 8×8 but test"),
+    # issue 25's re-walk: an empty path is refused, not read as the default; a NUL byte; an empty --plugin
+    (["train", *TINY_RUN[:-2], "--out", ""], "--out: an empty path"),
+    (["ladder", "--output_dir", " "], "an empty path"),
+    (["report", ""], "DIR: an empty path"),
+    (["train", "--data-dir", "a\x00b", *TINY_RUN], "holds a NUL byte"),
+    (["--plugin", "", "train", *TINY_RUN], "--plugin '': an empty module name"),
+    # --stored-only (report of cells) with a cell missing: refused before the folder or store is claimed
+    *[([cmd, *extra, "--dataset", "mnist1d", "--seeds", "1", *TINY_RUN[:6], "--probe-batches", "1",
+        "--probe-batch-size", "16", "--stored-only", "--out", "so"], "cells are not finished")
+      for cmd, extra in (("audit", ["--methods", "bp"]), ("ladder", ["--methods", "bp", "--k-values", "0"]),
+                         ("probes", ["--method", "fa", "--alphas", "0"]),
+                         ("intervene", ["--methods", "fa", "--lambdas", "0"]))],
+    # a plug-in's loader or model factory that breaks its contract: named with its file and line
+    (["--plugin", "plugin_nonedata", "train", "--dataset", "nonedata", *TINY_RUN], "plugin_nonedata.py:3) returned"),
+    (["--plugin", "plugin_nandata", "train", "--dataset", "nandata", *TINY_RUN], "hold 32 NaN or infinite values"),
+    (["--plugin", "plugin_linear", "train", "--arch", "plainlinear", "--dataset", "mnist1d", *TINY_RUN],
+     "returned a Linear, not a ResidualModel"),
+    (["--plugin", "plugin_narrow", "train", "--arch", "narrow", "--dataset", "mnist1d", *TINY_RUN],
+     "plugin_narrow.py:3) cannot be called as factory(input_shape, num_classes, d_hidden="),
 ]
 
 
@@ -235,3 +270,71 @@ def test_an_empty_option_list_is_the_same_row(capsys):
     acfg = _audit_config(build_parser(argv).parse_args(argv))
     assert acfg.methods == ("fa", "fa:head=exact")
     assert "--methods repeats fa" in capsys.readouterr().err
+
+
+BADMODEL = '''import torch
+from torch import nn
+from depthaudit.models import MODELS, ResidualAdapter
+
+
+class Stem(nn.Linear):
+    def forward(self, x):
+        raise ValueError('stem broke')
+
+
+class Net(nn.Module):
+    def __init__(self, d_in, d, n, c):
+        super().__init__()
+        self.stem, self.head = Stem(d_in, d), nn.Linear(d, c)
+        self.layers = nn.ModuleList(nn.Linear(d, d) for _ in range(n))
+
+
+@MODELS.register('badnet')
+def badnet(input_shape, num_classes, d_hidden=8, num_blocks=1, seed=0, **kw):
+    torch.manual_seed(seed)
+    return ResidualAdapter(Net(int(torch.tensor(input_shape).prod()), d_hidden, num_blocks, num_classes),
+                           embed="stem", blocks="layers", readout="head")
+'''
+AUDIT_TINY = ["--dataset", "mnist1d", "--seeds", "1", "--epochs", "1", "--d-hidden", "8", "--num-blocks", "1",
+              "--probe-batches", "1", "--probe-batch-size", "16", "--out", "o"]
+
+
+@pytest.mark.parametrize("plugin, args, where", [
+    ("plugin_badcredits", ["--methods", "badfa", "fa"], "plugin_badcredits.py:8 (in credits)"),
+    ("plugin_fewcredits", ["--methods", "fewfa", "fa"], "plugin_fewcredits.py:3)"),
+    ("plugin_badmodel", ["--arch", "badnet", "--methods", "bp", "fa"], "plugin_badmodel.py:8 (in forward)")],
+    ids=["method raises", "method returns too few", "model raises"])
+def test_a_plugin_failing_in_a_worker_is_named_as_with_one_job(tmp_path, monkeypatch, capsys, plugin, args, where):
+    """--jobs 2: the worker names the plug-in, its file and line (the driver's copy of the error has no traceback)."""
+    _setup(tmp_path)
+    (tmp_path / "plugin_badmodel.py").write_text(BADMODEL)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("DEPTHAUDIT_PLUGINS", "")
+    lines = {}
+    for jobs in ("1", "2"):
+        rc = main(["--plugin", plugin, "audit", *args, "--jobs", jobs, *AUDIT_TINY])
+        err = capsys.readouterr().err.strip().splitlines()
+        print(jobs, err)
+        assert rc == 2 and not any("Traceback" in ln for ln in err)
+        assert [ln for ln in err if "error" in ln] == err[-1:] and f"plug-in {plugin}" in err[-1] and where in err[-1]
+        lines[jobs] = re.sub(r"/\S*/(plugin_\w+\.py)", r"\1", err[-1])  # (an earlier test's copy may be imported)
+        stored = [p.parent.name for p in (tmp_path / "o" / "runs").glob("*/result.json")]
+        assert all("_resmlp_" in n and "_fa_" in n for n in stored), stored  # only the healthy method's runs
+    assert lines["1"] == lines["2"]
+
+
+def test_a_data_dir_a_generated_dataset_ignores_is_noted(tmp_path, capsys):
+    assert main(["train", "--dataset", "mnist1d", "--data-dir", str(tmp_path), "--epochs", "0", "--d-hidden", "8",
+                 "--num-blocks", "1", "--no-checkpoint", "--out", str(tmp_path / "o")]) == 0
+    assert "--data-dir has no effect with --dataset mnist1d" in capsys.readouterr().err
+
+
+def test_probes_take_a_method_spec(tmp_path, capsys):
+    """`probes --method fa:head=exact` as every command takes a spec (it was 'unknown method'); its own files."""
+    assert main(["probes", "--method", "fa:head=exact", "--dataset", "mnist1d", "--alphas", "0", "--seeds", "1",
+                 "--epochs", "1", "--d-hidden", "8", "--num-blocks", "1", "--probe-batches", "1",
+                 "--probe-batch-size", "16", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "probes_fa_head-exact.json").read_text())
+    runs = json.loads(Path(res["credit_mix"]["file"]).read_text())["runs"]
+    assert {r["config"]["method_options"]["head"] for r in runs.values()} == {"exact"}

@@ -118,6 +118,8 @@ def test_bad_pretrained_inputs_are_one_line(saved, tmp_path, capsys, monkeypatch
         err = [ln for ln in err if ln.startswith("depthaudit")]
         print(extra, "→", err)
         assert len(err) == 1 and want in err[0] and "Traceback" not in err[0]
+        if want in ("no such file", "cannot load it", "needs --model"):  # refused before the store is claimed
+            assert not out.exists(), extra
     assert main(["saturation", "--model", "x", "--out", str(tmp_path / "p")]) == 2
     assert "--family hf" in capsys.readouterr().err
     monkeypatch.setitem(__import__("sys").modules, "transformers", None)  # the extra not installed

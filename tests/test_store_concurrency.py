@@ -163,3 +163,42 @@ def test_per_run_lock_is_exclusive_across_processes(tmp_path):
         holder.wait()
     with store.run_lock(_spec(0.001), wait=False) as got:
         assert got  # released by the kernel when its holder died
+
+
+PROBES = ["probes", "--dataset", "mnist1d", "--d-hidden", "16", "--num-blocks", "1", "--method", "fa", "--seeds", "1",
+          "--epochs", "1", "--probe-batches", "1", "--probe-batch-size", "64"]
+
+
+def test_two_different_probes_into_one_folder_never_mix(tmp_path, cache):
+    """4 trials: probes of one method with different α grids (or warm starts) into one folder at once: one is
+    refused in one line before it trains, the folder's probes_fa.* are the winner's alone."""
+    variants = [(["--alphas", "0", "1"], ["--alphas", "0", "0.5", "1"]),
+                (["--alphas", "0", "1"], ["--alphas", "0", "1", "--pre-epochs", "1"])]
+
+    def trial(i):
+        a, b = variants[i % 2] if i < 2 else variants[i % 2][::-1]
+        out = tmp_path / f"t{i}"
+        return (a, b), _pair([*PROBES, *a], [*PROBES, *b], out, cache), out
+
+    with ThreadPoolExecutor(2) as pool:
+        trials = list(pool.map(trial, range(4)))
+    for (a, b), res, out in trials:
+        assert sorted(rc for rc, _ in res) == [0, 2], res
+        winner = [args for args, (rc, _) in zip((a, b), res, strict=True) if rc == 0][0]
+        loser_err = [err for rc, err in res if rc == 2][0]
+        assert len(_error_lines(loser_err)) == 1 and "belongs to another probes" in loser_err, loser_err
+        assert "Traceback" not in loser_err and not _trained(loser_err), loser_err
+        doc = json.loads((out / "probes_fa.json").read_text())
+        alphas = [float(x) for x in winner[1:winner.index("--pre-epochs")]] if "--pre-epochs" in winner \
+            else [float(x) for x in winner[1:]]
+        assert [r["alpha"] for r in doc["credit_mix"]["rows"]] == alphas
+        assert ("warm_start" in doc) == ("--pre-epochs" in winner)
+        claim = json.loads((out / "probes_fa.identity.json").read_text())
+        assert claim["identity"]["alphas"] == alphas
+
+
+def test_probes_of_two_methods_share_a_folder(tmp_path, cache):
+    """Each method's probes are their own report: fa and dfa into one folder at once both finish."""
+    res = _pair(PROBES, [*PROBES, "--method", "dfa"], tmp_path / "o", cache)
+    assert [rc for rc, _ in res] == [0, 0], res
+    assert (tmp_path / "o" / "probes_fa.json").exists() and (tmp_path / "o" / "probes_dfa.json").exists()

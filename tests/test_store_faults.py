@@ -267,3 +267,46 @@ def test_runs_only_in_the_json_are_reused_and_a_damaged_copy_is_named(tmp_path, 
     (tmp_path / "x.json").write_text((tmp_path / "l.json").read_text().replace('"runs": {', '"runs": {"bad": 3, ', 1))
     fresh.claim()
     assert "x.json (run bad) is of type int, not a run record" in capsys.readouterr().err
+
+
+# -- issue 25's re-walk --------------------------------------------------------------------------------------
+
+SATURATION = ["saturation", "--family", "resmlp", "--method", "bp", "--dataset", "mnist1d", "--extra", "0", "1",
+              "--epochs", "1", "--d-hidden", "8"]
+SAT = "saturation_resmlp_bp_mnist1d"
+
+
+@pytest.fixture(scope="module")
+def saturation(tmp_path_factory):
+    out = tmp_path_factory.mktemp("saturation")
+    assert main([*SATURATION, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_report_refuses_a_damaged_saturation_record_as_it_does_a_ladder_one(saturation, tmp_path, capsys, kind):
+    """A damaged record in saturation_*.runs (the assembled JSON still holding the intact copy) is named by
+    `report`, not rendered from the stale copy; the sweep run again names it and retrains only it."""
+    damage, words = DAMAGE[kind]
+    out = _copy(saturation, tmp_path / "o")
+    rec = out / f"{SAT}.runs" / "N1.json"
+    damage(rec)
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = _one_error(capsys.readouterr().err)
+    assert "N1.json" in err and words in err and "rerun the saturation command" in err
+    assert main([*SATURATION, "--out", str(out)]) == 0
+    assert "1 of 2 runs already finished" in capsys.readouterr().err
+    assert main(["report", str(out)]) == 0
+
+
+def test_a_folder_where_a_result_file_goes_is_named_by_its_own_path(audit, tmp_path, capsys):
+    """A folder standing where report.json or identity.json goes: the line names that path, not a temp file."""
+    for name in ("report.json", "identity.json"):
+        out = _copy(audit, tmp_path / name)
+        (out / name).unlink()
+        (out / name).mkdir()
+        assert main([*AUDIT, "--out", str(out)]) == 2
+        err = _one_error(capsys.readouterr().err)
+        assert f"{out / name}: Is a directory" in err or f"{name}: Is a directory" in err, err
+        assert ".tmp" not in err and ".render-" not in err, err

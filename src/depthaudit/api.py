@@ -185,13 +185,16 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
         pick_cell(audit_specs(config, data), opts.cell)
     log = _log(progress)
     claim = None
-    if not opts.list_cells:  # the folder's report belongs to one audit: claimed before anything trains
+    if not opts.list_cells and not opts.stored_only:  # the folder's report belongs to one audit: claimed before
+        # anything trains (--stored-only trains nothing: it claims once every cell is found, below)
         claim = claim_folder(out, "audit", audit_identity(config, data.sha256), replace_report)
         log(f"depthaudit audit: {', '.join(config.methods)} × seeds {list(config.seeds)} on {base.dataset} "
             f"{base.arch} d={base.d_hidden} L={base.num_blocks}, {base.epochs} epochs, {base.device} → {out}")
     report = run_audit(config, data, out, log=log, argv=argv or ["depthaudit.audit"], opts=opts)
     if not isinstance(report, dict):  # a cell listing or one cell: the sweep's status, no report
         return Result.stopped_sweep(out, report)
+    if claim is None:
+        claim = claim_folder(out, "audit", audit_identity(config, data.sha256), replace_report)
     with still_owner(out, claim), staged(out) as tmp:  # report, markdown and figures: all of them or none
         figures = audit_figures(report, tmp)
         report["figures"] = figures
@@ -228,7 +231,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
         pick_cell(specs, opts.cell)
     store = open_store(out, config, data.sha256)  # refuses a file of another configuration
     log = _log(progress)
-    if not opts.list_cells:
+    if not opts.list_cells and not opts.stored_only:  # (--stored-only: run_sweep claims once every cell is found)
         store.claim()  # under the lock: a sweep of another configuration started a moment ago is refused too
         log(f"depthaudit ladder: {len(specs)} runs ({len(config.methods)} methods × {len(config.k_values)} k × "
             f"{len(config.seeds)} seeds), {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
@@ -239,7 +242,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
         return Result.stopped_sweep(store.path, status)
     doc, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None)
     md_path = store.path.with_suffix(".md")
-    return Result(store.path, doc, table, md_path.read_text() if md_path.exists() else table,
+    return Result(store.path, doc, table, md_path.read_text(encoding="utf-8") if md_path.exists() else table,
                   [store.path.with_suffix(".png")])
 
 
@@ -264,13 +267,16 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     opts = _sweep(sweep, out, config.base.device)
     claim = None
-    if not opts.list_cells and opts.cell is None:  # the report belongs to one configuration: claimed before training
-        # (a λ grid of the same configuration may replace the report: its runs are shared, none is lost)
+    if not opts.list_cells and opts.cell is None and not opts.stored_only:  # the report belongs to one
+        # configuration: claimed before training (a λ grid of the same configuration may replace the report: its
+        # runs are shared, none is lost); --stored-only trains nothing and claims once every cell is found
         claim = claim_folder(out, "intervene", audit_identity(config, data.sha256))
     res = run_intervention(config, lambdas, data, out, log=_log(progress), argv=argv or ["depthaudit.intervene"],
                            opts=opts)
     if not isinstance(res, dict):  # a cell listing or one cell: the sweep's status, no report
         return Result.stopped_sweep(out, res)
+    if claim is None and opts.stored_only:
+        claim = claim_folder(out, "intervene", audit_identity(config, data.sha256))
     table = intervention_md(res)
     md = intervention_doc(res, table)
     with still_owner(out, claim), staged(out) as tmp:  # table, JSON and figure: all of them or none
@@ -469,7 +475,7 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
     import json
 
     try:
-        old = json.loads((out / "report.json").read_text()).get("config")
+        old = json.loads((out / "report.json").read_text(encoding="utf-8")).get("config")
     except (OSError, ValueError, AttributeError):
         return  # no report (or an unreadable one, which the report command names): nothing to protect
     new = json.loads(json.dumps(acfg.to_dict()))

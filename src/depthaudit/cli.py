@@ -13,7 +13,7 @@ import threading
 
 from .commands import build_parser
 from .errors import UsageError
-from .plugins import import_plugins_in
+from .plugins import HALF_WRITTEN, import_plugins_in, plugin_blame
 
 # what a report prints that an ASCII (or Latin-1, …) terminal cannot: the closest plain spelling
 ASCII_FALLBACK = {"±": "+/-", "×": "x", "→": "->", "←": "<-", "—": "-", "–": "-", "≤": "<=", "≥": ">=", "≈": "~",
@@ -65,61 +65,65 @@ def _out_of_memory(exc: BaseException) -> str | None:
     return None
 
 
-def plugin_blame(exc: BaseException) -> str | None:
-    """One line when a user's plug-in (``--plugin``) raised, or its object was in use where the error arose.
-
-    Names the plug-in, the error and the plug-in's file and line; None when no plug-in is involved.
-    """
-    import inspect
-    import os
-
-    names = [n for n in os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",") if n in sys.modules]
-    if not names:
-        return None
-    files = {os.path.abspath(getattr(sys.modules[n], "__file__", "") or ""): n for n in names}
-    owner = lambda mod: next((n for n in names if mod == n or mod.startswith(n + ".")), None)  # noqa: E731
-    frames, tb = [], exc.__traceback__
-    while tb is not None:
-        frames.append((tb.tb_frame, tb.tb_lineno))
-        tb = tb.tb_next
-    what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
-    for frame, lineno in reversed(frames):  # the innermost line of the plug-in's own code
-        name = files.get(os.path.abspath(frame.f_code.co_filename))
-        if name:
-            return (f"plug-in {name} raised {what} at {frame.f_code.co_filename}:{lineno} (in "
-                    f"{frame.f_code.co_name}); fix the plug-in")
-    for frame, _ in reversed(frames):  # depthaudit raised while using a plug-in's object: what it returned
-        obj = frame.f_locals.get("self")
-        name = owner(type(obj).__module__) if obj is not None else None
-        if name:
-            cls = type(obj)
-            try:
-                where = f"{inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]}"
-            except (OSError, TypeError):
-                where = name
-            return (f"plug-in {name}: its {cls.__name__} ({where}) gave depthaudit something it cannot use: {what}; "
-                    "check what its methods return (e.g. one credit per layer)")
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point; bad input prints one line and returns 2, an interrupt one line and 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    import os
+
+    for name in ("stdout", "stderr"):  # started with that descriptor closed (`>&-`): results still go to files
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as we do)
     plain_terminal()
     old_term = None
     if threading.current_thread() is threading.main_thread():
         old_term = signal.signal(signal.SIGTERM, _term_to_interrupt)  # SIGTERM stops like Ctrl-C: cleanly
     try:
-        return _main(argv)
+        rc = _main(argv)
+        sys.stdout.flush()  # a pipe closed early breaks here, not in Python's exit flush
+        return rc
+    except BrokenPipeError:
+        return _reader_gone()
+    except OSError as exc:  # the last of the output could not be written (stdout on a full disk, /dev/full)
+        print(f"depthaudit: error: cannot write the standard output ({exc.strerror or exc}); the files are written",
+              file=sys.stderr)
+        return 2
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
 
 
+# Exit status when whoever reads our output stops reading (`depthaudit … | head -1`): 141 = 128 + SIGPIPE, the
+# status a shell reports for `yes | head -1` and for any Unix tool ended by the broken pipe, so `set -o pipefail`
+# scripts see the same as with those tools; no traceback, no message (there is nobody to read it).
+BROKEN_PIPE_EXIT = 141
+
+
+def _reader_gone() -> int:
+    """The pipe we print into was closed: stop quietly (no traceback, not even at interpreter exit)."""
+    import os
+
+    from .io import remove_in_flight
+
+    remove_in_flight()
+    for stream in (sys.stdout, sys.stderr):  # Python's final flush must not fail again on the dead pipe
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass  # not a real file (a test's capture): nothing is flushed to a pipe at exit
+    return BROKEN_PIPE_EXIT
+
+
 def _main(argv: list[str]) -> int:
+    import os
+
     from .io import environment_error, remove_in_flight
 
     try:
+        try:
+            os.getcwd()
+        except FileNotFoundError:
+            raise UsageError("the current folder no longer exists (removed while this shell stood in it); cd to an "
+                             "existing folder and rerun") from None
         import_plugins_in(argv)
         try:
             args = build_parser(argv).parse_args(argv)
@@ -134,6 +138,8 @@ def _main(argv: list[str]) -> int:
         print(f"depthaudit: {str(exc) or 'interrupted; finished runs are stored, nothing half-written was left'}",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise  # the reader went away (`| head`): main ends quietly
     except Exception as exc:
         line = environment_error(exc) or _out_of_memory(exc) or plugin_blame(exc)
         if line is not None and isinstance(exc, OSError) and exc.filename is not None:
@@ -142,7 +148,7 @@ def _main(argv: list[str]) -> int:
             if str(exc.filename).startswith(str(cache_dir())):
                 line += " (it is the data cache: set DEPTHAUDIT_CACHE_DIR to a writable folder)"
         if line is not None:
-            print(f"depthaudit: error: {line} (nothing half-written; finished runs are stored)", file=sys.stderr)
+            print(f"depthaudit: error: {line} {HALF_WRITTEN}", file=sys.stderr)
             return 2
         print("depthaudit: internal error (a bug, not your input): please report it with the traceback below",
               file=sys.stderr)

@@ -241,7 +241,25 @@ def _remote_task(group, store, argv, executor: str, threads: int, opts: SweepOpt
     """What a Ray task or a SLURM array task runs."""
     torch.set_num_threads(max(1, threads))
     import_env_plugins()
-    return run_and_store(group, store, None, None, argv, executor, opts)
+    return _pool_task(group, store, argv, executor, opts)
+
+
+def _pool_task(group, store, argv, executor: str, opts: SweepOptions):
+    """What a worker process runs: :func:`run_and_store`; an error a user's plug-in caused is named here.
+
+    Only here does the traceback hold the plug-in's frames (file and line); an exception sent back to the
+    driver arrives without them. So a plug-in's error leaves the worker as the same one line (a
+    :class:`UsageError`) that ``--jobs 1`` prints; any other error goes back as it is.
+    """
+    from .plugins import plugin_error
+
+    try:
+        return run_and_store(group, store, None, None, argv, executor, opts)
+    except Exception as exc:
+        blamed = plugin_error(exc)
+        if blamed is not None:
+            raise blamed from None
+        raise
 
 
 def run_groups(groups: list[list[RunSpec]], store, opts: SweepOptions, data=None, log=None, run_log=None,
@@ -322,7 +340,7 @@ def _local_pool(groups, store, opts: SweepOptions, argv, log):
         pool = ProcessPoolExecutor(opts.jobs, mp_context=get_context("spawn"), initializer=_worker_init,
                                    initargs=(threads, os.getpid()))
         try:
-            futs = {pool.submit(run_and_store, g, store, None, None, argv, "local", opts): i
+            futs = {pool.submit(_pool_task, g, store, argv, "local", opts): i
                     for i, g in enumerate(remaining)}
             pending = set(futs)
             while pending:

@@ -40,7 +40,9 @@ def environment_error(exc: BaseException) -> str | None:
     """One line for an ``OSError`` the machine caused (disk full, unwritable, …), naming path and fix; else None."""
     if not isinstance(exc, OSError) or exc.errno not in _ENV_ERRNOS:
         return None
-    where = exc.filename if exc.filename is not None else "a file"
+    # a rename (os.replace) that failed names its destination second: that is the path the user knows
+    where = exc.filename2 if getattr(exc, "filename2", None) is not None else \
+        exc.filename if exc.filename is not None else "a file (or the standard output)"
     return f"{where}: {exc.strerror or os.strerror(exc.errno)}; {_ENV_ERRNOS[exc.errno]}"
 
 

@@ -2,48 +2,119 @@
 
 import importlib
 import os
+import sys
 
 from .errors import UsageError
 
 
-def import_plugin(name: str) -> None:
-    """Import a user's plug-in module; its own errors become one line naming the module, error and location."""
+def import_plugin(name: str, given: str | None = None) -> None:
+    """Import a user's plug-in module; its own errors become one line naming the module, error and location.
+
+    ``given`` is how the user named it, for that line (default ``--plugin NAME``).
+    """
     import traceback
 
+    given = given or f"--plugin {name}"
     if name.endswith(".py") or "/" in name or "\\" in name:
         mod = name.removesuffix(".py").replace("/", ".").replace("\\", ".").strip(".")
-        raise UsageError(f"--plugin {name}: give a module name, not a path (e.g. --plugin {mod}, run from the folder "
+        example = f"--plugin {mod}" if given.startswith("--plugin") else mod
+        raise UsageError(f"{given}: give a module name, not a path (e.g. {example}, run from the folder "
                          "that holds it or with it on PYTHONPATH)")
     try:
         importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name == name or name.startswith(f"{exc.name}."):
-            raise UsageError(f"--plugin {name}: no such module ({exc}); check its name and PYTHONPATH") from None
-        raise UsageError(f"--plugin {name}: it imports a missing module ({exc}); install it") from None
+            raise UsageError(f"{given}: no such module ({exc}); check its name and PYTHONPATH") from None
+        raise UsageError(f"{given}: it imports a missing module ({exc}); install it") from None
     except SyntaxError as exc:
-        raise UsageError(f"--plugin {name}: syntax error at {exc.filename}:{exc.lineno}: {exc.msg}") from None
+        raise UsageError(f"{given}: syntax error at {exc.filename}:{exc.lineno}: {exc.msg}") from None
     except SystemExit as exc:  # the module called sys.exit() on import: not a plug-in's business
-        raise UsageError(f"--plugin {name}: importing it called sys.exit({exc.code}); a plug-in module must only "
+        raise UsageError(f"{given}: importing it called sys.exit({exc.code}); a plug-in module must only "
                          "register things (guard scripts with if __name__ == '__main__')") from None
     except Exception as exc:  # the user's module raised: say where, in one line
         pkg = os.path.dirname(os.path.abspath(__file__))  # point at the user's line, not ours or importlib's
         frames = [f for f in traceback.extract_tb(exc.__traceback__)
                   if "importlib" not in f.filename and not os.path.abspath(f.filename).startswith(pkg)]
         where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-        raise UsageError(f"--plugin {name}: importing it raised {type(exc).__name__}: {exc}{where}") from None
+        raise UsageError(f"{given}: importing it raised {type(exc).__name__}: {exc}{where}") from None
 
 
 def import_plugins_in(argv: list[str]) -> None:
     """Import every ``--plugin MODULE`` of ``argv`` (also ``--plugin=MODULE``); workers inherit the list."""
-    import sys
-
     if "" not in sys.path and os.getcwd() not in sys.path:  # like `python -m`: modules beside you import
         sys.path.insert(0, os.getcwd())
+    # plug-ins named in the environment (how workers inherit them; a user may set it too) are imported here as
+    # well, so `--jobs 1` and `--jobs N` see the same plug-ins and a broken one is one line before any work
+    env = os.environ.get("DEPTHAUDIT_PLUGINS", "")
+    for name in filter(None, (n.strip() for n in env.split(","))):
+        import_plugin(name, f"DEPTHAUDIT_PLUGINS={env} (its {name})")
     for i, tok in enumerate(argv):
         name = argv[i + 1] if tok == "--plugin" and i + 1 < len(argv) else (
             tok.split("=", 1)[1] if tok.startswith("--plugin=") else None)
+        if name is not None and not name.strip():
+            raise UsageError("--plugin '': an empty module name; give the plug-in module (e.g. --plugin myplugin)")
         if name:
             import_plugin(name)
             # spawned workers (any executor) import the same plug-ins before they run a spec
             os.environ["DEPTHAUDIT_PLUGINS"] = ",".join(
                 dict.fromkeys([*filter(None, os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",")), name]))
+
+
+def plugin_blame(exc: BaseException) -> str | None:
+    """One line when a user's plug-in (``--plugin``) raised, or its object was in use where the error arose.
+
+    Names the plug-in, the error and the plug-in's file and line; None when no plug-in is involved.
+    """
+    import inspect
+    import os
+
+    names = [n for n in os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",") if n in sys.modules]
+    if not names:
+        return None
+    files = {os.path.abspath(getattr(sys.modules[n], "__file__", "") or ""): n for n in names}
+    owner = lambda mod: next((n for n in names if mod == n or mod.startswith(n + ".")), None)  # noqa: E731
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+    for frame, lineno in reversed(frames):  # the innermost line of the plug-in's own code
+        name = files.get(os.path.abspath(frame.f_code.co_filename))
+        if name:
+            return (f"plug-in {name} raised {what} at {frame.f_code.co_filename}:{lineno} (in "
+                    f"{frame.f_code.co_name}); fix the plug-in")
+    for frame, _ in reversed(frames):  # depthaudit raised while using a plug-in's object: what it returned
+        obj = frame.f_locals.get("self")
+        name = owner(type(obj).__module__) if obj is not None else None
+        if name:
+            cls = type(obj)
+            try:
+                where = f"{inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]}"
+            except (OSError, TypeError):
+                where = name
+            return (f"plug-in {name}: its {cls.__name__} ({where}) gave depthaudit something it cannot use: {what}; "
+                    "check what its methods return (e.g. one credit per layer)")
+    return None
+
+
+HALF_WRITTEN = "(nothing half-written; finished runs are stored)"
+
+
+def plugin_error(exc: BaseException) -> UsageError | None:
+    """The one-line :class:`UsageError` for an error a plug-in caused (:func:`plugin_blame`), else None.
+
+    A worker process (``--jobs N``, a Ray or SLURM task) calls it where the error arose, while the traceback
+    still holds the plug-in's frames: what reaches the driver is this line, not a traceback-less copy.
+    """
+    line = plugin_blame(exc)
+    return UsageError(f"{line} {HALF_WRITTEN}") if line is not None else None
+
+
+def defined_at(obj) -> str:
+    """``file:line`` where a function or class (a plug-in's factory, loader, method) is defined, else its name."""
+    import inspect
+
+    try:
+        return f"{inspect.getsourcefile(obj)}:{inspect.getsourcelines(obj)[1]}"
+    except (OSError, TypeError):
+        return getattr(obj, "__qualname__", repr(obj))

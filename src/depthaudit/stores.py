@@ -497,32 +497,36 @@ def check_folder_records(root: Path, slugs: list[str]) -> None:
 # -- a folder's report: one owner --------------------------------------------------------------------------
 
 
-def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = False, flag: str = "--out") -> dict:
+def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = False, flag: str = "--out",
+                 name: str = IDENTITY_FILE) -> dict:
     """Claim ``folder`` (its report) for ``identity``, under the folder's lock, before anything trains.
 
     The first command to claim a folder owns it (``folder/identity.json``); another with a different
     identity is refused in one line (``take_over`` replaces the owner instead). Returns the claim, to
-    pass to :func:`still_owner` before the report is written.
+    pass to :func:`still_owner` before the report is written. ``name`` is the claim's file: a folder that holds
+    several reports side by side (``probes``: one per method) claims each under its own name.
     """
     folder = Path(folder)
     claim = {"schema": "depthaudit.identity.v1", "kind": kind, "identity": _jsonable(identity)}
+    if name != IDENTITY_FILE:
+        claim["file"] = name
     with file_lock(folder / ".lock"):
-        old = _read_claim(folder)
+        old = _read_claim(folder, name)
         if old is not None and not take_over:
             diff = (["kind"] if old.get("kind") != kind else []) + identity_diff(old.get("identity") or {},
                                                                                  claim["identity"])
             if diff:
                 raise UsageError(f"{folder} belongs to another {old.get('kind', 'sweep')} (differs in "
                                  f"{', '.join(diff[:6])}); use another {flag}, or --replace-report to take it over "
-                                 "(the runs of both stay in runs/)")
+                                 "(the runs of both are kept)")
         if old != claim:
-            write_json(folder / IDENTITY_FILE, claim)
+            write_json(folder / name, claim)
     return claim
 
 
-def _read_claim(folder: Path) -> dict | None:
+def _read_claim(folder: Path, name: str = IDENTITY_FILE) -> dict | None:
     try:
-        old = read_strict(Path(folder) / IDENTITY_FILE)
+        old = read_strict(Path(folder) / name)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, UnicodeDecodeError):
@@ -535,7 +539,7 @@ def still_owner(folder: Path, claim: dict, flag: str = "--out"):
     """Hold the folder's lock while the report is written, refusing if another command took the folder over."""
     folder = Path(folder)
     with file_lock(folder / ".lock"):
-        now = _read_claim(folder)
+        now = _read_claim(folder, (claim or {}).get("file", IDENTITY_FILE))
         if claim is not None and now is not None and now != claim:
             raise UsageError(f"{folder} was taken over by another {now.get('kind', 'sweep')} (--replace-report) "
                              f"while this one ran; its runs are stored in {folder / 'runs'}: rerun with another "

@@ -123,6 +123,12 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
         if opts.remember is not None:  # the cell exists: keep the command for `depthaudit report OUT`
             out, keep = opts.remember
             write_json(Path(out) / "sweep.json", {"schema": "depthaudit.sweep.v1", "argv": list(keep)})
+    if opts.stored_only:  # trains nothing: a missing cell is refused before the store is claimed (nothing written)
+        missing = [s for s in specs if store.get(s, quiet=True) is None]
+        if missing:
+            names = ", ".join(s.key for s in missing[:5]) + (", …" if len(missing) > 5 else "")
+            raise UsageError(f"{len(missing)} of {len(specs)} cells are not finished ({names}); run them first "
+                             "(--cell ID), then report")
     if hasattr(store, "claim"):
         store.claim()
     results, pending = {}, []

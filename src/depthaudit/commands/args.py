@@ -232,8 +232,12 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
         raise UsageError("--epochs 0 trains nothing (trained would equal frozen); give --epochs >= 1")
     if a.epochs == 0:
         _note("--epochs 0: nothing is trained; the record and checkpoint hold the initial (or --warm-start) weights")
+    from ..data import DATASETS
     from ..methods import parse_method_spec, parse_spec, with_flags
 
+    if (getattr(a, "data_dir", None) or getattr(a, "download", False)) and DATASETS.meta(a.dataset).get("generated"):
+        _note(f"--{'data-dir' if a.data_dir else 'download'} has no effect with --dataset {a.dataset}: it is "
+              "generated here, not read")
     flags = method_flag_values(a)
     unused_option_note(a, flags)
     kw = given(a, TrainConfig)

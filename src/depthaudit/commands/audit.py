@@ -96,13 +96,14 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     """Our probes for one method: the credit-mix α sweep and the BP warm start."""
     from ..data import load_data
     from ..experiments.probes import credit_mix_sweep, warm_start_probe
-    from ..io import write_json, write_text
-    from ..methods import METHODS
+    from ..io import staged, write_json, write_text
+    from ..methods import METHODS, parse_spec
     from ..report.probes import credit_mix_figure, credit_mix_md, warm_start_md
+    from ..stores import claim_folder, still_owner
     from ..sweep import SweepStatus
 
-    METHODS.get(a.method)  # an unknown method is one line now, not after the data loads
-    if METHODS.get(a.method).exact_credits:
+    name = parse_spec(a.method).name  # a spec (fa:head=exact) as every command takes it; unknown: one line now
+    if METHODS.get(name).exact_credits:
         raise UsageError(f"--method {a.method}: its credits are already BP's, so mixing toward BP and a BP warm "
                          "start measure nothing; probe a method whose credit differs (e.g. fa, dfa)")
     dedup_note(a.alphas, "--alphas")
@@ -120,23 +121,35 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     opts = sweep_options(a, out, base.device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
+    tag = a.method_spec.label.replace(":", "_").replace("=", "-").replace(",", "_")  # fa, fa_head-exact: file names
+    ident = {k: v for k, v in base.identity_dict().items() if k not in ("seed", "device", "data_dir", "download")}
+    ident = {**ident, "method": a.method_spec.label, "alphas": a.alphas, "seeds": list(seeds),
+             "pre_epochs": a.pre_epochs, "probe": list(probe), "data_sha256": data.sha256}
+    claim = None
+    if not opts.list_cells and opts.cell is None and not opts.stored_only:  # this method's report in OUT belongs
+        # to one configuration: claimed under the folder's lock before anything trains (another method's probes
+        # sit beside it); --stored-only trains nothing and claims once every cell is found
+        claim = claim_folder(out, "probes", ident, a.replace_report, name=f"probes_{tag}.identity.json")
     cb = credit_mix_sweep(base, a.method, a.alphas, seeds, out, data, data.sha256, probe, log=log,
                           argv=["depthaudit", *argv], opts=opts)
     if isinstance(cb, SweepStatus):  # a cell listing or one cell: the sweep did what was asked
         return stopped(cb)
-    credit_mix_figure(cb, out / f"credit_mix_{a.method}.png")
-    parts = [f"# Probes (ours): {a.method}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
-             f"{base.epochs} epochs, seeds {list(seeds)}", "", "## Credit mix (ours)", "", credit_mix_md(cb), "",
-             f"![credit mix](credit_mix_{a.method}.png)", ""]
+    parts = [f"# Probes (ours): {a.method_spec.label}, {base.dataset} {base.arch} d={base.d_hidden} "
+             f"L={base.num_blocks}, {base.epochs} epochs, seeds {list(seeds)}", "", "## Credit mix (ours)", "",
+             credit_mix_md(cb), "", f"![credit mix](credit_mix_{tag}.png)", ""]
     res = {"credit_mix": cb}
     if a.pre_epochs > 0:
         sb = warm_start_probe(base, a.method, a.pre_epochs, seeds, out, data, probe, log=log,
-                          argv=["depthaudit", *argv])
+                              argv=["depthaudit", *argv])
         res["warm_start"] = sb
         parts += [f"## BP warm start (ours; BP for {a.pre_epochs} epochs, then {base.epochs} more)", "",
                   warm_start_md(sb), ""]
-    write_json(out / f"probes_{a.method}.json", res)
-    write_text(out / f"probes_{a.method}.md", "\n".join(parts))
+    if claim is None and opts.stored_only:
+        claim = claim_folder(out, "probes", ident, a.replace_report, name=f"probes_{tag}.identity.json")
+    with still_owner(out, claim), staged(out) as tmp:  # JSON, table and figure: all of them or none
+        credit_mix_figure(cb, tmp / f"credit_mix_{tag}.png")
+        write_json(tmp / f"probes_{tag}.json", res)
+        write_text(tmp / f"probes_{tag}.md", "\n".join(parts))
     print("\n".join(parts))
     return 0
 
@@ -191,6 +204,8 @@ def register(sub) -> None:
                    help="BP warm start: BP epochs first (0 = skip)")
     out_arg(br, "results/probes")
     sweep_args(br, stacking=False)
+    br.add_argument("--replace-report", action="store_true", advanced=True,
+                    help="take over OUT's probes of this method made under another configuration (runs are kept)")
     br.set_defaults(func=cmd_probes)
 
     idt = sub.add_parser("identity", help=COMMANDS["identity"][1],

@@ -134,25 +134,32 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
     from ..stores import FileStore, check_folder_records, rebuild_file_store
 
     found = 0
-    for runs in sorted(d.glob("ladder_*.runs")):  # the JSON is derived: rebuilt from the records when missing
-        if runs.is_dir() and not runs.with_suffix(".json").exists():
-            if rebuild_file_store(runs) is None:
-                raise UsageError(f"{runs} holds run records but no identity.json, and "
-                                 f"{runs.with_suffix('.json').name} is missing; rerun the ladder command that "
-                                 "wrote them (finished runs are reused)")
-            print(f"depthaudit: note: rebuilt {runs.with_suffix('.json')} from the records in {runs}",
-                  file=sys.stderr)
+    for kind in ("ladder", "saturation", "grow"):  # the JSON is derived: rebuilt from the records when missing
+        for runs in sorted(d.glob(f"{kind}_*.runs")):
+            if runs.is_dir() and not runs.with_suffix(".json").exists():
+                if rebuild_file_store(runs) is None:
+                    raise UsageError(f"{runs} holds run records but no identity.json, and "
+                                     f"{runs.with_suffix('.json').name} is missing; rerun the {kind} command that "
+                                     "wrote them (finished runs are reused)")
+                print(f"depthaudit: note: rebuilt {runs.with_suffix('.json')} from the records in {runs}",
+                      file=sys.stderr)
+
+    def assembled(path: Path, kind: str) -> None:
+        """Records a worker stored but did not assemble (killed between) join the JSON; a damaged one is refused."""
+        if not path.with_suffix(".runs").is_dir():
+            return
+        doc = read_json_doc(path)
+        store = FileStore(path, doc.get("schema"), doc.get("identity") or {}, log=lambda m: None)
+        store.assemble()
+        if store.damaged:
+            where, bad = next(iter(store.damaged.items()))
+            raise UsageError(f"{where} {bad}; it is left out: rerun the {kind} command that wrote {path.name} "
+                             "to train that run again (the others are reused)")
+
     for path in sorted(d.glob("ladder_*.json")):
         check_ladder_doc(path, read_json_doc(path))
-        if path.with_suffix(".runs").is_dir():  # records a worker stored but did not assemble (killed between)
-            doc = read_json_doc(path)
-            store = FileStore(path, doc["schema"], doc.get("identity") or {}, log=lambda m: None)
-            store.assemble()
-            if store.damaged:
-                where, bad = next(iter(store.damaged.items()))
-                raise UsageError(f"{where} {bad}; it is left out: rerun the ladder command that wrote {path.name} "
-                                 "to train that run again (the others are reused)")
-            check_ladder_doc(path, read_json_doc(path))
+        assembled(path, "ladder")
+        check_ladder_doc(path, read_json_doc(path))
         with _rendering(path):
             _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)
         print(f"{path.name}\n{table}\n")
@@ -175,7 +182,10 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
     from ..report.saturation import grow_figure, grow_md, grow_title, saturation_figure, saturation_md, saturation_title
 
     for path in sorted(d.glob("saturation_*.json")):
+        read_json_doc(path, runs=True)
+        assembled(path, "saturation")
         doc = read_json_doc(path, runs=True)
+        runs_intact(path, doc, "saturation")
         with _rendering(path), _staged(d) as tmp:
             low = min((r["config"].get("low_signal", 5e-3) for r in doc["runs"].values()), default=5e-3)
             saturation_figure(doc, tmp / path.with_suffix(".png").name, low)
@@ -195,7 +205,10 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         print(f"intervention.json\n{table}\n")
         found += 1
     for path in sorted(d.glob("grow_*.json")):
+        read_json_doc(path, runs=True)
+        assembled(path, "grow")
         doc = read_json_doc(path, runs=True)
+        runs_intact(path, doc, "grow")
         with _rendering(path), _staged(d) as tmp:
             grow_figure(doc, tmp / path.with_suffix(".png").name)
             table = grow_md(doc)
@@ -250,7 +263,7 @@ def read_json_doc(path: Path, runs: bool = False) -> dict:
     import json
 
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not valid JSON ({exc}); it is damaged — rerun the command that wrote it") from None
     if not isinstance(doc, dict):
@@ -258,6 +271,17 @@ def read_json_doc(path: Path, runs: bool = False) -> dict:
     if runs and not (isinstance(doc.get("runs"), dict) and all(isinstance(r, dict) for r in doc["runs"].values())):
         raise UsageError(f"{path}: has no valid 'runs' table; it is not a file depthaudit wrote, or is damaged")
     return doc
+
+
+def runs_intact(path: Path, doc: dict, kind: str) -> None:
+    """Every run record in a results file is intact (stores.record_problem): a damaged one is named, not rendered."""
+    from ..stores import record_problem
+
+    for key, rec in doc["runs"].items():
+        bad = record_problem(rec)
+        if bad:
+            raise UsageError(f"{path}: run {key!r} {bad}; rerun the {kind} command that wrote it (the other runs "
+                             "are reused)")
 
 
 def check_ladder_doc(path: Path, doc: dict) -> None:
@@ -290,7 +314,8 @@ def check_report_doc(path: Path, doc: dict) -> None:
 
     import jsonschema
 
-    schema = __import__("json").loads(files("depthaudit.report").joinpath("audit.schema.json").read_text())
+    schema_file = files("depthaudit.report").joinpath("audit.schema.json")
+    schema = __import__("json").loads(schema_file.read_text(encoding="utf-8"))
     try:
         jsonschema.validate({**doc, "figures": doc.get("figures", {})}, schema)
     except jsonschema.ValidationError as exc:

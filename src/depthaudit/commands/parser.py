@@ -123,8 +123,27 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+# the flags that name a file or folder: an empty value (`--out ""`, an unset shell variable) is refused, not
+# read as "the default", and a NUL byte (which no path may hold) is refused before any file function sees it
+PATHS = {"out", "output_dir", "data_dir", "warm_start", "text", "audit_dir", "log_dir", "slurm_folder", "model", "dirs",
+         "dir", "path"}
+
+
+def path_text(text: str) -> str:
+    """A path flag's value: refused when empty (or blank) or when it holds a NUL byte."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a path, or drop the flag for its default")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} holds a NUL byte, which no path can hold")
+    return text
+
+
 def _add(add, parser, names, kw):
     names, advanced = list(names), kw.pop("advanced", False)
+    dest = kw.get("dest") or next((n[2:].replace("-", "_") for n in names if n.startswith("--")),
+                                  names[0] if names and not names[0].startswith("-") else None)
+    if dest in PATHS and kw.get("type") is None and kw.get("action") in (None, "store"):
+        kw["type"] = path_text
     for n in list(names):
         alt = "--" + n[2:].replace("-", "_")
         if n.startswith("--") and alt not in names and alt not in parser._option_string_actions:
@@ -168,7 +187,7 @@ def add_fields(p: Parser, cls, *, skip=(), only=None, defaults: dict | None = No
         if kind is bool:
             kw["action"] = "store_true"
         else:
-            kw["type"] = number(kind, m) if kind in (int, float) else kind
+            kw["type"] = number(kind, m) if kind in (int, float) else path_text if f.name in PATHS else kind
             kw["metavar"] = m["metavar"] or ("N" if kind is int else "X" if kind is float else None)
             if choices is not None:
                 kw["choices"] = list(choices)

@@ -10,7 +10,15 @@ __all__ = ["DATASETS", "ArrayData", "DataBundle", "cache_dir", "load_data"]
 
 def load_data(name: str, data_dir: str | None, download: bool, device: torch.device) -> DataBundle:
     """Load a registered dataset and place it on ``device``."""
-    arrays = DATASETS.get(name)(data_dir=data_dir, download=download)
+    loader = DATASETS.get(name)
+    arrays = loader(data_dir=data_dir, download=download)
+    if not isinstance(arrays, ArrayData):  # a user's loader that returns something else: named where it is
+        from ..errors import UsageError
+        from ..plugins import defined_at
+
+        raise UsageError(f"--dataset {name}: its loader ({defined_at(loader)}) returned a {type(arrays).__name__}, "
+                         "not an ArrayData; return depthaudit.data.ArrayData(x_train, y_train, x_test, y_test, "
+                         "num_classes, source, sha256)")
     check_arrays(name, arrays)
     return to_bundle(name, arrays, device)
 
@@ -32,6 +40,11 @@ def check_arrays(name: str, a) -> None:
         if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= k:
             raise UsageError(f"--dataset {name}: its {split} labels span {y.min()}..{y.max()} but it declares "
                              f"{k} classes; labels must be integers in 0..{k - 1}")
+        x = np.asarray(x)
+        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+            bad = int(x.size - np.isfinite(x).sum())
+            raise UsageError(f"--dataset {name}: its {split} inputs hold {bad} NaN or infinite values; a run on them "
+                             "would be recorded as diverged: fix the data (or its loader)")
     if tuple(a.x_train.shape[1:]) != tuple(a.x_test.shape[1:]):
         raise UsageError(f"--dataset {name}: train inputs are {tuple(a.x_train.shape[1:])} but test inputs "
                          f"{tuple(a.x_test.shape[1:])}; both splits must have one input shape")

@@ -57,7 +57,7 @@ class Probe:
             return self.reference
         per = []
         for tr, (_, y) in zip(self.traces, self.batches, strict=True):
-            cs = self.method.credits(self.model, tr, output_error(tr.logits, y))
+            cs = self.method.checked_credits(self.model, tr, output_error(tr.logits, y))
             per.append([c.detach().float() for c in cs])
         return [torch.cat(cs) for cs in zip(*per, strict=True)]
 

@@ -164,7 +164,7 @@ class FreshBNull(Diagnostic):
             fresh = method.redrawn(probe.model, derive_seed(self.seed, f"fresh-feedback-{i}"))
             if hasattr(fresh, "to"):
                 fresh.to(device)
-            cs = [c.detach().float() for c in fresh.credits(probe.model, tr, output_error(tr.logits, y))]
+            cs = [c.detach().float() for c in fresh.checked_credits(probe.model, tr, output_error(tr.logits, y))]
             null.append(standard_cosines(cs, ref, bp, probe.eps))
         t = torch.tensor(null, dtype=torch.float64)  # (draws, L+1)
         mean, std = t.mean(0), t.std(0)

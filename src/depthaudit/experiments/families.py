@@ -469,10 +469,13 @@ class PretrainedFamily(DepthFamily):
         if cfg.grow_steps < 0 or cfg.grow_lr <= 0:
             raise UsageError("--grow-steps must be >= 0 and --grow-lr > 0")
         from ..models.gguf import check_gguf, is_gguf
+        from ..models.hf import check_hf
 
-        for m in cfg.model:  # a bad .gguf is one line before the store is claimed: nothing written
+        for m in cfg.model:  # a bad .gguf or an unloadable model is one line before the store is claimed
             if is_gguf(m):
                 check_gguf(m, cfg.revision)
+            else:
+                check_hf(m, cfg.revision)
 
     def load(self, cfg, command: str, data=None):
         from pathlib import Path

@@ -54,6 +54,25 @@ class CreditMethod:
         """Return ``[c_0, …, c_L]``, each shaped like ``tr.states[l]``; ``e`` is (B, C)."""
         raise NotImplementedError
 
+    def checked_credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
+        """:meth:`credits`, refused unless it is one tensor per stream position, each shaped like that position.
+
+        Every caller takes credits through here, so a method (a user's plug-in) that returns the wrong number
+        or shape of credits is named where it happened, not by a zip deep inside a diagnostic.
+        """
+        cs = self.credits(model, tr, e)
+        n = len(tr.states)
+        if not isinstance(cs, list | tuple) or len(cs) != n:
+            got = f"{len(cs)} credits" if isinstance(cs, list | tuple) else f"a {type(cs).__name__}"
+            raise ValueError(f"{type(self).__name__}.credits() returned {got} for the {n} stream positions "
+                             f"h_0..h_{n - 1}; return a list of one credit per position")
+        for i, (c, h) in enumerate(zip(cs, tr.states, strict=True)):
+            if not isinstance(c, torch.Tensor) or c.shape != h.shape:
+                what = tuple(c.shape) if isinstance(c, torch.Tensor) else type(c).__name__
+                raise ValueError(f"{type(self).__name__}.credits()[{i}] is {what}, not shaped like h_{i} "
+                                 f"{tuple(h.shape)}")
+        return list(cs)
+
     def step(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor, scale_penalty=0.0) -> torch.Tensor:
         """Accumulate the recipe's gradients into ``.grad`` for one batch; return the mean loss.
 
@@ -63,7 +82,7 @@ class CreditMethod:
         loss = readout_pass(tr, y)
         e = output_error(tr.logits, y)
         self.learn(model, tr, e)
-        local_update(model, tr, self.credits(model, tr, e), scale_penalty)
+        local_update(model, tr, self.checked_credits(model, tr, e), scale_penalty)
         return loss
 
     def learn(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> None:
@@ -73,7 +92,7 @@ class CreditMethod:
         """``(states, credits)`` on a batch without touching any ``.grad`` (for diagnostics)."""
         tr = trace_forward(model, x, input_grad=self.needs_input_grad, cache=self.needs_cache)
         readout_pass(tr, y, accumulate=False)
-        cs = self.credits(model, tr, output_error(tr.logits, y))
+        cs = self.checked_credits(model, tr, output_error(tr.logits, y))
         return tr.states, [c.detach() for c in cs]
 
     def epoch_stats(self) -> dict:

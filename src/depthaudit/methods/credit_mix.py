@@ -30,9 +30,9 @@ class CreditMix(CreditMethod):
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
         """``(1 − α)·ĉ_method + α·ĝ_BP`` per position (α = 0 skips the unneeded BP credit)."""
         if self.alpha == 0.0:
-            return self.base.credits(model, tr, e)
+            return self.base.checked_credits(model, tr, e)
         g = bp_credits(tr)
-        c = self.base.credits(model, tr, e)
+        c = self.base.checked_credits(model, tr, e)
         a = self.alpha
         return [(1 - a) * ci / rms(ci) + a * gi.detach() / rms(gi) for ci, gi in zip(c, g, strict=True)]
 

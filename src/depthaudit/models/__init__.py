@@ -26,7 +26,20 @@ def build_model(arch: str, input_shape, num_classes: int, d_hidden: int, num_blo
         kw["variant"] = variant
     elif variant != "ref":
         raise UsageError(f"--variant {variant}: --arch {arch} has no variants; leave --variant at ref")
+    from ..plugins import defined_at
+
+    try:  # a factory (a user's) that cannot take what every model is built with: named, with its file and line
+        inspect.signature(factory).bind(input_shape, num_classes, **kw)
+    except TypeError as exc:
+        raise UsageError(f"--arch {arch}: its factory {getattr(factory, '__name__', factory)} ({defined_at(factory)}) "
+                         f"cannot be called as factory(input_shape, num_classes, {', '.join(f'{k}=' for k in kw)}): "
+                         f"{exc}; add those parameters (or **kwargs)") from None
     try:
-        return factory(input_shape, num_classes, **kw)
+        model = factory(input_shape, num_classes, **kw)
     except ValueError as exc:  # a shape the architecture cannot take (e.g. heads, patch size)
         raise UsageError(f"--arch {arch}: {exc}") from None
+    if not isinstance(model, ResidualModel):
+        raise UsageError(f"--arch {arch}: its factory ({defined_at(factory)}) returned a {type(model).__name__}, "
+                         "not a ResidualModel; wrap your network: ResidualAdapter(net, embed=..., blocks=..., "
+                         "readout=...) (docs/extending.md)")
+    return model

@@ -22,6 +22,21 @@ def load_causal_lm(name: str, revision: str | None, device) -> tuple[nn.Module, 
     return model, tok
 
 
+def check_hf(name: str, revision: str | None) -> None:
+    """Refuse a ``--model`` whose configuration cannot be read before any work, so nothing is written.
+
+    No such repo or folder, offline and not cached, no such revision: one line. Reads its config only.
+    """
+    tf = require_transformers()
+    kw = {"revision": revision} if revision else {}
+    try:
+        tf.AutoConfig.from_pretrained(name, **kw)
+    except (OSError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise UsageError(f"--model {name}{f' --revision {revision}' if revision else ''}: cannot load it ({first}); "
+                         "give a Hub model name or a local folder with config.json and weights") from None
+
+
 def load_model(name: str, revision: str | None, device) -> tuple[nn.Module, object | None, dict]:
     """``(model, tokenizer or None, what was loaded)``; a ``.gguf`` file is dequantized to float32 (:mod:`.gguf`)."""
     from .gguf import is_gguf, load_gguf

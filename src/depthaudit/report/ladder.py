@@ -115,7 +115,7 @@ def ladder_report(path: Path, audit_dir: Path | None = None) -> tuple[str, str]:
     from ..io import write_text
 
     path = Path(path)
-    doc = json.loads(path.read_text())
+    doc = json.loads(path.read_text(encoding="utf-8"))
     agg = aggregate(doc)
     ident = doc["identity"]
     title = (f"Depth-utility ladder — {ident['dataset']}, {ident['arch']} d={ident['d_hidden']} "
