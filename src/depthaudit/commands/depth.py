@@ -55,18 +55,7 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
         dedup_note(a.extra, "--extra")
         if a.epochs == 0:
             print("depthaudit: note: --epochs 0 measures each depth at initialisation (untrained)", file=sys.stderr)
-    cfg = saturation_config(a, device)
-    out = Path(a.out)
-    opts = sweep_options(a, out, device)
-    if opts.cell is not None:
-        opts = remember_sweep(opts, out, argv)
-    res = api.saturation(cfg, out, sweep=opts, argv=["depthaudit", *argv])
-    if res.stopped:
-        print(res.stopped)
-        return 0
-    print(res.card)
-    print(f"\nwrote {res.path}, its .md and .png")
-    return 0
+    return _run(api.saturation, saturation_config(a, device), a, argv, device)
 
 
 def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
@@ -76,13 +65,17 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     device = resolve_device(a.device)
     check_output_dir(a.out)
     plain_recipe(a, a.dataset)  # --epochs: the budget, by default the dataset's
-    cfg = grow_config(a, device)
+    return _run(api.grow, grow_config(a, device), a, argv, device)
+
+
+def _run(fn, cfg, a: argparse.Namespace, argv: list[str], device: str) -> int:
+    """``fn(cfg)`` into ``--out`` under the sweep flags; print its card (or why it stopped)."""
     out = Path(a.out)
     opts = sweep_options(a, out, device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
-    res = api.grow(cfg, out, sweep=opts, argv=["depthaudit", *argv])
-    if res.stopped:
+    res = fn(cfg, out, sweep=opts, argv=["depthaudit", *argv])
+    if res.stopped:  # --list-cells or one --cell: the sweep did what was asked, no report
         print(res.stopped)
         return 0
     print(res.card)
