@@ -31,7 +31,7 @@ from torch.func import functional_call, vmap
 
 from .config import TrainConfig, derive_seed
 from .data import DataBundle
-from .data.augment import apply_augment, augment_draws
+from .data.augment import augment_runs
 from .errors import UsageError
 from .loop import RunOutput, build, final_record, fit, measure_epoch
 from .methods import METHODS, CreditMethod
@@ -211,12 +211,7 @@ class StackedStepper:
         self.opt.lr = lr
         self.opt.zero_grad()
         x = self.data.x_train[idx]  # (R, B, …)
-        if self.cfg.augment != "none":  # each run draws from its own stream, as when it trains alone; one gather
-            r, b = idx.shape
-            draws = [augment_draws(b, self.cfg.augment, x.device, g) for g in self.aug_gens]
-            off = torch.cat([d[0] for d in draws], 1) if draws[0][0] is not None else None  # (2, R·B, 1)
-            flip = torch.cat([d[1] for d in draws]) if draws[0][1] is not None else None  # (R·B, 1)
-            x = apply_augment(x.flatten(0, 1), self.cfg.augment, self.data.pad_value, off, flip).view_as(x)
+        x = augment_runs(x, self.cfg.augment, self.data.pad_value, self.aug_gens)  # each run its own stream
         loss = self.method.step(self.model, x, self.data.y_train[idx], self.penalty)
         self.opt.step()
         self.method.after_step(self.model, lr, self.cfg.weight_decay)

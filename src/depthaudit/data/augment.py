@@ -54,3 +54,16 @@ def augment_batch(x: torch.Tensor, kind: str, pad_value: torch.Tensor, gen: torc
     if kind == "none":
         return x
     return apply_augment(x, kind, pad_value, *augment_draws(x.shape[0], kind, x.device, gen))
+
+
+def augment_runs(x: torch.Tensor, kind: str, pad_value: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
+    """Augment R stacked runs' batches ``x`` (R, B, C, H, W); one gather serves all R·B images.
+
+    Run r draws from ``gens[r]``: the numbers it draws when it trains alone.
+    """
+    if kind == "none":
+        return x
+    draws = [augment_draws(x.shape[1], kind, x.device, g) for g in gens]
+    off = torch.cat([d[0] for d in draws], 1) if draws[0][0] is not None else None  # (2, R·B, 1)
+    flip = torch.cat([d[1] for d in draws]) if draws[0][1] is not None else None  # (R·B, 1)
+    return apply_augment(x.flatten(0, 1), kind, pad_value, off, flip).view_as(x)
