@@ -43,6 +43,7 @@ def main():
     p.add_argument("--chunk", type=int, default=10)
     p.add_argument("--augment", default="crop+flip")
     p.add_argument("--data-dir", default=None, help="a CIFAR-10 copy (default: random CIFAR-shaped tensors)")
+    p.add_argument("--graphs", action="store_true", help="also time the stacked step replayed as a CUDA graph")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args()
     data = load_data("cifar10", a.data_dir, False, torch.device(a.device)) if a.data_dir else cifar_shaped(a.device)
@@ -71,14 +72,20 @@ def main():
         stacked(batches[i], cosine_lr(base.lr, i, a.steps))
 
     engines = {"one by one": one_by_one, "stacked": together}
-    for f in engines.values():  # warm-up, untimed
-        f(a.steps)
-        f(a.steps + 1)
+    if a.graphs:
+        built_g = [build(c, data) for c in cfgs]
+        for (m, meth) in built_g:
+            meth.probe(m, data.x_train[:2], data.y_train[:2])
+        graphed = StackedStepper(cfgs, data, [b[0] for b in built_g], [b[1] for b in built_g], graphs=True)
+        engines["graphed"] = lambda i: graphed(batches[i], cosine_lr(base.lr, i, a.steps))
+    for f in engines.values():  # warm-up, untimed (the graphed step records its graph on its 4th call)
+        for _ in range(StackedStepper.WARMUP + 2):
+            f(a.steps)
     times, done, rnd = dict.fromkeys(engines, 0.0), 0, 0
     names = list(engines)
     while done < a.steps:
         k = min(a.chunk, a.steps - done)
-        for name in names[rnd % 2:] + names[:rnd % 2]:
+        for name in names[rnd % len(names):] + names[:rnd % len(names)]:
             sync()
             t0 = time.perf_counter()
             for i in range(done, done + k):
@@ -96,6 +103,9 @@ def main():
         print(f"{name:>11}: {step * 1000:8.1f} ms per step of all {runs} runs  → {1 / hours_per_run:7.1f} runs/hour "
               f"at 100 epochs")
     print(f"stacked / one by one speed-up: {times['one by one'] / times['stacked']:.2f}×")
+    if "graphed" in times:
+        print(f"graphed / stacked speed-up: {times['stacked'] / times['graphed']:.2f}×; graphed / one by one: "
+              f"{times['one by one'] / times['graphed']:.2f}×")
 
 
 if __name__ == "__main__":

@@ -123,3 +123,58 @@ def test_stacked_runs_with_the_audit_tracker_on_the_device(spec):
     cos = [o.history[-1]["probe"]["credit_cosine"]["per_layer"] for o in outs]
     print(f"{spec} on {DEV}: per-layer Γ at the last epoch {cos}")
     assert all(o.status == "ok" for o in outs) and all(len(c) == 3 for c in cos)
+
+
+GRAPH_DEV = DEV if DEV.startswith("cuda") else None  # CUDA graphs exist only on CUDA: these tests skip elsewhere
+
+
+@pytest.mark.skipif(GRAPH_DEV is None, reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("spec", ["bp", "fa", "dfa", "fa-stream", "dfa:penalty"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_graphed_stacked_step_equals_the_eager_one_bit_for_bit(spec, dtype):
+    """The recorded forward+backward replays the eager step's kernels: every parameter equal, every loss equal."""
+    data = _data(dtype=dtype, image=True)
+    method, lam = (spec.split(":")[0], 1e-2) if spec.endswith(":penalty") else (spec, 0.0)
+    base = TrainConfig(dataset="toy", arch="resmlp", d_hidden=16, num_blocks=3, method="bp", epochs=2,
+                       batch_size=32, lr=3e-3, augment="crop+flip", device=DEV)
+    cfgs = [parse_method_spec(method, replace(base, seed=s, train_blocks=tb, scale_penalty=lam * s))[1]
+            for s, tb in [(1, "all"), (2, "none"), (3, "last:1")]]
+    out = {}
+    for graphs in (False, True):
+        built = [_build(c, data) for c in cfgs]
+        stepper = StackedStepper(cfgs, data, [b[0] for b in built], [b[1] for b in built], graphs=graphs)
+        assert stepper.graphs is graphs
+        losses = []
+        gen = torch.Generator(device=DEV).manual_seed(0)
+        for i in range(12):  # 3 eager warm-up steps, the recording, 8 replays
+            idx = torch.stack([torch.randperm(640, device=DEV, generator=gen)[:32] for _ in cfgs])
+            losses.append(stepper(idx, 3e-3 * (1 - i / 12)))
+        assert (stepper._graph is not None) is graphs
+        stepper.model.write_back([b[0] for b in built])
+        out[graphs] = (torch.stack(losses), [b[0].state_dict() for b in built])
+    (l0, s0), (l1, s1) = out[False], out[True]
+    worst = max((a[k] - b[k]).abs().max().item() for a, b in zip(s0, s1, strict=True) for k in a)
+    print(f"{spec} {dtype}: max |graphed − eager| over 3 runs, 12 steps: params {worst:.1e}, "
+          f"losses {(l0 - l1).abs().max().item():.1e}")
+    assert torch.equal(l0, l1) and worst == 0.0
+
+
+@pytest.mark.skipif(GRAPH_DEV is None, reason="CUDA graphs need a CUDA device")
+def test_a_sweep_with_cuda_graphs_records_the_same_numbers(tmp_path):
+    """The ladder through the CLI, stacked, with and without --cuda-graphs: the same accuracies, graphs recorded."""
+    import json
+
+    from depthaudit.cli import main
+
+    common = ["ladder", "--dataset", "teacher-a0", "--d-hidden", "32", "--num-blocks", "2", "--methods", "dfa",
+              "--seeds", "1", "2", "--epochs", "2", "--device", DEV, "--batch-runs", "8"]
+    accs = {}
+    for graphs in (False, True):
+        out = tmp_path / str(graphs)
+        assert main([*common, "--output_dir", str(out), *(["--cuda-graphs"] if graphs else [])]) == 0
+        doc = json.loads(next(out.glob("ladder_*.json")).read_text())
+        runs = doc["runs"]
+        accs[graphs] = {k: r["final"]["test_acc"] for k, r in runs.items()}
+        assert all(bool(r["timing"].get("cuda_graphs")) is graphs for r in runs.values())
+    print("accuracies eager vs graphed:", accs)
+    assert accs[False] == accs[True]

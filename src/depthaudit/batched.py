@@ -15,6 +15,14 @@ decoupled weight decay moves a weight whose gradient is zero, so a block frozen 
 :class:`MaskedAdamW` therefore applies each update only where the run trains that group; a frozen
 block stays bit-identical to its init (tested), as when it trains alone.
 
+**CUDA graphs** (``graphs=True``, ``--cuda-graphs``; CUDA only): on a GPU the stacked step is launch-bound
+(a few hundred small kernels, each queued by Python). :class:`StackedStepper` then records the step's forward
+and backward (``method.step``) once as a CUDA graph and replays it every step, so the GPU runs those kernels
+back to back; the batch gather, augmentation, optimizer and ``after_step`` stay eager around it. The graph
+replays the very kernels it recorded, on the same inputs, so a run's numbers are those of the eager step
+(tested in tests/test_cuda.py). Only methods with ``graphable = True`` (no host sync, no randomness and no
+Python-side state change inside ``step``) are recorded; others train eagerly.
+
 What can stack: a model class with ``stackable = True`` (no buffers) under a method with
 ``stackable = True``, same config except seed, ``train_blocks`` and λ (:func:`group_key`). Law tests
 (tests/test_batched.py): every run of a stacked group equals the same run trained alone, fp64, ≤ 1e-10.
@@ -187,8 +195,10 @@ def group_key(cfg: TrainConfig) -> str | None:
 class StackedStepper:
     """One optimisation step of R stacked runs under the recipe (the stacked :class:`train.Stepper`)."""
 
+    WARMUP = 3  # eager steps before the graph is recorded (they set up cuBLAS and autograd state on its stream)
+
     def __init__(self, cfgs: list[TrainConfig], data: DataBundle, models: list[ResidualModel],
-                 methods: list[CreditMethod]):
+                 methods: list[CreditMethod], graphs: bool = False):
         cfg = cfgs[0]
         self.cfg, self.data, self.runs = cfg, data, len(cfgs)
         if cfg.augment != "none" and (data.pad_value is None or data.x_train.dim() != 4):
@@ -205,17 +215,55 @@ class StackedStepper:
         lams = [c.scale_penalty for c in cfgs]  # λ may differ per run (the intervention's grid)
         self.penalty = Penalty(max(lams), cfg.penalty_form, torch.tensor(lams, dtype=data.x_train.dtype, device=device))
         self.aug_gens = [torch.Generator(device=device).manual_seed(derive_seed(c.seed, "augment")) for c in cfgs]
+        self.graphs = bool(graphs) and device.type == "cuda" and getattr(type(methods[0]), "graphable", False)
+        self._graph = None  # the recorded forward+backward, once WARMUP eager steps have run
+        self._warm = 0
 
     def __call__(self, idx: torch.Tensor, lr: float) -> torch.Tensor:
         """Train run r on rows ``idx[r]`` (idx (R, B)); returns the (R,) batch mean losses on the device."""
         self.opt.lr = lr
-        self.opt.zero_grad()
         x = self.data.x_train[idx]  # (R, B, …)
         x = augment_runs(x, self.cfg.augment, self.data.pad_value, self.aug_gens)  # each run its own stream
-        loss = self.method.step(self.model, x, self.data.y_train[idx], self.penalty)
+        y = self.data.y_train[idx]  # (R, B)
+        if self.graphs:
+            loss = self._graphed(x, y)
+        else:
+            self.opt.zero_grad()
+            loss = self.method.step(self.model, x, y, self.penalty)
         self.opt.step()
         self.method.after_step(self.model, lr, self.cfg.weight_decay)
         return loss
+
+    def _graphed(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``method.step`` on (x, y): eagerly on the graph's stream for WARMUP steps, then recorded once and replayed.
+
+        The recording is made with every ``.grad`` unset, so the recorded backward allocates the gradients in
+        the graph's memory pool and each replay rewrites them in place: after recording, gradients are never
+        reset (``zero_grad`` would orphan them). The optimizer reads them eagerly, as in the eager step.
+        """
+        if self._graph is None:
+            if self._warm == 0:
+                self._stream = torch.cuda.Stream(device=x.device)
+            main = torch.cuda.current_stream(x.device)
+            self._stream.wait_stream(main)
+            if self._warm < self.WARMUP:
+                self._warm += 1
+                with torch.cuda.stream(self._stream):
+                    self.opt.zero_grad()
+                    loss = self.method.step(self.model, x, y, self.penalty)
+                main.wait_stream(self._stream)
+                return loss
+            self.opt.zero_grad()
+            self._x, self._y = x.clone(), y.clone()  # the graph's inputs: each step copies its batch in
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=self._stream):
+                self._loss = self.method.step(self.model, self._x, self._y, self.penalty)
+            self._graph = graph
+        else:
+            self._x.copy_(x)
+            self._y.copy_(y)
+        self._graph.replay()  # recording runs nothing: the first replay is this step
+        return self._loss.clone()  # the graph's own output is rewritten by the next replay
 
 
 @torch.no_grad()
@@ -233,12 +281,13 @@ def evaluate_stacked(model: StackedModel, x: torch.Tensor, y: torch.Tensor, batc
 
 
 def train_stacked(cfgs: list[TrainConfig], data: DataBundle, log=None, trackers=None,
-                  monitors=None, watches=None) -> list[RunOutput]:
+                  monitors=None, watches=None, graphs: bool = False) -> list[RunOutput]:
     """Train R runs stacked; returns what :func:`depthaudit.loop.train` would return for each, in order.
 
     Every run is built exactly as when it trains alone (same init, same feedback), stacked, trained by
     :func:`depthaudit.loop.fit`, and written back into its own model and method, which the trackers read
-    (at init, and after each epoch the schedule measures) and the results keep.
+    (at init, and after each epoch the schedule measures) and the results keep. ``graphs``: replay each
+    step's forward and backward as a CUDA graph (see the module's docstring; ignored off CUDA).
     """
     log = log or (lambda m: None)
     runs = len(cfgs)
@@ -258,7 +307,7 @@ def train_stacked(cfgs: list[TrainConfig], data: DataBundle, log=None, trackers=
     last_epoch = cfgs[0].epochs_run
     probe_init = [t(0, m, meth, last_epoch == 0) if t else None
                   for t, m, meth in zip(trackers, models, methods, strict=True)]
-    stepper = StackedStepper(cfgs, data, models, methods)
+    stepper = StackedStepper(cfgs, data, models, methods, graphs=graphs)
     done: set[int] = set()
 
     def end_of(r: int):

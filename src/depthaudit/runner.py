@@ -116,10 +116,11 @@ def run_recipe(spec, data: DataBundle | None = None, log=None, argv=None, watch=
 
 
 def run_recipe_stacked(specs: list, data: DataBundle | None = None, log=None, argv=None,
-                       watches=None) -> list[dict]:
+                       watches=None, graphs: bool = False) -> list[dict]:
     """Several recipe specs that share an architecture (:func:`depthaudit.batched.group_key`), trained stacked.
 
-    Each record is what :func:`run_recipe` writes for that spec alone, plus ``timing.stacked_runs``.
+    Each record is what :func:`run_recipe` writes for that spec alone, plus ``timing.stacked_runs`` (and
+    ``timing.cuda_graphs`` when the step was replayed as a CUDA graph, ``graphs``).
     """
     from .batched import train_stacked
     from .data import load_data
@@ -129,13 +130,19 @@ def run_recipe_stacked(specs: list, data: DataBundle | None = None, log=None, ar
         data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
     measured = [_measurement(s, data) for s in specs]
     runs = train_stacked([s.cfg for s in specs], data, log=log or (lambda m: None),
-                         trackers=[m[0] for m in measured], monitors=[m[1] for m in measured], watches=watches)
+                         trackers=[m[0] for m in measured], monitors=[m[1] for m in measured], watches=watches,
+                         graphs=graphs)
     for w, run in zip(watches or [], runs, strict=False):
         if w is not None:
             w.close(run.status, run.final)
     recs = [_finish(s, data, run, argv) for s, run in zip(specs, runs, strict=True)]
+    from .methods import METHODS
+
+    graphed = graphs and str(cfg.device).startswith("cuda") and getattr(METHODS.get(cfg.method), "graphable", False)
     for rec in recs:
         rec["timing"]["stacked_runs"] = len(specs)
+        if graphed:
+            rec["timing"]["cuda_graphs"] = True
     return recs
 
 

@@ -40,6 +40,9 @@ class CreditMethod:
     # runs of this method can train stacked in one process (batched.py): credits broadcast over a leading
     # run dim and the method's whole state is its state_dict's tensors
     stackable: ClassVar[bool] = False
+    # a stacked step can be recorded once as a CUDA graph and replayed (batched.py, --cuda-graphs): ``step``
+    # makes no host sync, draws no random numbers and changes no Python-side state after its first call
+    graphable: ClassVar[bool] = False
     # growth can insert a block mid-training (see :meth:`grown`); False for state built for a fixed depth
     growable: ClassVar[bool] = True
     # the method's own options (methods/options.py): ``name:key=value`` in ``--methods``, a generated flag

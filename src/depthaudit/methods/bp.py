@@ -34,6 +34,7 @@ class BP(CreditMethod):
     needs_input_grad = True
     exact_credits = True
     stackable = True
+    graphable = True
     fast = True
 
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:

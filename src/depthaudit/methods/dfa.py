@@ -21,6 +21,7 @@ class DFA(CreditMethod):
     name = "dfa"
     random_feedback = True
     stackable = True
+    graphable = True
 
     def __init__(self, model: ResidualModel, seed: int):
         super().__init__(model, seed)

@@ -22,6 +22,7 @@ class FA(CreditMethod):
     name = "fa"
     random_feedback = True
     stackable = True
+    graphable = True
     options = {"head": Option("feedback", "readout credit: feedback = Lillicrap's rule | exact = true gradient",
                               choices=("feedback", "exact"), flag="fa-head", legacy="fa_head")}
     needs_cache = True

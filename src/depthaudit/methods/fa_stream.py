@@ -26,6 +26,7 @@ class FAStream(CreditMethod):
     needs_input_grad = True  # c_L is the exact readout gradient (Trace.gL)
     random_feedback = True
     stackable = True
+    graphable = True
     options = {"identity": Option(False, "keep the residual identity path, c + c·Bᵀ", legacy="fa_stream_identity"),
                "scale": Option(1.0, "B_l ~ N(0, s²/d)", lo=0, legacy="fa_stream_scale")}
 
