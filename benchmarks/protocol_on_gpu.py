@@ -35,7 +35,8 @@ def main():
     p.add_argument("--methods", nargs="+", default=["bp", "fa-stream", "dfa", "fa"])
     p.add_argument("--seeds", nargs="+", default=["42", "123", "456"])
     p.add_argument("--epochs", default="100")
-    p.add_argument("--extra", default="", help="more flags for every depthaudit process, e.g. '--cuda-graphs'")
+    p.add_argument("--extra", default="",
+                   help="more flags for every depthaudit process (e.g. --extra='--cuda-graphs off')")
     p.add_argument("--chain", action="store_true", help="one process per method: its next shape's group starts when "
                    "the previous one ends, if that group (timed as long as the last) can end by the deadline")
     p.add_argument("--k-values", nargs="+", default=None, help="rungs k (default: the ladder's, 0..L)")

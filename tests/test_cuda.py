@@ -146,22 +146,23 @@ def test_a_graphed_stacked_step_equals_the_eager_one_bit_for_bit(spec, dtype):
         assert stepper.graphs is graphs
         losses = []
         gen = torch.Generator(device=DEV).manual_seed(0)
-        for i in range(12):  # 3 eager warm-up steps, the recording, 8 replays
-            idx = torch.stack([torch.randperm(640, device=DEV, generator=gen)[:32] for _ in cfgs])
-            losses.append(stepper(idx, 3e-3 * (1 - i / 12)))
-        assert (stepper._graph is not None) is graphs
+        for i in range(16):  # batches of 32 and, every 4th step, of 16 (an epoch's last batch): two graphs
+            size = 16 if i % 4 == 3 else 32  # 32: 3 warm-up steps, recorded at step 4; 16: warm at 3, recorded at 7
+            idx = torch.stack([torch.randperm(640, device=DEV, generator=gen)[:size] for _ in cfgs])
+            losses.append(stepper(idx, 3e-3 * (1 - i / 16)).sum())
+        assert len(stepper._graphs) == (2 if graphs else 0)
         stepper.model.write_back([b[0] for b in built])
         out[graphs] = (torch.stack(losses), [b[0].state_dict() for b in built])
     (l0, s0), (l1, s1) = out[False], out[True]
     worst = max((a[k] - b[k]).abs().max().item() for a, b in zip(s0, s1, strict=True) for k in a)
-    print(f"{spec} {dtype}: max |graphed − eager| over 3 runs, 12 steps: params {worst:.1e}, "
+    print(f"{spec} {dtype}: max |graphed − eager| over 3 runs, 16 steps: params {worst:.1e}, "
           f"losses {(l0 - l1).abs().max().item():.1e}")
     assert torch.equal(l0, l1) and worst == 0.0
 
 
 @pytest.mark.skipif(GRAPH_DEV is None, reason="CUDA graphs need a CUDA device")
 def test_a_sweep_with_cuda_graphs_records_the_same_numbers(tmp_path):
-    """The ladder through the CLI, stacked, with and without --cuda-graphs: the same accuracies, graphs recorded."""
+    """The ladder through the CLI, stacked, with --cuda-graphs off and by default (auto): the same accuracies."""
     import json
 
     from depthaudit.cli import main
@@ -171,7 +172,7 @@ def test_a_sweep_with_cuda_graphs_records_the_same_numbers(tmp_path):
     accs = {}
     for graphs in (False, True):
         out = tmp_path / str(graphs)
-        assert main([*common, "--output_dir", str(out), *(["--cuda-graphs"] if graphs else [])]) == 0
+        assert main([*common, "--output_dir", str(out), *([] if graphs else ["--cuda-graphs", "off"])]) == 0
         doc = json.loads(next(out.glob("ladder_*.json")).read_text())
         runs = doc["runs"]
         accs[graphs] = {k: r["final"]["test_acc"] for k, r in runs.items()}

@@ -216,8 +216,9 @@ class StackedStepper:
         self.penalty = Penalty(max(lams), cfg.penalty_form, torch.tensor(lams, dtype=data.x_train.dtype, device=device))
         self.aug_gens = [torch.Generator(device=device).manual_seed(derive_seed(c.seed, "augment")) for c in cfgs]
         self.graphs = bool(graphs) and device.type == "cuda" and getattr(type(methods[0]), "graphable", False)
-        self._graph = None  # the recorded forward+backward, once WARMUP eager steps have run
-        self._warm = 0
+        self._graphs: dict[tuple, tuple] = {}  # batch shape -> (graph, its x, its y, its loss, its gradients)
+        self._warm: dict[tuple, int] = {}  # batch shape -> eager steps taken before recording it
+        self._stream = None  # the stream graphs are recorded on (and their warm-up steps run on)
 
     def __call__(self, idx: torch.Tensor, lr: float) -> torch.Tensor:
         """Train run r on rows ``idx[r]`` (idx (R, B)); returns the (R,) batch mean losses on the device."""
@@ -235,35 +236,43 @@ class StackedStepper:
         return loss
 
     def _graphed(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """``method.step`` on (x, y): eagerly on the graph's stream for WARMUP steps, then recorded once and replayed.
+        """``method.step`` on (x, y), replayed from a CUDA graph recorded for this batch shape.
 
-        The recording is made with every ``.grad`` unset, so the recorded backward allocates the gradients in
-        the graph's memory pool and each replay rewrites them in place: after recording, gradients are never
-        reset (``zero_grad`` would orphan them). The optimizer reads them eagerly, as in the eager step.
+        One graph per batch shape (an epoch's last batch is smaller). A shape is first stepped eagerly on the
+        graphs' stream — WARMUP times before the first graph (cuBLAS and autograd set up their state there),
+        once before each later one — and recorded at its next occurrence. A recording is made with every
+        ``.grad`` unset, so its backward allocates the gradients in its graph's memory pool and each replay
+        rewrites them in place; after a replay the parameters' ``.grad`` are pointed at that graph's gradients
+        (an eager step or another graph may have pointed them elsewhere). The optimizer reads them eagerly.
         """
-        if self._graph is None:
-            if self._warm == 0:
+        key = (tuple(x.shape), tuple(y.shape))
+        rec = self._graphs.get(key)
+        if rec is None:
+            if self._stream is None:
                 self._stream = torch.cuda.Stream(device=x.device)
             main = torch.cuda.current_stream(x.device)
             self._stream.wait_stream(main)
-            if self._warm < self.WARMUP:
-                self._warm += 1
+            if self._warm.get(key, 0) < (1 if self._graphs else self.WARMUP):
+                self._warm[key] = self._warm.get(key, 0) + 1
                 with torch.cuda.stream(self._stream):
                     self.opt.zero_grad()
                     loss = self.method.step(self.model, x, y, self.penalty)
                 main.wait_stream(self._stream)
                 return loss
             self.opt.zero_grad()
-            self._x, self._y = x.clone(), y.clone()  # the graph's inputs: each step copies its batch in
+            xs, ys = x.clone(), y.clone()  # the graph's inputs: each step copies its batch in
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=self._stream):
-                self._loss = self.method.step(self.model, self._x, self._y, self.penalty)
-            self._graph = graph
+                loss = self.method.step(self.model, xs, ys, self.penalty)
+            rec = self._graphs[key] = (graph, xs, ys, loss, [p.grad for p in self.opt.params])
         else:
-            self._x.copy_(x)
-            self._y.copy_(y)
-        self._graph.replay()  # recording runs nothing: the first replay is this step
-        return self._loss.clone()  # the graph's own output is rewritten by the next replay
+            rec[1].copy_(x)
+            rec[2].copy_(y)
+        graph, _, _, loss, grads = rec
+        graph.replay()  # recording runs nothing: the first replay is that step
+        for p, g in zip(self.opt.params, grads, strict=True):
+            p.grad = g
+        return loss.clone()  # the graph's own output is rewritten by its next replay
 
 
 @torch.no_grad()
