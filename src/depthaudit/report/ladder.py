@@ -14,6 +14,7 @@ from ..experiments.ladder import aggregate  # noqa: E402
 from ..io import save_figure  # noqa: E402
 from ..sweep import FolderStore, RunSpec  # noqa: E402
 from .card import fmt_ms  # noqa: E402
+from .published import NAMES, beside_published_md, published_ladder  # noqa: E402
 
 
 def ladder_table_md(agg: dict) -> str:
@@ -54,7 +55,8 @@ def cross_check_md(doc: dict, audit_dir: Path | None) -> str:
     L = doc["identity"]["num_blocks"]
     lines = [f"k=0 trains with `train_blocks=none` — the audit's frozen-blocks baseline config — and k={L} with "
              "`train_blocks=all` — the audit's full config; same recipe, model, data and seed, so a stored audit "
-             "run of the same configuration must give the same accuracy (tracking does not touch training)."]
+             "run of the same configuration on the same kind of device must give the same accuracy (tracking does "
+             "not touch training; a CPU and a GPU draw different data orders from the same seed)."]
     if audit_dir is None:
         return "\n".join(lines + ["", "(pass `--audit-dir` to compare with a stored audit.)"])
     store = FolderStore(Path(audit_dir) / "runs")
@@ -76,9 +78,13 @@ def cross_check_md(doc: dict, audit_dir: Path | None) -> str:
     return "\n".join(lines + rows)
 
 
-def ladder_figure(agg: dict, path: Path, title: str) -> None:
-    """Accuracy vs k per method (error bars = std over seeds); each method's k=0 level dashed."""
-    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+def ladder_figure(agg: dict, path: Path, title: str, published: dict | None = None) -> None:
+    """Accuracy vs k per method (error bars = std over seeds); each method's k=0 level dashed.
+
+    With ``published`` (the published ladder of this protocol), each of its methods is drawn beside ours in the
+    same colour: hollow markers on a dash-dot line, error bars its std over its seeds.
+    """
+    fig, ax = plt.subplots(figsize=(7.0 if published else 5.2, 3.6))
     if all(c["mean"] is None for ks in agg["table"].values() for c in ks.values()):
         ax.set_ylim(0, 1)  # every run diverged: an accuracy axis for the annotations, not matplotlib's ±0.05
     for i, (m, ks) in enumerate(agg["table"].items()):
@@ -88,6 +94,10 @@ def ladder_figure(agg: dict, path: Path, title: str) -> None:
         std = [ks[j]["std"] or 0 for j in k]
         xs = [j + 0.04 * (i - 1) for j in k]
         line = ax.errorbar(xs, mean, yerr=std, marker="o", capsize=3, label=m)
+        if published and m in published:
+            pm, ps = zip(*published[m], strict=True)
+            ax.errorbar([j + 0.12 for j in range(len(pm))], pm, yerr=ps, marker="o", mfc="none", ls="-.", lw=1,
+                        capsize=2, color=line[0].get_color(), label=f"{NAMES[m]}, published")
         if 0 in ks and ks[0]["mean"] is not None:
             ax.axhline(ks[0]["mean"], ls="--", lw=1, color=line[0].get_color())
         sh = (agg.get("shallow") or {}).get(m)
@@ -104,7 +114,10 @@ def ladder_figure(agg: dict, path: Path, title: str) -> None:
     ax.set_ylabel("test accuracy")
     ax.set_xticks(range(agg["num_blocks"] + 1))
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    if published:  # twice the entries: beside the axes, not over the lines
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
@@ -122,12 +135,18 @@ def ladder_report(path: Path, audit_dir: Path | None = None) -> tuple[str, str]:
              f"L={ident['num_blocks']}, {ident['epochs']} epochs")
     table = ladder_table_md(agg)
     fig = path.with_suffix(".png")
-    ladder_figure(agg, fig, title)
+    published = published_ladder(ident)
+    ladder_figure(agg, fig, title, published)
     n_div = sum(r["status"] == "diverged" for r in doc["runs"].values())
     md = "\n".join([
         f"# {title}", "", f"Test accuracy, mean ± std over seeds (ddof 1), n runs per cell; from `{path.name}`.",
         "", table, "", "## Reading the ladder", "", helpers_md(agg), "",
         f"{n_div} run(s) diverged (kept, status `diverged`)." if n_div else "No run diverged.", "",
+        *(["## Beside the published ladder", "",
+           "This file's configuration is the published protocol's (CIFAR-10, reference ResMLP, 100 epochs, the "
+           "recipe's defaults), so each cell is read beside the study's (seeds 42/123/456, mean ± std; its FA is "
+           "`fa-stream`). Δ = ours − published. Figure: published as hollow markers, dash-dot.", "",
+           beside_published_md(agg, published), ""] if published else []),
         "## Cross-check with the audit", "", cross_check_md(doc, audit_dir), "", f"![ladder]({fig.name})", ""])
     write_text(path.with_suffix(".md"), md)
     return md, table
