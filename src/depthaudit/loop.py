@@ -59,15 +59,14 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
 
 
 def make_optimizer(model: ResidualModel, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """One independent AdamW per group (embed, each trainable block, readout), as named param groups.
+    """One independent AdamW per trainable group (embed, each trainable block, readout), as one param group.
 
-    AdamW's update and state are per parameter, so one optimizer object with a param group per block is
-    the same optimizer per block (tested bit for bit against separate objects) at one ``step()`` call's
-    overhead instead of L + 2.
+    AdamW's update and state are per parameter, so one optimizer over every trainable group is the same
+    optimizer per group (tested bit for bit against separate objects), at one multi-tensor pass per step
+    instead of one per group. Growth adds an inserted block's parameters as a group of their own.
     """
-    groups = [{"params": ps, "name": name} for name, ps in model.groups().items()
-              if ps and all(p.requires_grad for p in ps)]
-    return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    params = [p for ps in model.groups().values() if ps and all(p.requires_grad for p in ps) for p in ps]
+    return torch.optim.AdamW([{"params": params, "name": "trainable"}], lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
 def read_checkpoint(path: str) -> dict:
