@@ -92,8 +92,7 @@ class DepthFamily:
     help: str = ""  # a few words for ``--family``'s help
     under_method = False  # trains under ``--method`` (the audit's recipe); else plain backprop
     growable = False  # ``grow`` can grow it
-    pretrained = False  # measures given models (``--model``), one cell per model, instead of training depths
-    #                    (:func:`~depthaudit.experiments.pretrained.run_pretrained`; the table has a row per model)
+    pretrained = False  # measures given models (``--model``): a cell (run_pretrained) and a table row per model
     reads_text = False  # trains on ``--text`` (its budget is DEFAULT_EPOCHS), not on an image/vector dataset
     default_d_hidden: int | None = None  # width when ``--d-hidden`` is not given (None: the family has none)
     default_batch_size = 128
