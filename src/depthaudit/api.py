@@ -312,7 +312,7 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
         if any(n < 0 for n in config.extra) or config.epochs < 0 or config.analysis_batches < 1:
             raise UsageError("--extra values must be >= 0, --epochs >= 0, --analysis-batches >= 1")
     data, name, sha = family.load(config, "saturation", data)
-    specs = family.saturation_specs(config)
+    specs = config.specs()
     family.check_recipe(specs[0].cfg, data)
     store = family.saturation_store(config, out, name, sha)
     opts = sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs"))
@@ -320,7 +320,10 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
                        argv=argv or ["depthaudit.saturation"], opts=opts, log=_log(progress))
     if not status.complete:
         return Result.stopped_sweep(store.path, status)
-    family.after_sweep(store, config)
+    if config.importance is not None or config.grow_steps:  # (hf: the depth-importance and growth tables)
+        from .report.pretrained import write_importance
+
+        write_importance(store)
     return _depth_result(store, "saturation", config.low_signal)
 
 

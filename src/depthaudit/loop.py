@@ -228,6 +228,18 @@ def plain_step(model: torch.nn.Module, opt: torch.optim.Optimizer, data, loss_fn
     return step
 
 
+def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed: int, device, log=None,
+                loss_fn=F.cross_entropy, stop_after: int | None = None):
+    """Plain backprop (AdamW, the recipe's cosine schedule) through the one training loop: ``(history, status)``.
+
+    The schedule spans the ``epochs`` budget; ``stop_after`` trains only its first N epochs.
+    """
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
+    model.train()
+    return fit(data.x_train.shape[0], batch, epochs, lr, seed, device, plain_step(model, opt, data, loss_fn),
+               lambda: evaluate(model, data.x_test, data.y_test, 500, loss_fn), last_epoch=stop_after,
+               log=log or (lambda m: None))
+
 def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=None, watch=None,
           on_epoch_start=None) -> RunOutput:
     """Train under the recipe; a non-finite loss ends the run with status ``diverged``.

@@ -20,8 +20,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..config import derive_seed
 from ..recipe import output_error, rms
+from ..seeds import derive_seed
 from ..verdicts import fmt_ms, mean_std
 from .base import Diagnostic, Probe, layer_headers, register
 from .credit_cosine import standard_cosines

@@ -2,9 +2,11 @@
 
 A family knows how to check a sweep's configuration, load its data, build and train one depth, name the tangent
 space its zero block opens (V), grow one arm, and title its tables; the commands and the API ask the registry
-:data:`FAMILIES` and never switch on the family's name. The CLI's ``--family`` choices are the registry's keys
-(``grow``: the families with ``growable``). Register your own (in a ``--plugin`` module, so spawned workers see it
-too)::
+:data:`FAMILIES` and never switch on the family's name. It knows neither the sweeps nor the report: the runners
+(:func:`~depthaudit.experiments.saturation.run_depth`, :func:`~depthaudit.experiments.grow.run_arm`) look their
+family up here, and the report (:mod:`depthaudit.report.saturation`) asks it for titles. The CLI's ``--family``
+choices are the registry's keys (``grow``: the families with ``growable``). Register your own (in a ``--plugin``
+module, so spawned workers see it too)::
 
     from depthaudit.experiments.families import FAMILIES, DepthFamily
 
@@ -90,7 +92,7 @@ class DepthFamily:
     help: str = ""  # a few words for ``--family``'s help
     under_method = False  # trains under ``--method`` (the audit's recipe); else plain backprop
     growable = False  # ``grow`` can grow it
-    pretrained = False  # measures given models (``--model``), one cell per model, instead of training depths
+    pretrained = False  # measures given models (``--model``): a cell (run_pretrained) and a table row per model
     reads_text = False  # trains on ``--text`` (its budget is DEFAULT_EPOCHS), not on an image/vector dataset
     default_d_hidden: int | None = None  # width when ``--d-hidden`` is not given (None: the family has none)
     default_batch_size = 128
@@ -157,13 +159,6 @@ class DepthFamily:
         """The family's part of the saturation file name (``saturation_{part}_{data}.json``)."""
         return self.name
 
-    def saturation_specs(self, cfg) -> list:
-        """One cell per depth ``N{extra}`` (each built from the config in one place: :meth:`SaturationConfig.run`)."""
-        from ..sweep import RunSpec
-        from .saturation import run_depth
-
-        return [RunSpec(f"N{n}", cfg.run(n), runner=run_depth) for n in dict.fromkeys(cfg.extra)]
-
     def saturation_store(self, cfg, out, name: str, sha: str | None):
         """The sweep's store ``out/saturation_{part}_{name}.json``: the shared identity and the family's entries."""
         from pathlib import Path
@@ -177,9 +172,6 @@ class DepthFamily:
             ident["stop_after"] = cfg.stop_after
         return FileStore(Path(out) / f"saturation_{self.saturation_part(cfg)}_{name}.json", "depthaudit.saturation.v1",
                          ident)
-
-    def after_sweep(self, store, cfg) -> None:
-        """Anything the family writes beside the table once every cell has finished."""
 
     def build(self, run, data, device):
         """The model of ``run``'s depth (base + ``run.extra`` blocks) on ``device``, at initialisation."""
@@ -196,7 +188,7 @@ class DepthFamily:
 
         ``data`` is the sweep's data in process, or None (a worker): :meth:`run_data` loads it.
         """
-        from .saturation import train_plain
+        from ..loop import train_plain
 
         data = self.run_data(run, data, device)
         model = self.build(run, data, device)
@@ -251,19 +243,6 @@ class DepthFamily:
         """The grown model, for the growth table's and figure's titles."""
         return f"{ident.get('family', self.name)} {ident.get('base_blocks', '?')} + {ident.get('extra', '?')}"
 
-    def saturation_table(self, doc: dict) -> str:
-        """The saturation table (Markdown) of a stored sweep."""
-        from ..report.saturation import depth_table
-
-        return depth_table(doc)
-
-    def saturation_figure(self, doc: dict, path, low_signal: float) -> None:
-        """The saturation figure of a stored sweep."""
-        from ..report.saturation import depth_figure
-
-        depth_figure(doc, path, low_signal)
-
-
 @FAMILIES.register("resnet")
 class ResNetFamily(DepthFamily):
     """ResNet-CIFAR: ResNet-8 + N BasicBlocks (extra block i at the end of stage i mod 3), plain backprop."""
@@ -309,10 +288,47 @@ class ResNetFamily(DepthFamily):
     def grow_name(self, cfg) -> str:
         return f"resnet8+{cfg.extra}"
 
-    def grow_arm(self, run, data, log, argv, t0) -> dict:
-        from .grow import resnet_arm
+    def grow_arm(self, cfg, data, log, argv, t0) -> dict:
+        """Plain backprop; extra block i joins at the end of stage i mod 3."""
+        import time
 
-        return resnet_arm(run, data, log, argv, t0)
+        import torch
+
+        from ..loop import evaluate, fit, plain_step
+        from ..models.resnet import ResNetCIFAR
+        from ..provenance import provenance
+        from ..seeds import derive_seed
+
+        device = torch.device(cfg.device)
+        grown = cfg.arm == "grown"
+        model = ResNetCIFAR(data.num_classes, 0 if grown else cfg.extra, cfg.seed, data.input_shape[0],
+                            cfg.base_width).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        inserted = 0
+
+        def insert_due(epoch: int) -> None:  # growth: zero-output blocks join at the start of their epochs
+            nonlocal inserted
+            while grown and inserted < cfg.extra and cfg.insert_at[inserted] <= epoch:
+                pos = model.stage_end(inserted % 3)
+                model.insert_zero_block(pos, seed=derive_seed(cfg.seed, f"grow{inserted}") % 2**31, inplace=True)
+                opt.add_param_group({"params": list(model.blocks[pos].parameters())})
+                inserted += 1
+
+        def blocks(epoch: int, rec: dict, diverged: bool) -> None:
+            rec["blocks"] = len(model.blocks)
+
+        model.train()
+        hist, status = fit(data.x_train.shape[0], cfg.batch_size, cfg.epochs, cfg.lr, cfg.seed, device,
+                           plain_step(model, opt, data), lambda: evaluate(model, data.x_test, data.y_test, 500),
+                           last_epoch=cfg.stop_after, on_epoch_start=insert_due, on_epoch_end=blocks,
+                           log=log or (lambda m: None),
+                           budget_note=f"{cfg.arm}: ")
+        train_loss = evaluate(model, data.x_train, data.y_train, 1000)[0]
+        final = {"train_loss": train_loss, "test_loss": hist[-1]["test_loss"] if hist else None,
+                 "test_acc": hist[-1]["test_acc"] if hist else None, "blocks": len(model.blocks)}
+        return {"schema": "depthaudit.grow_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,
+                "provenance": provenance(device, data.provenance(), cfg.seed, argv), "history": hist, "final": final,
+                "timing": {"seconds": round(time.perf_counter() - t0, 3)}}
 
     def saturation_what(self, ident: dict) -> str:
         return f"ResNet-CIFAR on {ident.get('data', '?')}"
@@ -356,8 +372,8 @@ class GPTFamily(DepthFamily):
 
     def train_depth(self, run, data, device, log) -> Trained:
         from ..data.text import load_text
+        from ..loop import train_plain
         from ..models.gpt import GPTDecoder, lm_loss
-        from .saturation import train_plain
 
         data = load_text(run.text, run.context, device)
         model = GPTDecoder(data.vocab, run.context, run.d_hidden, run.base_blocks + run.extra, seed=run.seed)
@@ -419,10 +435,41 @@ class ResMLPFamily(DepthFamily):
     def grow_name(self, cfg) -> str:
         return f"{cfg.arch}{cfg.base_blocks}+{cfg.extra}_{slug(cfg.method)}"
 
-    def grow_arm(self, run, data, log, argv, t0) -> dict:
-        from .grow import recipe_arm
+    def grow_arm(self, cfg, data, log, argv, t0) -> dict:
+        """The audit's recipe under the method; new blocks join on top of the stream from an epoch-start hook."""
+        import time
 
-        return recipe_arm(run, data, log, argv, t0)
+        import torch
+
+        from ..depth.insert import insert_zero_block
+        from ..loop import evaluate, train
+        from ..provenance import provenance
+        from ..seeds import derive_seed
+
+        grown, inserted = cfg.arm == "grown", 0
+
+        def insert_due(epoch: int, stepper) -> None:  # zero blocks join on top of the stream at their epochs
+            nonlocal inserted
+            while grown and inserted < cfg.extra and cfg.insert_at[inserted] <= epoch:
+                model, pos = stepper.model, stepper.model.num_blocks
+                seed = derive_seed(cfg.seed, f"grow{inserted}") % 2**31
+                insert_zero_block(model, pos, seed, inplace=True)
+                stepper.opts[0].add_param_group({"params": list(model.blocks[pos].parameters()),
+                                                 "name": f"block{pos + 1}"})
+                stepper.method = stepper.method.grown(model, pos + 1, derive_seed(seed, "feedback"))
+                inserted += 1
+
+        recipe = cfg.recipe()
+        log = log or (lambda m: None)
+        run = train(recipe, data, log=lambda m: log(f"{cfg.arm}: {m}"), on_epoch_start=insert_due)
+        model = run.model
+        train_loss = evaluate(model, data.x_train, data.y_train, 1000)[0] if run.status != "diverged" else None
+        final = {"train_loss": train_loss, "test_loss": run.final["test_loss"], "test_acc": run.final["test_acc"],
+                 "blocks": len(model.blocks)}
+        return {"schema": "depthaudit.grow_run.v1", "status": run.status, "config": cfg.to_dict(), "tracking": None,
+                "recipe": recipe.to_dict(),
+                "provenance": provenance(torch.device(cfg.device), data.provenance(), cfg.seed, argv),
+                "history": run.history, "final": final, "timing": {"seconds": round(time.perf_counter() - t0, 3)}}
 
     def saturation_what(self, ident: dict) -> str:
         return (f"{ident.get('arch', 'resmlp')} (d={ident.get('d_hidden')}) under {ident.get('method')} "
@@ -499,39 +546,10 @@ class PretrainedFamily(DepthFamily):
         return FileStore(Path(out) / f"saturation_hf_{text_name}.json", "depthaudit.saturation.v1", ident,
                          defaults=dict.fromkeys(("importance", "bootstrap", "grow_steps", "grow_lr", "grow_train")))
 
-    def saturation_specs(self, cfg) -> list:
-        """One cell per model."""
-        from ..sweep import RunSpec
-        from .pretrained import PretrainedRun, run_pretrained
-
-        return [RunSpec(m, PretrainedRun(
-            model=m, revision=cfg.revision, text=cfg.text, context=cfg.context, continue_steps=cfg.continue_steps,
-            continue_lr=cfg.continue_lr, batch_size=cfg.batch_size, analysis_batches=cfg.analysis_batches,
-            low_signal=cfg.low_signal, mlp_ratio=4, seed=cfg.seed, device=cfg.device, importance=cfg.importance,
-            bootstrap=cfg.bootstrap, grow_steps=cfg.grow_steps, grow_lr=cfg.grow_lr, grow_train=cfg.grow_train),
-            runner=run_pretrained) for m in cfg.model]
-
-    def after_sweep(self, store, cfg) -> None:
-        if cfg.importance is not None or cfg.grow_steps:
-            from ..report.pretrained import write_importance
-
-            write_importance(store)
-
     def saturation_title(self, ident: dict) -> str:
         rev = f" at {ident['revision']}" if ident.get("revision") else ""
         more = f", {ident['continue_steps']} continued-pretraining steps" if ident.get("continue_steps") else ""
         return f"Depth saturation of pretrained causal LMs{rev} on {ident.get('data', '?')}{more}"
-
-    def saturation_table(self, doc: dict) -> str:
-        from ..report.pretrained import pretrained_md
-
-        return pretrained_md(doc)
-
-    def saturation_figure(self, doc: dict, path, low_signal: float) -> None:
-        from ..report.pretrained import pretrained_figure
-
-        pretrained_figure(doc, path, low_signal)
-
 
 def _how(run) -> str:
     return f"grown at epochs {list(run.insert_at)}" if run.arm == "grown" else "from scratch"

@@ -20,9 +20,6 @@ from dataclasses import asdict, dataclass, fields
 
 import torch
 
-from ..config import derive_seed
-from ..loop import evaluate, fit, plain_step
-from ..provenance import provenance
 from .families import FAMILIES
 
 
@@ -129,7 +126,7 @@ def default_schedule(extra: int, epochs: int) -> tuple[int, ...]:
 
 
 def run_arm(spec, data=None, log=None, argv=None) -> dict:
-    """Train one arm and return its record (per-epoch test accuracy/loss, final train loss)."""
+    """Train one arm and return its record (per-epoch test accuracy/loss, final train loss): the family's grow_arm."""
     from ..data import load_data
 
     cfg: GrowRun = spec.cfg
@@ -138,69 +135,3 @@ def run_arm(spec, data=None, log=None, argv=None) -> dict:
         data = load_data(cfg.dataset, cfg.data_dir, False, device)
     t0 = time.perf_counter()
     return FAMILIES.get(cfg.family).grow_arm(cfg, data, log, argv, t0)
-
-
-def resnet_arm(cfg: GrowRun, data, log, argv, t0) -> dict:
-    """One arm of ResNet-CIFAR: plain backprop; extra block i joins at the end of stage i mod 3."""
-    from ..models.resnet import ResNetCIFAR
-
-    device = torch.device(cfg.device)
-    grown = cfg.arm == "grown"
-    model = ResNetCIFAR(data.num_classes, 0 if grown else cfg.extra, cfg.seed, data.input_shape[0],
-                        cfg.base_width).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    inserted = 0
-
-    def insert_due(epoch: int) -> None:  # growth: zero-output blocks join at the start of their epochs
-        nonlocal inserted
-        while grown and inserted < cfg.extra and cfg.insert_at[inserted] <= epoch:
-            pos = model.stage_end(inserted % 3)
-            model.insert_zero_block(pos, seed=derive_seed(cfg.seed, f"grow{inserted}") % 2**31, inplace=True)
-            opt.add_param_group({"params": list(model.blocks[pos].parameters())})
-            inserted += 1
-
-    def blocks(epoch: int, rec: dict, diverged: bool) -> None:
-        rec["blocks"] = len(model.blocks)
-
-    model.train()
-    hist, status = fit(data.x_train.shape[0], cfg.batch_size, cfg.epochs, cfg.lr, cfg.seed, device,
-                       plain_step(model, opt, data), lambda: evaluate(model, data.x_test, data.y_test, 500),
-                       last_epoch=cfg.stop_after, on_epoch_start=insert_due, on_epoch_end=blocks,
-                       log=log or (lambda m: None),
-                       budget_note=f"{cfg.arm}: ")
-    train_loss = evaluate(model, data.x_train, data.y_train, 1000)[0]
-    final = {"train_loss": train_loss, "test_loss": hist[-1]["test_loss"] if hist else None,
-             "test_acc": hist[-1]["test_acc"] if hist else None, "blocks": len(model.blocks)}
-    return {"schema": "depthaudit.grow_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,
-            "provenance": provenance(device, data.provenance(), cfg.seed, argv), "history": hist, "final": final,
-            "timing": {"seconds": round(time.perf_counter() - t0, 3)}}
-
-
-def recipe_arm(cfg: GrowRun, data, log, argv, t0) -> dict:
-    """One arm of the resmlp family: the audit's recipe under the method, growth from an epoch-start hook."""
-    from ..depth.insert import insert_zero_block
-    from ..loop import train
-
-    grown, inserted = cfg.arm == "grown", 0
-
-    def insert_due(epoch: int, stepper) -> None:  # zero blocks join on top of the stream at their epochs
-        nonlocal inserted
-        while grown and inserted < cfg.extra and cfg.insert_at[inserted] <= epoch:
-            model, pos = stepper.model, stepper.model.num_blocks
-            seed = derive_seed(cfg.seed, f"grow{inserted}") % 2**31
-            insert_zero_block(model, pos, seed, inplace=True)
-            stepper.opts[0].add_param_group({"params": list(model.blocks[pos].parameters()), "name": f"block{pos + 1}"})
-            stepper.method = stepper.method.grown(model, pos + 1, derive_seed(seed, "feedback"))
-            inserted += 1
-
-    recipe = cfg.recipe()
-    log = log or (lambda m: None)
-    run = train(recipe, data, log=lambda m: log(f"{cfg.arm}: {m}"), on_epoch_start=insert_due)
-    model = run.model
-    train_loss = evaluate(model, data.x_train, data.y_train, 1000)[0] if run.status != "diverged" else None
-    final = {"train_loss": train_loss, "test_loss": run.final["test_loss"], "test_acc": run.final["test_acc"],
-             "blocks": len(model.blocks)}
-    return {"schema": "depthaudit.grow_run.v1", "status": run.status, "config": cfg.to_dict(), "tracking": None,
-            "recipe": recipe.to_dict(), "provenance": provenance(torch.device(cfg.device), data.provenance(), cfg.seed,
-                                                                argv),
-            "history": run.history, "final": final, "timing": {"seconds": round(time.perf_counter() - t0, 3)}}

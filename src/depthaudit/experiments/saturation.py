@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, fields
 import torch
 import torch.nn.functional as F
 
-from ..config import derive_seed
 from ..depth.growth import activation_gradients, credit_signal, separated_test
 from ..provenance import provenance
+from ..seeds import derive_seed
 from .families import FAMILIES
 
 
@@ -81,6 +81,25 @@ class SaturationConfig:
         return SaturationRun(**{f.name: getattr(self, f.name) for f in fields(SaturationRun) if f.name != "extra"},
                              extra=extra)
 
+    def specs(self) -> list:
+        """The sweep's cells: one per depth ``N{extra}``, or one per model for a family of pretrained models.
+
+        A depth is run by :func:`run_depth` (which asks the family to build and train it), a pretrained model
+        (the ``hf`` family) by :func:`depthaudit.experiments.pretrained.run_pretrained`.
+        """
+        from ..stores import RunSpec
+
+        if FAMILIES.get(self.family).pretrained:
+            from .pretrained import PretrainedRun, run_pretrained
+
+            return [RunSpec(m, PretrainedRun(
+                model=m, revision=self.revision, text=self.text, context=self.context,
+                continue_steps=self.continue_steps, continue_lr=self.continue_lr, batch_size=self.batch_size,
+                analysis_batches=self.analysis_batches, low_signal=self.low_signal, mlp_ratio=4, seed=self.seed,
+                device=self.device, importance=self.importance, bootstrap=self.bootstrap, grow_steps=self.grow_steps,
+                grow_lr=self.grow_lr, grow_train=self.grow_train), runner=run_pretrained) for m in self.model]
+        return [RunSpec(f"N{n}", self.run(n), runner=run_depth) for n in dict.fromkeys(self.extra)]
+
 
 @dataclass(frozen=True, kw_only=True)
 class SaturationRun:
@@ -135,21 +154,6 @@ class SaturationRun:
                            batch_size=self.batch_size,
                            lr=self.lr, weight_decay=self.weight_decay, seed=self.seed, device=self.device)
         return parse_method_spec(self.method or "bp", base)[1]
-
-
-def train_plain(model, data, epochs: int, batch: int, lr: float, wd: float, seed: int, device, log=None,
-                loss_fn=F.cross_entropy, stop_after: int | None = None):
-    """Plain backprop (AdamW, the recipe's cosine schedule) through the one training loop: ``(history, status)``.
-
-    The schedule spans the ``epochs`` budget; ``stop_after`` trains only its first N epochs.
-    """
-    from ..loop import evaluate, fit, plain_step
-
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
-    model.train()
-    return fit(data.x_train.shape[0], batch, epochs, lr, seed, device, plain_step(model, opt, data, loss_fn),
-               lambda: evaluate(model, data.x_test, data.y_test, 500, loss_fn), last_epoch=stop_after,
-               log=log or (lambda m: None))
 
 
 def _analysis_batches(data, cfg: SaturationRun, device) -> list:

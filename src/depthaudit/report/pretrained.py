@@ -8,6 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ..io import save_figure  # noqa: E402
+from .titles import saturation_title  # noqa: E402
 
 
 def _rows(doc: dict) -> list[dict]:
@@ -67,8 +68,6 @@ def pretrained_figure(doc: dict, path: Path, low_signal: float) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("layer boundary l / L (0: embeddings, 1: last layer's output)")
     ax.set_ylabel("AG_l = ‖∂ℓ_mean/∂h_l‖")
-    from .titles import saturation_title
-
     ax.set_title(saturation_title(doc), fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -7,8 +7,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..experiments.families import family_of  # noqa: E402
 from ..io import save_figure  # noqa: E402
-from .titles import saturation_title  # noqa: E402,F401  (table titles: one module, imported by every family)
+from .pretrained import pretrained_figure, pretrained_md  # noqa: E402
+from .titles import saturation_title  # noqa: E402,F401  (re-exported: the commands and the API take it from here)
 
 
 def saturation_rows(doc: dict) -> list[dict]:
@@ -35,10 +37,8 @@ def _num(v, fmt: str) -> str:
 
 
 def saturation_md(doc: dict) -> str:
-    """The saturation table of a stored sweep, as its family renders it (:func:`depth_table` for trained depths)."""
-    from ..experiments.families import family_of
-
-    return family_of(doc["identity"]).saturation_table(doc)
+    """The saturation table of a stored sweep: one row per depth (:func:`depth_table`), or per model (pretrained)."""
+    return pretrained_md(doc) if family_of(doc["identity"]).pretrained else depth_table(doc)
 
 
 def depth_table(doc: dict) -> str:
@@ -93,22 +93,16 @@ def grow_title(doc: dict) -> str:
 
 
 def _grow_what(ident: dict) -> str:
-    from ..experiments.families import family_of
-
     return family_of(ident).grow_what(ident)
 
 
 def saturation_figure(doc: dict, path: Path, low_signal: float) -> None:
-    """The saturation figure of a stored sweep, as its family draws it (:func:`depth_figure` for trained depths)."""
-    from ..experiments.families import family_of
-
-    family_of(doc["identity"]).saturation_figure(doc, path, low_signal)
+    """The saturation figure of a stored sweep: against depth (:func:`depth_figure`), or per model (pretrained)."""
+    (pretrained_figure if family_of(doc["identity"]).pretrained else depth_figure)(doc, path, low_signal)
 
 
 def depth_figure(doc: dict, path: Path, low_signal: float) -> None:
     """AGmax and max V vs depth (log), the low-signal band shaded, test accuracy on a second axis."""
-    from ..experiments.families import family_of
-
     family = family_of(doc["identity"])
     rows = saturation_rows(doc)
     x = [r["blocks"] for r in rows]
