@@ -108,6 +108,8 @@ class Diagnostic:
 
     name: ClassVar[str] = ""
     order: ClassVar[int] = 100  # where it is measured, summarised and shown among the registered ones
+    checks: ClassVar[dict[str, str]] = {}  # the protocol checks it feeds: ``{check: key of its value}``, e.g. D1: rho
+    needs_method: ClassVar[bool] = False  # reads the method or its traces, not only states, credits and reference
 
     def __init__(self, every: int = 1):
         self.every = every
@@ -129,6 +131,11 @@ class Diagnostic:
     def read(cls, measured: dict | None) -> dict:
         """This quantity's values in one measurement (``{name: values}``, e.g. a history entry's ``probe``)."""
         return (measured or {}).get(cls.name) or {}
+
+    @classmethod
+    def scalars(cls, values: dict) -> dict:
+        """Its scalars in a live log (TensorBoard/W&B) from its values in one measurement, by tag; default none."""
+        return {}
 
     @classmethod
     def summarise(cls, finals: list[dict], num_blocks: int) -> dict:

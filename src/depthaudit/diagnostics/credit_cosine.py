@@ -56,6 +56,11 @@ class CreditCosine(Diagnostic):
                                      for i in range(num_blocks + 1)]}
 
     @classmethod
+    def scalars(cls, values: dict) -> dict:
+        """Each ``cosine/l{i}`` (Γ_l)."""
+        return {f"cosine/l{i}": c for i, c in enumerate(values.get("per_layer") or [])}
+
+    @classmethod
     def trajectory(cls, points: list[list[dict]], num_blocks: int) -> dict:
         """Per measured epoch, the seed-mean Γ_l of every layer."""
         return {"per_layer_cosine": [[mean_std([cls.read(a)["per_layer"][i] for a in at])["mean"]

@@ -137,6 +137,7 @@ class FreshBNull(Diagnostic):
 
     name = "fresh_b_null"
     order = 80
+    needs_method = True  # redraws the method's feedback
 
     def __init__(self, every: int = 0, draws: int = 20, seed: int = 0):
         super().__init__(every)

@@ -24,6 +24,7 @@ class StreamNorms(Diagnostic):
 
     name = "stream"
     order = 40
+    checks = {"D1": "rho"}
 
     def __init__(self, every: int = 1, stat: str = "median"):
         super().__init__(every)
@@ -55,6 +56,12 @@ class StreamNorms(Diagnostic):
                                  for i in range(num_blocks + 1)]}
 
     @classmethod
+    def scalars(cls, values: dict) -> dict:
+        """``audit/rho`` and each ``stream/norm_l{i}``."""
+        norms = {f"stream/norm_l{i}": n for i, n in enumerate(values.get("norms") or [])}
+        return {"audit/rho": values.get("rho"), **norms}
+
+    @classmethod
     def trajectory(cls, points: list[list[dict]], num_blocks: int) -> dict:
         """Per measured epoch, the seed-mean ρ."""
         return {"rho": [mean_std([cls.read(a)["rho"] for a in at])["mean"] for at in points]}
@@ -72,6 +79,7 @@ class ReferenceNorm(Diagnostic):
 
     name = "reference"
     order = 50
+    checks = {"D2": "g_L"}
 
     def compute(self, probe: Probe) -> dict:
         """``norms`` per layer, ``g_L`` (what D2 checks), ``batch_size`` and the 0.1 figure."""
@@ -82,6 +90,11 @@ class ReferenceNorm(Diagnostic):
         if out["view"] != "full":
             out["full_state_g_L"] = median_norm(probe.reference[-1].flatten(1)) / bp
         return out
+
+    @classmethod
+    def scalars(cls, values: dict) -> dict:
+        """``audit/g_L`` (D2's quantity)."""
+        return {"audit/g_L": values.get("g_L")}
 
     @classmethod
     def trajectory(cls, points: list[list[dict]], num_blocks: int) -> dict:

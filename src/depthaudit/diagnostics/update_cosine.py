@@ -16,6 +16,7 @@ class UpdateCosine(Diagnostic):
 
     name = "update_cosine"
     order = 30
+    needs_method = True  # the method's backward through its traces (the evaluator measures its own for a capture)
 
     def compute(self, probe: Probe) -> dict:
         """``per_block``: list of L cosines (None for frozen blocks)."""

@@ -40,10 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..diagnostics.base import EPS, Probe, robust_cosine
-from ..diagnostics.credit_cosine import CreditCosine, RobustCosine
-from ..diagnostics.stream import ReferenceNorm, StreamNorms
-from ..diagnostics.update_cosine import UpdateCosine
+from ..diagnostics.base import EPS, Probe, registered, robust_cosine
 from ..errors import UsageError
 from ..methods.base import CreditMethod
 from ..models.base import ResidualModel
@@ -288,7 +285,9 @@ class CreditEvaluator:
             raise UsageError(f"d1_stat={d1_stat!r}: use median (the reference) or mean")
         self.credit, self.reference, self.loss_fn = credit, reference, loss_fn
         self.eps, self.d1_stat, self.eval_mode = eps, d1_stat, eval_mode
-        self.diagnostics = [CreditCosine(), RobustCosine(), StreamNorms(1, d1_stat), ReferenceNorm()]
+        # every registered diagnostic, as the CLI's tracker plans it for every measurement (no functional ones)
+        plan = {"every": 1, "d1_stat": d1_stat, "functional": None}
+        self.diagnostics = [d for cls in registered() if (d := cls.from_plan(plan)) is not None]
 
     def __call__(self) -> dict:
         """Measure now; the run (parameters, buffers, grads, RNG, modes) is left exactly as it was."""
@@ -311,7 +310,7 @@ class CreditEvaluator:
                                      "autograd; pass reference='autograd' if that backward is exact, or use "
                                      "credit='capture' / a callable with reference= a callable")
             probe = Probe(self.model, self.credit, self.batches, self.eps)
-            out = {d.name: d.compute(probe) for d in [*self.diagnostics, UpdateCosine()]}
+            out = {d.name: d.compute(probe) for d in self.diagnostics}
         out["evaluator"] = {"credit": f"method:{self.credit.name or type(self.credit).__name__}",
                             "reference": "twin" if switched else "autograd", "custom_backward": nodes,
                             "twin_logits_max_diff": None}
@@ -375,7 +374,8 @@ class CreditEvaluator:
             credits.append(cs)
             refs.append(ref)
         probe = _MeasuredProbe(self.model, self.batches, self.eps, states, credits, refs)
-        out = {d.name: d.compute(probe) for d in self.diagnostics}
+        # the method's own backward is not there to read: those diagnostics are left out (update_cosine: below)
+        out = {d.name: d.compute(probe) for d in self.diagnostics if not d.needs_method}
         if mine_p is not None and ref_p is not None:
             out["update_cosine"] = {"per_block": [None if m is None else robust_cosine(m, r)
                                                   for m, r in zip(mine_p, ref_p, strict=True)],

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ..diagnostics.identity import identity_stats
-from ..diagnostics.monitor import Monitor
+from ..diagnostics.monitor import Monitor, check_values
 from ..errors import UsageError
 from ..models.base import ResidualModel
 from ..verdicts import Thresholds, decision_table
@@ -144,9 +144,8 @@ class TrainingMonitor:
         return self.monitor.fired
 
     def _status(self, test_acc) -> str:
-        last = self.history[-1]["probe"] if self.history else {}
-        rho, g = last.get("stream", {}).get("rho"), last.get("reference", {}).get("g_L")
-        if not (_finite(test_acc) and _finite(rho) and _finite(g)):
+        last = check_values(self.history[-1]["probe"] if self.history else {})
+        if not (_finite(test_acc) and all(_finite(last.get(check)) for check in self.monitor.fired)):
             return "diverged"
         return "stopped_flagged" if self.should_stop else "ok"
 
