@@ -54,8 +54,8 @@ class CreditNorm(Diagnostic):
     name = "credit_norm"
     order = 35
 
-    def compute(self, probe):
-        return {"per_layer": [c.flatten(1).norm(dim=1).mean().item() for c in probe.credits]}
+    def compute(self, snap):
+        return {"per_layer": [c.flatten(1).norm(dim=1).mean().item() for c in snap.credits]}
 
     @classmethod
     def summarise(cls, finals, num_blocks):
@@ -149,7 +149,7 @@ def test_a_registered_diagnostic_flows_through_the_evaluator_monitor_and_live_lo
     for credit in ("capture", build_method("fa", model, 0)):
         ev = CreditEvaluator(model, batches, credit=credit)
         out = ev()
-        want = ev.last_probe.credits[-1].flatten(1).norm(dim=1).mean().item()
+        want = ev.last_snapshot.credits[-1].flatten(1).norm(dim=1).mean().item()
         assert out["toy_norm"] == {"value": want} and want > 0, credit
         # its place among the others is its order (between the stream norms and the reference norm)
         names = [k for k in out if k != "evaluator"]

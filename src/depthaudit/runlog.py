@@ -11,7 +11,7 @@ import math
 import re
 from pathlib import Path
 
-from .diagnostics.base import registered
+from .diagnostics.base import MEASUREMENT_KEY, registered
 from .errors import UsageError
 
 
@@ -22,7 +22,7 @@ def epoch_scalars(rec: dict) -> dict[str, float]:
     """
     out = {"train/loss": rec.get("train_loss"), "test/loss": rec.get("test_loss"), "test/acc": rec.get("test_acc"),
            "train/lr": rec.get("lr_end")}
-    measured = rec.get("probe") or {}
+    measured = rec.get(MEASUREMENT_KEY) or {}
     for cls in registered():
         if cls.name in measured:
             out.update(cls.scalars(cls.read(measured)))

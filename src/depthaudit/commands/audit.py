@@ -1,4 +1,4 @@
-"""`depthaudit audit`, `intervene`, `probes` and `identity`: the audit protocol and its probes."""
+"""`depthaudit audit`, `intervene`, `probes` (the toward-BP experiments) and `identity`."""
 
 import argparse
 import sys
@@ -93,12 +93,12 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
-    """Our probes for one method: the credit-mix α sweep and the BP warm start."""
+    """The toward-BP experiments for one method (command name ``probes``): credit-mix α sweep, BP warm start."""
     from ..data import load_data
-    from ..experiments.probes import credit_mix_sweep, warm_start_probe
+    from ..experiments.toward_bp import bp_warm_start, credit_mix_sweep
     from ..io import staged, write_json, write_text
     from ..methods import METHODS, parse_spec
-    from ..report.probes import credit_mix_figure, credit_mix_md, warm_start_md
+    from ..report.toward_bp import credit_mix_figure, credit_mix_md, warm_start_md
     from ..stores import claim_folder, still_owner
     from ..sweep import SweepStatus
 
@@ -139,7 +139,7 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
              credit_mix_md(cb), "", f"![credit mix](credit_mix_{tag}.png)", ""]
     res = {"credit_mix": cb}
     if a.pre_epochs > 0:
-        sb = warm_start_probe(base, a.method, a.pre_epochs, seeds, out, data, probe, log=log,
+        sb = bp_warm_start(base, a.method, a.pre_epochs, seeds, out, data, probe, log=log,
                               argv=["depthaudit", *argv])
         res["warm_start"] = sb
         parts += [f"## BP warm start (ours; BP for {a.pre_epochs} epochs, then {base.epochs} more)", "",
@@ -193,8 +193,9 @@ def register(sub) -> None:
     iv.set_defaults(func=cmd_intervene)
 
     br = sub.add_parser("probes", help=COMMANDS["probes"][1],
-                        description="Ours, not the protocol's methods. Credit mix: train with (1-α)·method + α·BP "
-                        "credit over --alphas. BP warm start (--pre-epochs > 0): BP first, then the method from there.")
+                        description="Toward-BP experiments (ours, not the protocol's methods). Credit mix: train "
+                        "with (1-α)·method + α·BP credit over --alphas. BP warm start (--pre-epochs > 0): BP first, "
+                        "then the method from there.")
     add_fields(br, TrainConfig, skip={"train_blocks", "credit_mix", "warm_start", "seed"}, defaults={"method": "dfa"})
     add_fields(br, AuditConfig, only={"seeds", "probe_batches", "probe_batch_size"})
     g = br.group("probes")

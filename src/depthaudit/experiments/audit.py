@@ -8,7 +8,7 @@ import torch
 
 from ..config import TrainConfig
 from ..data import DataBundle
-from ..diagnostics import ReferenceNorm, StreamNorms, registered
+from ..diagnostics import INIT_MEASUREMENT_KEY, MEASUREMENT_KEY, ReferenceNorm, StreamNorms, registered
 from ..diagnostics.identity import identity_over_seeds
 from ..fields import (
     arg,
@@ -62,16 +62,16 @@ def _num(v) -> float:
     return math.nan if v is None else float(v)
 
 
-def _final_probe(rec: dict) -> dict:
+def _final_measurement(rec: dict) -> dict:
     for h in reversed(rec["history"]):
-        if "probe" in h:
-            return h["probe"]
-    return rec.get("probe_init") or {}
+        if MEASUREMENT_KEY in h:
+            return h[MEASUREMENT_KEY]
+    return rec.get(INIT_MEASUREMENT_KEY) or {}
 
 
 def _trajectory(rec: dict) -> list[tuple[int, dict]]:
-    pts = [(0, rec["probe_init"])] if rec.get("probe_init") else []
-    return pts + [(h["epoch"], h["probe"]) for h in rec["history"] if "probe" in h]
+    pts = [(0, rec[INIT_MEASUREMENT_KEY])] if rec.get(INIT_MEASUREMENT_KEY) else []
+    return pts + [(h["epoch"], h[MEASUREMENT_KEY]) for h in rec["history"] if MEASUREMENT_KEY in h]
 
 
 def _monitor_summary(trained: list[dict]) -> dict:
@@ -99,7 +99,7 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
     # a diverged run is a finding, reported as such, never averaged into a number: the aggregates below see
     # only the seeds whose trained and frozen runs both finished (none at all when every seed diverged)
     trained, frozen = [t for t, _ in pairs], [f for _, f in pairs]
-    probes = [_final_probe(r) for r in trained]
+    probes = [_final_measurement(r) for r in trained]
     acc_t = [r["final"]["test_acc"] for r in trained]
     acc_f = [r["final"]["test_acc"] for r in frozen]
     gaps = [accuracy_gap_pp(_num(a), _num(b)) for a, b in zip(acc_t, acc_f, strict=True)]

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..config import LEGACY, TrainConfig
-from ..diagnostics import CreditCosine, ReferenceNorm, StreamNorms
+from ..diagnostics import MEASUREMENT_KEY, CreditCosine, ReferenceNorm, StreamNorms
 from ..fields import arg, check_ranges, methods_field, probe_batch_size_field, probe_batches_field, seeds_field
 from ..methods import parse_method_spec
 from ..runner import tracking_plan
@@ -89,10 +89,10 @@ def open_store(out_dir: Path, lc: LadderConfig, data_sha256: str) -> FileStore:
                      defaults={**TrainConfig().identity_dict(), **LEGACY})
 
 
-def _final_probe(rec: dict) -> dict:
+def _final_measurement(rec: dict) -> dict:
     for h in reversed(rec.get("history", [])):
-        if "probe" in h:
-            return h["probe"]
+        if MEASUREMENT_KEY in h:
+            return h[MEASUREMENT_KEY]
     return {}
 
 
@@ -111,7 +111,7 @@ def aggregate(doc: dict) -> dict:
         # a diverged run is reported as such (counted per cell), never averaged into the accuracy
         cells.setdefault(m, {}).setdefault(k, []).append(None if rec["status"] == "diverged"
                                                          else rec["final"]["test_acc"])
-        p = _final_probe(rec)
+        p = _final_measurement(rec)
         e = extra.setdefault(m, {}).setdefault(k, {"rho": [], "g_L": [], "cos_mean": [], "diverged": []})
         e["rho"].append(StreamNorms.read(p).get("rho"))
         e["g_L"].append(ReferenceNorm.read(p).get("g_L"))

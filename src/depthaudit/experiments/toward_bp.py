@@ -1,4 +1,4 @@
-"""Our probes (not the protocol's methods; README "Probes"): does a credit closer to BP buy accuracy?
+"""The toward-BP experiments (`depthaudit probes`; ours, not the protocol's): does a credit closer to BP buy accuracy?
 
 * Credit mix: for α on a grid, train with ``c(α) = (1−α)·ĉ_method + α·ĝ_BP`` and measure accuracy and
   the per-layer / aggregate cosine of the credit actually used.
@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import LEGACY, TrainConfig
-from ..diagnostics import CreditCosine, RobustCosine
+from ..diagnostics import INIT_MEASUREMENT_KEY, MEASUREMENT_KEY, CreditCosine, RobustCosine
 from ..runner import tracking_plan
 from ..sweep import FileStore, FolderStore, RunSpec, SweepStatus, run_sweep
 from ..verdicts import Thresholds, mean_std
@@ -19,9 +19,9 @@ from ..verdicts import Thresholds, mean_std
 
 def _final_cos(rec: dict) -> dict:
     """The standard cosine at the last measurement, with the robust concat beside it (``concat``)."""
-    for h in [*reversed(rec.get("history", [])), {"probe": rec.get("probe_init") or {}}]:
-        if "probe" in h:
-            p = h["probe"]
+    for h in [*reversed(rec.get("history", [])), {MEASUREMENT_KEY: rec.get(INIT_MEASUREMENT_KEY) or {}}]:
+        if MEASUREMENT_KEY in h:
+            p = h[MEASUREMENT_KEY]
             return {**CreditCosine.read(p), "concat": RobustCosine.read(p).get("concat")}
     return {}
 
@@ -73,7 +73,7 @@ def pearson(xs, ys) -> float | None:
     return sxy / (sx * sy) if sx > 0 and sy > 0 else None
 
 
-def warm_start_probe(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path, data,
+def bp_warm_start(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path, data,
                  probe: tuple[int, int] = (10, 128), eps: float = 1e-8, log=None, argv=None) -> dict:
     """BP for ``pre_epochs`` → checkpoint; then method-from-BP-state, method-from-scratch, BP-continued."""
     root = Path(out) / "warm_start"
@@ -95,12 +95,13 @@ def warm_start_probe(base: TrainConfig, method: str, pre_epochs: int, seeds, out
     rows = []
     for arm in (f"{method}_from_bp", f"{method}_scratch", "bp_continued"):
         rs = [recs[f"{arm}/s{s}"] for s in seeds]
-        start = [_final_cos({"probe_init": r.get("probe_init")}) for r in rs]
+        start = [_final_cos({INIT_MEASUREMENT_KEY: r.get(INIT_MEASUREMENT_KEY)}) for r in rs]
         end = [_final_cos(r) for r in rs]
         rows.append({"arm": arm, "test_acc": mean_std([r["final"]["test_acc"] for r in rs]),
                      "cos_mean_start": mean_std([c.get("mean_per_layer") for c in start]),
                      "cos_mean_end": mean_std([c.get("mean_per_layer") for c in end]),
                      "cos_concat_end": mean_std([c.get("concat") for c in end]),
-                     "history": [[h["epoch"], h["test_acc"], CreditCosine.read(h.get("probe")).get("mean_per_layer")]
+                     "history": [[h["epoch"], h["test_acc"],
+                                  CreditCosine.read(h.get(MEASUREMENT_KEY)).get("mean_per_layer")]
                                  for h in rs[0]["history"]]})
     return {"method": method, "pre_epochs": pre_epochs, "rows": rows}
