@@ -238,7 +238,8 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
     epochs are trained (so a short run is the protocol's first N epochs, not a shorter schedule).
     ``log(msg)`` receives one line per epoch (default: stderr). ``tracker(epoch, model, method, final)``
     (see :class:`depthaudit.diagnostics.Tracker`) is called at init (epoch 0) and after every epoch;
-    what it returns is stored in that epoch's ``history`` record under ``probe``. ``monitor`` (see
+    what it returns (the measurement) is stored in that epoch's ``history`` record under ``probe``
+    (:data:`~depthaudit.diagnostics.MEASUREMENT_KEY`, the stored name). ``monitor`` (see
     :class:`depthaudit.diagnostics.Monitor`) reads each measurement and records the first epoch each
     check fires; when it asks to stop, the run ends there with status ``stopped_flagged``. ``watch``
     (see :mod:`depthaudit.runlog`) mirrors every epoch's record to TensorBoard/W&B. ``on_epoch_start(epoch,

@@ -30,7 +30,7 @@ SCHEMA = "depthaudit.audit.v2"
 
 @dataclass(frozen=True)
 class AuditConfig:
-    """What the audit runs: the base training config, methods, seeds, probe and thresholds."""
+    """What the audit runs: the base training config, methods, seeds, probe batches and thresholds."""
 
     base: TrainConfig
     methods: tuple[str, ...] = methods_field()
@@ -99,12 +99,12 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
     # a diverged run is a finding, reported as such, never averaged into a number: the aggregates below see
     # only the seeds whose trained and frozen runs both finished (none at all when every seed diverged)
     trained, frozen = [t for t, _ in pairs], [f for _, f in pairs]
-    probes = [_final_measurement(r) for r in trained]
+    finals = [_final_measurement(r) for r in trained]
     acc_t = [r["final"]["test_acc"] for r in trained]
     acc_f = [r["final"]["test_acc"] for r in frozen]
     gaps = [accuracy_gap_pp(_num(a), _num(b)) for a, b in zip(acc_t, acc_f, strict=True)]
-    rho = [_num(StreamNorms.read(p).get("rho")) for p in probes]  # D1's and D2's quantities
-    g_l = [_num(ReferenceNorm.read(p).get("g_L")) for p in probes]
+    rho = [_num(StreamNorms.read(p).get("rho")) for p in finals]  # D1's and D2's quantities
+    g_l = [_num(ReferenceNorm.read(p).get("g_L")) for p in finals]
     per_seed_checks = [{"D1": check_d1(r, th)["status"], "D2": check_d2(g, th)["status"],
                         "D3": check_d3(gp, th)["status"]} for r, g, gp in zip(rho, g_l, gaps, strict=True)]
     agg = {"rho": mean_std(rho), "g_L": mean_std(g_l), "gap_pp": mean_std(gaps)}
@@ -136,7 +136,7 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
         "runs": {"trained": [run_slug_of(r) for r in trained], "frozen": [run_slug_of(r) for r in frozen]},
     }
     for d in registered():  # each quantity's own summary and history (diagnostics/*.py)
-        _merge(out, d.summarise(probes, L))
+        _merge(out, d.summarise(finals, L))
         out["history"].update(d.trajectory(points, L))
     return out
 

@@ -74,12 +74,13 @@ def ladder_filename(base: TrainConfig) -> str:
     return f"ladder_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
 
 
-def ladder_identity(base: TrainConfig, data_sha256: str, probe: tuple[int, int], eps: float) -> dict:
+def ladder_identity(base: TrainConfig, data_sha256: str, probe_plan: tuple[int, int], eps: float) -> dict:
     """What every run in one ladder file shares: the recipe and model (not method/k/seed/device/path)."""
     d = base.identity_dict()
     for k in ("method", "seed", "train_blocks", "device", "data_dir", "download", "method_options"):
         d.pop(k, None)
-    return {**d, "data_sha256": data_sha256, "probe_batches": probe[0], "probe_batch_size": probe[1], "eps": eps}
+    n_batches, batch_size = probe_plan
+    return {**d, "data_sha256": data_sha256, "probe_batches": n_batches, "probe_batch_size": batch_size, "eps": eps}
 
 
 def open_store(out_dir: Path, lc: LadderConfig, data_sha256: str) -> FileStore:

@@ -27,20 +27,20 @@ def _final_cos(rec: dict) -> dict:
 
 
 def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, data, data_sha256: str,
-                  probe: tuple[int, int] = (10, 128), eps: float = 1e-8, jobs: int = 1, log=None, argv=None,
+                  probe_plan: tuple[int, int] = (10, 128), eps: float = 1e-8, jobs: int = 1, log=None, argv=None,
                   opts=None) -> dict | SweepStatus:
-    """Run (or resume) the α sweep and return its summary table (``probe`` = (batches, batch size)).
+    """Run (or resume) the α sweep and return its summary table (``probe_plan`` = (probe batches, their size)).
 
     A sweep that stopped short (``--list-cells``, ``--cell``) is returned as its :class:`~depthaudit.sweep.SweepStatus`.
     """
-    tracking = tracking_plan(*probe, 0, Thresholds(eps=eps))
+    tracking = tracking_plan(*probe_plan, 0, Thresholds(eps=eps))
     specs = [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, credit_mix=float(a)), tracking)
              for a in alphas for s in seeds]
     ident = {k: v for k, v in base.identity_dict().items() if k not in ("seed", "device", "data_dir", "download",
                                                                    "method", "credit_mix")}
     name = f"credit_mix_{method}_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
     store = FileStore(Path(out) / name, "depthaudit.credit_mix.v1",
-                      {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe)},
+                      {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe_plan)},
                       defaults={**TrainConfig().identity_dict(), **LEGACY})
     status = run_sweep(specs, store, data=data, jobs=jobs, log=log, argv=argv, opts=opts)
     if not status.complete:
@@ -74,11 +74,11 @@ def pearson(xs, ys) -> float | None:
 
 
 def bp_warm_start(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path, data,
-                 probe: tuple[int, int] = (10, 128), eps: float = 1e-8, log=None, argv=None) -> dict:
+                 probe_plan: tuple[int, int] = (10, 128), eps: float = 1e-8, log=None, argv=None) -> dict:
     """BP for ``pre_epochs`` → checkpoint; then method-from-BP-state, method-from-scratch, BP-continued."""
     root = Path(out) / "warm_start"
     store = FolderStore(root / "runs", getattr(data, "sha256", None))
-    track = tracking_plan(*probe, 1, Thresholds(eps=eps))
+    track = tracking_plan(*probe_plan, 1, Thresholds(eps=eps))
     pre = [RunSpec(f"bp_pre/s{s}", replace(base, method="bp", method_options={}, seed=s, epochs=pre_epochs,
                                            stop_after=None), track,
                    checkpoint=str(root / f"bp_pre_s{s}.pt")) for s in seeds]
