@@ -56,7 +56,7 @@ def main():
     alone = [Stepper(c, data, *build(c, data)) for c in cfgs]
     built = [build(c, data) for c in cfgs]
     for (m, meth) in built:
-        meth.probe(m, data.x_train[:2], data.y_train[:2])
+        meth.measure_credits(m, data.x_train[:2], data.y_train[:2])
     stacked = StackedStepper(cfgs, data, [b[0] for b in built], [b[1] for b in built])
     bs, n = base.batch_size, data.x_train.shape[0]
     gen = torch.Generator(device=a.device).manual_seed(0)

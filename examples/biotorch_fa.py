@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from depthaudit.data import load_data
-from depthaudit.diagnostics import CreditCosine, Probe, RobustCosine
+from depthaudit.diagnostics import CreditCosine, RobustCosine, Snapshot
 from depthaudit.errors import UsageError
 from depthaudit.evaluator import CreditEvaluator, TrainingMonitor, bp_twin, frozen_twin
 from depthaudit.loop import evaluate
@@ -76,8 +76,8 @@ def compare_with_depthaudit_fa(model, batches, seed: int) -> dict:
     # (on the converted layers autograd would run biotorch's FA backward and call FA "the reference")
     model.eval()
     with bp_twin(model):
-        p_same, p_own = Probe(model, same_b, batches), Probe(model, FA(model, seed), batches)
-        cap = ev.last_probe.credits
+        p_same, p_own = Snapshot(model, same_b, batches), Snapshot(model, FA(model, seed), batches)
+        cap = ev.last_snapshot.credits
         rel = [((a - b).abs().max() / b.abs().max()).item() for a, b in zip(cap, p_same.credits, strict=True)]
         out = {"gamma_biotorch": mine["credit_cosine"]["per_layer"],
                "gamma_depthaudit_fa_same_B": CreditCosine().compute(p_same)["per_layer"],
@@ -88,7 +88,8 @@ def compare_with_depthaudit_fa(model, batches, seed: int) -> dict:
     # the same through the evaluator (a depthaudit method is measured inside the BP twin there)
     out["gamma_evaluator_fa_same_B"] = CreditEvaluator(model, batches, credit=same_b)()["credit_cosine"]["per_layer"]
     # the pitfall the twin avoids: outside it, the "reference" is biotorch's own FA backward
-    out["gamma_depthaudit_fa_same_B_without_twin"] = CreditCosine().compute(Probe(model, same_b, batches))["per_layer"]
+    without_twin = CreditCosine().compute(Snapshot(model, same_b, batches))["per_layer"]
+    out["gamma_depthaudit_fa_same_B_without_twin"] = without_twin
     out["max_abs_gamma_diff_same_B"] = max(abs(a - b) for a, b in zip(
         out["gamma_biotorch"], out["gamma_depthaudit_fa_same_B"], strict=True))
     out["max_abs_robust_diff_same_B"] = max(abs(a - b) for a, b in zip(

@@ -13,9 +13,9 @@ from depthaudit.cli import main
 from depthaudit.diagnostics import (
     CreditCosine,
     Monitor,
-    Probe,
     ReferenceNorm,
     RobustCosine,
+    Snapshot,
     StreamNorms,
     Tracker,
     robust_aggregates,
@@ -39,7 +39,7 @@ def _batches(n=2, b=64, seed=0):
 
 
 def _probe(model, method="bp", batches=None, seed=0):
-    return Probe(model, build_method(method, model, seed), batches or _batches())
+    return Snapshot(model, build_method(method, model, seed), batches or _batches())
 
 
 def test_bp_standard_and_robust_cosines_are_one_on_a_healthy_model():

@@ -32,7 +32,7 @@ def _build64(cfg: TrainConfig, data: DataBundle):
     for i, blk in enumerate(model.blocks, start=1):
         blk.requires_grad_(i in trainable)
     method = build_method(cfg.method, model, cfg.seed, None, cfg)
-    method.probe(model, data.x_train[:2], data.y_train[:2])  # lazily drawn feedback, as train_stacked does
+    method.measure_credits(model, data.x_train[:2], data.y_train[:2])  # lazily drawn feedback, as train_stacked does
     return model, method
 
 

@@ -48,10 +48,10 @@ def test_exact_value_gives_exactly_the_bp_credit():
                 h = h + blk(h)
             return F.cross_entropy(model.readout(h), y, reduction="none")
 
-    _, c = cb.probe(model, x, y)  # builds the learned V, then replace it
+    _, c = cb.measure_credits(model, x, y)  # builds the learned V, then replace it
     cb.value = Exact()
-    _, c = cb.probe(model, x, y)
-    _, ref = BP(model, 0).probe(model, x, y)
+    _, c = cb.measure_credits(model, x, y)
+    _, ref = BP(model, 0).measure_credits(model, x, y)
     diff = max((a - b).abs().max().item() for a, b in zip(c, ref, strict=True))
     print(f"CB with the exact value vs BP: max diff {diff:.1e}")
     assert diff < 1e-12
@@ -84,8 +84,8 @@ def test_state_round_trips_and_cli_trains_cb(tmp_path):
     cb.step(model, x, y)  # builds and trains V one step
     back = CreditBridge(model, 99)
     back.load_state_dict(cb.state_dict())
-    _, c1 = cb.probe(model, x, y)
-    _, c2 = back.probe(model, x, y)
+    _, c1 = cb.measure_credits(model, x, y)
+    _, c2 = back.measure_credits(model, x, y)
     assert all(torch.equal(a, b) for a, b in zip(c1, c2, strict=True))
     assert all(torch.equal(a, b) for a, b in zip(back.target.parameters(), cb.target.parameters(), strict=True))
 

@@ -40,7 +40,7 @@ def _build(cfg, data):
     for i, blk in enumerate(model.blocks, start=1):
         blk.requires_grad_(i in trainable)
     method = build_method(cfg.method, model, cfg.seed, None, cfg)
-    method.probe(model, data.x_train[:2], data.y_train[:2])
+    method.measure_credits(model, data.x_train[:2], data.y_train[:2])
     return model, method
 
 
@@ -78,8 +78,8 @@ def test_fa_with_b_equal_w_is_bp_on_the_device():
         fa.feedback[k] = owner.feedback_weights()[name].detach().clone()
     bp = build_method("bp", model, 0, None, cfg.with_method("bp"))
     x, y = data.x_train[:64], data.y_train[:64]
-    _, c_fa = fa.probe(model, x, y)
-    _, c_bp = bp.probe(model, x, y)
+    _, c_fa = fa.measure_credits(model, x, y)
+    _, c_bp = bp.measure_credits(model, x, y)
     diff = max((a - b).abs().max().item() for a, b in zip(c_fa, c_bp, strict=True))
     print(f"FA(B=W) vs BP credits on {DEV}: {diff:.2e}")
     assert diff < 1e-12

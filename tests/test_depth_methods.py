@@ -147,12 +147,12 @@ def test_growth_keeps_existing_feedback_and_draws_the_new_block(name):
     model, (x, y) = _model(blocks=3).float(), _batches(1)[0]
     x = x.float()
     method = build_method(name, model, 3)
-    states, before = method.probe(model, x, y)  # lazy methods draw their feedback here
+    states, before = method.measure_credits(model, x, y)  # lazy methods draw their feedback here
     old = method.state_dict()
     pos = 2  # the new block becomes block 2 (1-based); old blocks 2, 3 become 3, 4
     grown_model = insert_zero_block(model, pos - 1, seed=5, inplace=False)
     grown = method.grown(grown_model, pos, seed=99)
-    _, after = grown.probe(grown_model, x, y)
+    _, after = grown.measure_credits(grown_model, x, y)
     new = grown.state_dict()
     shift = {"block2": "block3", "block3": "block4", "B2": "B3", "B3": "B4"}
     for k, v in old.items():

@@ -54,8 +54,8 @@ class CreditNorm(Diagnostic):
     name = "credit_norm"
     order = 35
 
-    def compute(self, probe):
-        return {"per_layer": [c.flatten(1).norm(dim=1).mean().item() for c in probe.credits]}
+    def compute(self, snap):
+        return {"per_layer": [c.flatten(1).norm(dim=1).mean().item() for c in snap.credits]}
 
     @classmethod
     def summarise(cls, finals, num_blocks):
@@ -106,3 +106,58 @@ def test_a_new_quantity_is_one_file(tmp_path, plugin, capsys):
     capsys.readouterr()
     assert main(["--plugin", plugin, "report", str(out)]) == 0
     assert "Per-layer mean credit norm (a plug-in's quantity)" in capsys.readouterr().out
+
+
+@pytest.fixture
+def toy_diagnostic(monkeypatch):
+    """A toy quantity registered in-process (the registry restored afterwards): the mean credit norm at h_L."""
+    from depthaudit.diagnostics import Diagnostic, register
+
+    monkeypatch.setattr(DIAGNOSTICS, "_items", dict(DIAGNOSTICS._items))
+    monkeypatch.setattr(DIAGNOSTICS, "_meta", dict(DIAGNOSTICS._meta))
+
+    @register
+    class ToyNorm(Diagnostic):
+        name = "toy_norm"
+        order = 45
+        checks = {"toy": "value"}
+
+        def compute(self, snap):
+            return {"value": snap.credits[-1].flatten(1).norm(dim=1).mean().item()}
+
+        @classmethod
+        def scalars(cls, values):
+            return {"toy/value": values.get("value")}
+
+    return ToyNorm
+
+
+def test_a_registered_diagnostic_flows_through_the_evaluator_monitor_and_live_log(toy_diagnostic):
+    """The evaluator (captured credit and a depthaudit method), the user-loop monitor and the TensorBoard/W&B
+    scalars read every registered diagnostic: a new one appears in each without editing them."""
+    import torch
+
+    from depthaudit.diagnostics.monitor import check_values
+    from depthaudit.evaluator import CreditEvaluator, TrainingMonitor
+    from depthaudit.methods import build_method
+    from depthaudit.models import build_model
+    from depthaudit.runlog import epoch_scalars
+
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(16, 20, generator=g), torch.randint(0, 10, (16,), generator=g)) for _ in range(2)]
+    model = build_model("resmlp", (20,), 10, 8, 2, None, 0)
+    for credit in ("capture", build_method("fa", model, 0)):
+        ev = CreditEvaluator(model, batches, credit=credit)
+        out = ev()
+        want = ev.last_snapshot.credits[-1].flatten(1).norm(dim=1).mean().item()
+        assert out["toy_norm"] == {"value": want} and want > 0, credit
+        # its place among the others is its order (between the stream norms and the reference norm)
+        names = [k for k in out if k != "evaluator"]
+        assert names.index("stream") < names.index("toy_norm") < names.index("reference")
+    mon = TrainingMonitor(model, batches, log=None)
+    mon.step(0)
+    assert mon.history[-1]["probe"]["toy_norm"]["value"] > 0
+    assert check_values(mon.history[-1]["probe"])["toy"] == mon.history[-1]["probe"]["toy_norm"]["value"]
+    tags = epoch_scalars({"epoch": 1, "test_acc": 0.5, **mon.history[-1]})
+    assert tags["toy/value"] == pytest.approx(mon.history[-1]["probe"]["toy_norm"]["value"])
+    assert {"audit/rho", "audit/g_L", "cosine/l0", "stream/norm_l2", "test/acc"} <= set(tags)

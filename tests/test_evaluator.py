@@ -15,9 +15,9 @@ from depthaudit.config import TrainConfig, derive_seed
 from depthaudit.data.base import DataBundle
 from depthaudit.diagnostics import (
     CreditCosine,
-    Probe,
     ReferenceNorm,
     RobustCosine,
+    Snapshot,
     StreamNorms,
     audit_monitor,
     audit_tracker,
@@ -177,7 +177,7 @@ def test_bp_captured_credit_equals_autograd_and_gamma_is_one(kind):
     assert out["evaluator"]["reference"] == "autograd" and out["evaluator"]["custom_backward"] == []
     model.eval()  # the evaluator measures in eval mode (BatchNorm's running statistics)
     ind = [torch.cat(t) for t in zip(*(_independent_bp(model, x, y) for x, y in batches), strict=True)]
-    got = ev.last_probe.credits
+    got = ev.last_snapshot.credits
     diff = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(got, ind, strict=True))
     gam = out["credit_cosine"]["per_layer"]
     print(f"{kind}: captured vs autograd credit, max rel diff {diff:.2e}; Γ_l {gam}; "
@@ -186,7 +186,7 @@ def test_bp_captured_credit_equals_autograd_and_gamma_is_one(kind):
     assert max(abs(g - 1) for g in gam) < 1e-6
     assert max(abs(g - 1) for g in out["robust_cosine"]["per_layer"]) < 1e-12
     if kind != "user_conv":  # D1/D2 as the CLI's diagnostics measure them on depthaudit's own BP probe
-        p = Probe(model, build_method("bp", model, 0), batches)
+        p = Snapshot(model, build_method("bp", model, 0), batches)
         bp_ref = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(got, p.reference, strict=True))
         s, r = StreamNorms().compute(p), ReferenceNorm().compute(p)
         print(f"vs depthaudit bp_credits: max rel diff {bp_ref:.2e}; ρ {out['stream']['rho']} vs {s['rho']}; "
@@ -206,7 +206,7 @@ def test_fa_as_custom_autograd_layers_gives_depthaudits_fa_gamma_on_the_same_wei
     assert torch.allclose(net(x0), ref_model(x0), atol=1e-6)  # same weights, same function
     out = CreditEvaluator(user, batches)()  # captured through FAFunction's backward; reference: the BP twin
     ev = out["evaluator"]
-    p = Probe(ref_model, method, batches)  # depthaudit's own audit measurement of method fa
+    p = Snapshot(ref_model, method, batches)  # depthaudit's own audit measurement of method fa
     theirs, theirs_rob = CreditCosine().compute(p)["per_layer"], RobustCosine().compute(p)["per_layer"]
     mine, mine_rob = out["credit_cosine"]["per_layer"], out["robust_cosine"]["per_layer"]
     d_gam = max(abs(a - b) for a, b in zip(mine, theirs, strict=True))
@@ -241,7 +241,7 @@ def test_update_cosine_of_a_captured_method_is_its_own_parameter_gradient_agains
     batches = _batches(seed=3)
     net = _user_fa_twin_of(ref_model, method)
     out = CreditEvaluator(_adapt(net), batches)()
-    p = Probe(ref_model, method, batches)  # depthaudit's fa credits and the exact reference, per example
+    p = Snapshot(ref_model, method, batches)  # depthaudit's fa credits and the exact reference, per example
     want = []
     for i, (blk, ref_blk) in enumerate(zip(net.blocks, ref_model.blocks, strict=True)):
         fa, bp, start = None, None, 0
@@ -284,7 +284,7 @@ def test_custom_backward_without_a_derivable_twin_is_refused_then_a_reference_ca
         return [g * y.shape[0] for g in torch.autograd.grad(F.cross_entropy(ref_model.readout(h), y), hs)]
 
     out = CreditEvaluator(_adapt(net), batches, reference=exact)()
-    theirs = CreditCosine().compute(Probe(ref_model, method, batches))["per_layer"]
+    theirs = CreditCosine().compute(Snapshot(ref_model, method, batches))["per_layer"]
     d = max(abs(a - b) for a, b in zip(out["credit_cosine"]["per_layer"], theirs, strict=True))
     print("reference callable: max |ΔΓ_l| vs depthaudit fa", d)
     assert out["evaluator"]["reference"] == "callable" and d < 1e-5
@@ -295,14 +295,14 @@ def test_callable_credit_is_measured_like_the_clis_method():
     method = build_method("dfa", model, 5)
     batches = _batches()
     # DFA from its definition, written here: c_l = B_l e with depthaudit's fixed B_l (drawn on first use)
-    _ = Probe(model, method, batches).credits
+    _ = Snapshot(model, method, batches).credits
 
     def dfa(states, logits, y):
         e = torch.softmax(logits, -1) - F.one_hot(y, logits.shape[-1]).to(logits)
         return [(e @ method.feedback[f"B{i}"].T).view_as(h) for i, h in enumerate(states)]
 
     out = CreditEvaluator(model, batches, credit=dfa)()
-    theirs = CreditCosine().compute(Probe(model, method, batches))["per_layer"]
+    theirs = CreditCosine().compute(Snapshot(model, method, batches))["per_layer"]
     d = max(abs(a - b) for a, b in zip(out["credit_cosine"]["per_layer"], theirs, strict=True))
     print("callable DFA vs depthaudit dfa: max |ΔΓ_l|", d)
     assert d < 1e-6
@@ -416,7 +416,7 @@ def test_monitor_in_a_plain_user_loop_equals_the_clis_monitor_on_the_same_run(me
     data = _tiny_data()
     cfg = TrainConfig(dataset="tiny", d_hidden=16, num_blocks=3, method=method, epochs=4, lr=3e-3, seed=7)
     first = _cli_run(cfg, data, Thresholds())  # pick thresholds that fire mid-run, from the run itself
-    hist = [first.probe_init] + [h["probe"] for h in first.history]
+    hist = [first.init_measurement] + [h["probe"] for h in first.history]
     rho, g_l = [p["stream"]["rho"] for p in hist], [p["reference"]["g_L"] for p in hist]
     print("ρ by epoch", rho, "\n‖g_L‖ by epoch", g_l)
     rho_max, g_min = _midpoint_threshold(rho), _midpoint_threshold(g_l)
@@ -424,7 +424,7 @@ def test_monitor_in_a_plain_user_loop_equals_the_clis_monitor_on_the_same_run(me
     cli = _cli_run(cfg, data, th, stop)
     model, mon = _user_loop(cfg, data, th, credit, stop)
     mine = [h["probe"] for h in mon.history]
-    theirs = [cli.probe_init] + [h["probe"] for h in cli.history]
+    theirs = [cli.init_measurement] + [h["probe"] for h in cli.history]
     rel = lambda a, b: abs(a - b) / abs(b)  # noqa: E731
     d1 = max(rel(a["stream"]["rho"], b["stream"]["rho"]) for a, b in zip(mine, theirs, strict=True))
     d2 = max(rel(a["reference"]["g_L"], b["reference"]["g_L"]) for a, b in zip(mine, theirs, strict=True))
@@ -438,7 +438,7 @@ def test_monitor_in_a_plain_user_loop_equals_the_clis_monitor_on_the_same_run(me
                                                                    cli.monitor["fired"].items()}
     assert any(v is not None and v["epoch"] > 0 for v in mon.fired.values())  # fired mid-run, not only at init
     assert mon.monitor.measured_epochs == cli.monitor["measured_epochs"]
-    if credit == "method":  # the CLI's own Probe: equal to the bit
+    if credit == "method":  # the CLI's own Snapshot: equal to the bit
         assert mon.monitor.to_dict() == cli.monitor and d1 == 0 and d2 == 0 and dg == 0
     else:  # captured from the model's backward: same states; the reference through one autograd pass
         assert d1 == 0 and d2 < 1e-6 and dg < 1e-6
@@ -597,11 +597,11 @@ def test_biotorch_sign_symmetry_captured_equals_depthaudit_usf_and_weight_replac
     cap = CreditEvaluator(model, batches)
     out = cap()
     with bp_twin(model):  # depthaudit's own measurement of usf, with an exact reference
-        theirs = Probe(model, build_method("usf", model, 0), batches)
+        theirs = Snapshot(model, build_method("usf", model, 0), batches)
         gam = CreditCosine().compute(theirs)["per_layer"]
     d = max(abs(a - b) for a, b in zip(out["credit_cosine"]["per_layer"], gam, strict=True))
     rel = max(((a - b).abs().max() / b.abs().max()).item()
-              for a, b in zip(cap.last_probe.credits, theirs.credits, strict=True))
+              for a, b in zip(cap.last_snapshot.credits, theirs.credits, strict=True))
     print(f"biotorch usf vs depthaudit usf: Γ_l {[round(v, 4) for v in gam]}, max |ΔΓ_l| {d:.1e}, "
           f"credits max rel diff {rel:.1e}")
     assert out["evaluator"]["reference"] == "twin" and d < 1e-5 and rel < 1e-5

@@ -21,7 +21,7 @@ def _setup(arch="resmlp", shape=(7,), seed=0):
 def test_fa_stream_top_credit_is_exact_and_the_rest_follows_the_matrices():
     model, x, y, ref = _setup()
     m = FAStream(model, 3)
-    _, c = m.probe(model, x, y)
+    _, c = m.measure_credits(model, x, y)
     top = (c[-1] - ref[-1]).abs().max().item()
     print(f"fa-stream: c_L vs autograd max diff {top:.1e}")
     assert top < 1e-12
@@ -34,32 +34,32 @@ def test_fa_stream_top_credit_is_exact_and_the_rest_follows_the_matrices():
 def test_fa_stream_with_identity_and_zero_matrices_passes_c_L_everywhere():
     model, x, y, ref = _setup()
     m = FAStream(model, 3, identity=True, scale=0.0)
-    _, c = m.probe(model, x, y)
+    _, c = m.measure_credits(model, x, y)
     assert all(torch.equal(ci, c[-1]) for ci in c)
     m2 = FAStream(model, 3, identity=True)
-    m2.probe(model, x, y)
+    m2.measure_credits(model, x, y)
     for k in m2.feedback:
         m2.feedback[k] = torch.zeros_like(m2.feedback[k])
-    assert all(torch.equal(ci, c[-1]) for ci in m2.probe(model, x, y)[1])
+    assert all(torch.equal(ci, c[-1]) for ci in m2.measure_credits(model, x, y)[1])
 
 
 def test_fa_stream_on_tokens_acts_on_the_feature_dimension_and_round_trips():
     model, x, y, ref = _setup("vit", (3, 8, 8))
     m = FAStream(model, 5)
-    _, c = m.probe(model, x, y)
+    _, c = m.measure_credits(model, x, y)
     assert c[0].shape == ref[0].shape and torch.allclose(c[-1], ref[-1], atol=1e-12)
     assert torch.allclose(c[2], torch.einsum("btd,ed->bte", c[3], m.feedback["B3"]), atol=1e-12)
     back = FAStream(model, 99)
     back.load_state_dict(m.state_dict())
-    assert all(torch.equal(a, b) for a, b in zip(back.probe(model, x, y)[1], c, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(back.measure_credits(model, x, y)[1], c, strict=True))
 
 
 def test_fa_exact_head_gives_the_true_top_credit_and_feedback_head_does_not():
     model, x, y, ref = _setup()
     exact = FA(model, 4)
     exact.set_head("exact")
-    _, c = exact.probe(model, x, y)
-    _, c_fb = FA(model, 4).probe(model, x, y)
+    _, c = exact.measure_credits(model, x, y)
+    _, c_fb = FA(model, 4).measure_credits(model, x, y)
     print("FA exact head c_L diff", (c[-1] - ref[-1]).abs().max().item())
     assert torch.allclose(c[-1], ref[-1], atol=1e-12) and not torch.allclose(c_fb[-1], ref[-1], atol=1e-3)
     # below h_L both use the same block feedback
@@ -69,8 +69,8 @@ def test_fa_exact_head_gives_the_true_top_credit_and_feedback_head_does_not():
         owner = model.readout if mod == "readout" else model.blocks[int(mod[5:]) - 1]
         fb.feedback[k] = owner.feedback_weights()[name].detach().clone()
     fb.set_head("exact")
-    assert max((a - b).abs().max().item() for a, b in zip(fb.probe(model, x, y)[1], ref, strict=True)) < 1e-12
-    _, c_bp = BP(model, 0).probe(model, x, y)
+    assert max((a - b).abs().max().item() for a, b in zip(fb.measure_credits(model, x, y)[1], ref, strict=True)) < 1e-12
+    _, c_bp = BP(model, 0).measure_credits(model, x, y)
     assert torch.allclose(c_bp[-1], c[-1], atol=1e-12)
 
 

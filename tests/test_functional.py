@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from depthaudit.cli import main
-from depthaudit.diagnostics import FreshBNull, Nudging, PerturbationCorrelation, Probe
+from depthaudit.diagnostics import FreshBNull, Nudging, PerturbationCorrelation, Snapshot
 from depthaudit.diagnostics.functional import loss_from, pearson
 from depthaudit.methods import build_method
 from depthaudit.models import build_model
@@ -16,7 +16,7 @@ def _probe(method="bp", seed=0, L=2):
     model = build_model("studentnet", (10,), 4, 8, L, None, seed).double()
     g = torch.Generator().manual_seed(seed)
     batches = [(torch.randn(32, 10, generator=g, dtype=torch.float64), torch.randint(0, 4, (32,), generator=g))]
-    return Probe(model, build_method(method, model, seed), batches)
+    return Snapshot(model, build_method(method, model, seed), batches)
 
 
 def test_loss_from_a_position_reruns_the_rest_of_the_network():
@@ -34,7 +34,7 @@ def test_linear_case_perturbation_correlation_is_exact():
     with torch.no_grad():
         for blk in p.model.blocks:
             blk.fc2.weight.zero_()
-    p = Probe(p.model, p.method, p.batches)
+    p = Snapshot(p.model, p.method, p.batches)
     rs = [PerturbationCorrelation(directions=16, step=s).compute(p)["mean"] for s in (1e-1, 1e-3)]
     print("BP perturbation correlation at step 1e-1, 1e-3:", rs)
     assert rs[1] > 0.9999 and rs[1] >= rs[0]
@@ -51,7 +51,7 @@ def test_gradient_credit_nudges_downhill_and_its_negative_uphill():
     down = Nudging(eta=0.01).compute(p)
     print("BP nudging per layer:", down["per_layer"])
     assert all(d < 0 for d in down["per_layer"]) and down["downhill_fraction"] == 1.0
-    flipped = Probe(p.model, p.method, p.batches)
+    flipped = Snapshot(p.model, p.method, p.batches)
     flipped.__dict__["credits"] = [-c for c in p.credits]  # the same measurement with the credit reversed
     assert all(d > 0 for d in Nudging(eta=0.01).compute(flipped)["per_layer"])
 

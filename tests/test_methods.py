@@ -64,7 +64,7 @@ def test_layer_norm_and_gelu_vjp_match_autograd():
 def test_bp_credits_equal_autograd(arch):
     model, x, y = _setup(arch)
     ref = _autograd_credits(model, x, y)
-    _, got = BP(model, 0).probe(model, x, y)
+    _, got = BP(model, 0).measure_credits(model, x, y)
     diff = max((a - b).abs().max().item() for a, b in zip(ref, got, strict=True))
     print(f"{arch}: BP credit vs autograd max diff {diff:.2e}")
     assert len(got) == model.num_blocks + 1 and diff < 1e-12
@@ -105,8 +105,8 @@ def test_fa_with_forward_weights_equals_bp(arch):
         mod, name = k.split(".")
         owner = model.readout if mod == "readout" else model.blocks[int(mod[5:]) - 1]
         fa.feedback[k] = owner.feedback_weights()[name].detach().clone()
-    _, c_fa = fa.probe(model, x, y)
-    _, c_bp = BP(model, 0).probe(model, x, y)
+    _, c_fa = fa.measure_credits(model, x, y)
+    _, c_bp = BP(model, 0).measure_credits(model, x, y)
     dc = max((a - b).abs().max().item() for a, b in zip(c_fa, c_bp, strict=True))
     g_fa = _step_grads(fa, model, x, y)
     g_bp = _step_grads(BP(model, 0), model, x, y)
@@ -118,8 +118,8 @@ def test_fa_with_forward_weights_equals_bp(arch):
 def test_fa_random_feedback_differs_from_bp():
     # the law above must not hold trivially: with random B the credits below the top differ
     model, x, y = _setup("resmlp", seed=4)
-    _, c_fa = FA(model, 7).probe(model, x, y)
-    _, c_bp = BP(model, 0).probe(model, x, y)
+    _, c_fa = FA(model, 7).measure_credits(model, x, y)
+    _, c_bp = BP(model, 0).measure_credits(model, x, y)
     cos = F.cosine_similarity(c_fa[0].flatten(), c_bp[0].flatten(), dim=0).item()
     print("FA vs BP cosine at h_0 with random feedback:", cos)
     assert abs(cos) < 0.99
@@ -128,7 +128,7 @@ def test_fa_random_feedback_differs_from_bp():
 def test_dfa_credit_equals_Be():
     model, x, y = _setup("resmlp", seed=5)
     dfa = DFA(model, 11)
-    states, cs = dfa.probe(model, x, y)
+    states, cs = dfa.measure_credits(model, x, y)
     e = torch.softmax(model(x), -1) - F.one_hot(y, 5).double()  # closed-form CE output error
     assert torch.allclose(output_error(model(x), y), e, atol=1e-14)
     for i, c in enumerate(cs):
@@ -141,7 +141,7 @@ def test_dfa_block_update_is_local_surrogate_gradient():
     """Block l's update = ∇θ (1/B) Σ_b ⟨f_l(h_{l-1}), c_l/rms(c_l)⟩ computed independently."""
     model, x, y = _setup("resmlp", seed=6)
     dfa = DFA(model, 2)
-    states, cs = dfa.probe(model, x, y)
+    states, cs = dfa.measure_credits(model, x, y)
     got = _step_grads(dfa, model, x, y)
     blk = model.blocks[1]
     model.zero_grad()
@@ -210,7 +210,7 @@ def test_vit_fa_with_forward_weights_equals_bp_through_attention(input_shape):
         mod, name = k.split(".")
         owner = model.readout if mod == "readout" else model.blocks[int(mod[5:]) - 1]
         fa.feedback[k] = owner.feedback_weights()[name].detach().clone()
-    _, c_fa = fa.probe(model, x, y)
+    _, c_fa = fa.measure_credits(model, x, y)
     ref = _autograd_credits(model, x, y)
     dc = max((a - b).abs().max().item() for a, b in zip(c_fa, ref, strict=True))
     g_fa = _step_grads(fa, model, x, y)
@@ -220,7 +220,7 @@ def test_vit_fa_with_forward_weights_equals_bp_through_attention(input_shape):
     assert c_fa[0].shape == (6, model.embed.pos.shape[0], 16)
     assert set(g_fa) == set(g_bp) and dc < 1e-12 and du < 1e-10
     # and with random feedback through attention the credit below the top differs
-    _, c_rand = FA(model, 1).probe(model, x, y)
+    _, c_rand = FA(model, 1).measure_credits(model, x, y)
     assert not torch.allclose(c_rand[0], ref[0], atol=1e-3)
 
 
@@ -228,7 +228,7 @@ def test_vit_dfa_projects_to_every_token():
     model = build_model("vit", (40,), 5, 16, 2, 2, 0)
     x, y = torch.randn(4, 40), torch.randint(0, 5, (4,))
     dfa = DFA(model, 0)
-    states, cs = dfa.probe(model, x, y)
+    states, cs = dfa.measure_credits(model, x, y)
     e = output_error(model(x), y)
     for i, (h, c) in enumerate(zip(states, cs, strict=True)):
         assert c.shape == h.shape == (4, 11, 16)  # cls token + 10 patch tokens

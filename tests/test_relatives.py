@@ -87,8 +87,8 @@ def test_kp_with_zero_difference_equals_bp():
     kp = build_method("kp", model, 0)
     for k in kp.feedback:
         kp.feedback[k] = torch.zeros_like(kp.feedback[k]).double()
-    _, c_kp = kp.probe(model, x, y)
-    _, c_bp = BP(model, 0).probe(model, x, y)
+    _, c_kp = kp.measure_credits(model, x, y)
+    _, c_bp = BP(model, 0).measure_credits(model, x, y)
     assert max((a - b).abs().max().item() for a, b in zip(c_kp, c_bp, strict=True)) < 1e-12
 
 

@@ -27,8 +27,8 @@ def test_exact_predictor_gives_exactly_the_bp_credit():
         return h
 
     sb.predict = remaining
-    _, c = sb.probe(model, x, y)
-    _, ref = BP(model, 0).probe(model, x, y)
+    _, c = sb.measure_credits(model, x, y)
+    _, ref = BP(model, 0).measure_credits(model, x, y)
     diff = max((a - b).abs().max().item() for a, b in zip(c, ref, strict=True))
     print(f"SB with the exact predictor vs BP: max diff {diff:.1e}")
     assert diff < 1e-12

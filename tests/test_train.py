@@ -70,7 +70,7 @@ def test_checkpoint_carries_the_feedback(tmp_path):
     cfg = TrainConfig.from_dict(ckpt["config"])
     _, method = build(cfg, _data())
     x = torch.zeros(2, 40)
-    method.probe(_ := build(cfg, _data())[0], x, torch.zeros(2, dtype=torch.long))  # draws the same B
+    method.measure_credits(_ := build(cfg, _data())[0], x, torch.zeros(2, dtype=torch.long))  # draws the same B
     for k, v in ckpt["method"].items():
         assert torch.equal(method.feedback[k], v), k
     assert set(ckpt["method"]) == {"B0", "B1", "B2"}

@@ -252,7 +252,7 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     """The audit over a grid of scale-penalty λ, side by side: intervention.json/.md and its figure."""
     from .experiments.intervene import run_intervention
     from .io import check_output_dir, staged, write_json, write_text
-    from .report.probes import intervention_doc, intervention_figure, intervention_md
+    from .report.intervene import intervention_doc, intervention_figure, intervention_md
     from .runner import fitted_probe_batches
     from .stores import claim_folder, still_owner
 

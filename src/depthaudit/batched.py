@@ -311,10 +311,10 @@ def train_stacked(cfgs: list[TrainConfig], data: DataBundle, log=None, trackers=
     models, methods = [b[0] for b in built], [b[1] for b in built]
     x0, y0 = data.x_train[:2], data.y_train[:2]
     for m, meth in zip(models, methods, strict=True):
-        meth.probe(m, x0, y0)  # draws any lazily drawn feedback (DFA, fa-stream) before it is stacked
+        meth.measure_credits(m, x0, y0)  # draws any lazily drawn feedback (DFA, fa-stream) before it is stacked
     t0 = time.perf_counter()
     last_epoch = cfgs[0].epochs_run
-    probe_init = [t(0, m, meth, last_epoch == 0) if t else None
+    init_measurement = [t(0, m, meth, last_epoch == 0) if t else None
                   for t, m, meth in zip(trackers, models, methods, strict=True)]
     stepper = StackedStepper(cfgs, data, models, methods, graphs=graphs)
     done: set[int] = set()
@@ -348,6 +348,6 @@ def train_stacked(cfgs: list[TrainConfig], data: DataBundle, log=None, trackers=
     for r, c in enumerate(cfgs):
         history, status = histories[r], statuses[r]
         final = final_record(history, status, c.epochs)
-        outs.append(RunOutput(status, history, final, seconds, models[r], methods[r], probe_init[r],
+        outs.append(RunOutput(status, history, final, seconds, models[r], methods[r], init_measurement[r],
                               monitors[r].to_dict() if monitors[r] is not None else None))
     return outs

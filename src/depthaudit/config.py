@@ -212,7 +212,8 @@ def _legacy_owner(method: str, flat: str) -> bool:
 
 # what a stored config that lacks a field ran with (fields added after 0.1.0)
 LEGACY: dict[str, Any] = {"variant": "v0.1", "augment": "none", "stop_after": None, "penalty_form": "rel"}
-# fields stored under an earlier name (0.2's probes were renamed so none collides with the protocol's methods)
+# fields stored under an earlier name (0.2's toward-BP experiment fields were renamed so none collides with the
+# protocol's methods)
 RENAMED: dict[str, str] = {"bridge_alpha": "credit_mix", "init_checkpoint": "warm_start"}
 
 

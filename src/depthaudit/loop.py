@@ -11,6 +11,7 @@ from . import progress
 from .config import TrainConfig, derive_seed
 from .data import DataBundle
 from .data.augment import augment_batch
+from .diagnostics.base import MEASUREMENT_KEY
 from .errors import UsageError
 from .methods import CreditMethod, build_method
 from .models import ResidualModel, build_model
@@ -27,7 +28,7 @@ class RunOutput:
     seconds: float
     model: ResidualModel = field(repr=False)
     method: CreditMethod = field(repr=False)
-    probe_init: dict | None = None  # tracker measurements at initialisation (epoch 0)
+    init_measurement: dict | None = None  # tracker measurements at initialisation (epoch 0)
     monitor: dict | None = None  # the first epoch each D1/D2 check fired (see diagnostics.Monitor)
 
 
@@ -248,7 +249,8 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
     epochs are trained (so a short run is the protocol's first N epochs, not a shorter schedule).
     ``log(msg)`` receives one line per epoch (default: stderr). ``tracker(epoch, model, method, final)``
     (see :class:`depthaudit.diagnostics.Tracker`) is called at init (epoch 0) and after every epoch;
-    what it returns is stored in that epoch's ``history`` record under ``probe``. ``monitor`` (see
+    what it returns (the measurement) is stored in that epoch's ``history`` record under ``probe``
+    (:data:`~depthaudit.diagnostics.MEASUREMENT_KEY`, the stored name). ``monitor`` (see
     :class:`depthaudit.diagnostics.Monitor`) reads each measurement and records the first epoch each
     check fires; when it asks to stop, the run ends there with status ``stopped_flagged``. ``watch``
     (see :mod:`depthaudit.runlog`) mirrors every epoch's record to TensorBoard/W&B. ``on_epoch_start(epoch,
@@ -260,8 +262,8 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
     stepper = Stepper(cfg, data, model, method)
     t0 = time.perf_counter()
     last_epoch = cfg.epochs_run
-    probe_init = tracker(0, model, method, last_epoch == 0) if tracker else None
-    if monitor is not None and probe_init is not None and monitor.update(0, probe_init) and monitor.should_stop:
+    at_init = tracker(0, model, method, last_epoch == 0) if tracker else None
+    if monitor is not None and at_init is not None and monitor.update(0, at_init) and monitor.should_stop:
         last_epoch = 0  # fired at initialisation: nothing to train
         log(f"stopped before training: {', '.join(k for k, v in monitor.fired.items() if v)} fired at init")
 
@@ -285,7 +287,7 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
     if last_epoch == 0 and cfg.epochs_run > 0:
         status = "stopped_flagged"
     final = final_record(history, status, cfg.epochs)
-    return RunOutput(status, history, final, time.perf_counter() - t0, stepper.model, stepper.method, probe_init,
+    return RunOutput(status, history, final, time.perf_counter() - t0, stepper.model, stepper.method, at_init,
                      monitor.to_dict() if monitor is not None else None)
 
 
@@ -303,7 +305,7 @@ def measure_epoch(tracker, monitor, log, epoch: int, model, method, rec: dict, d
     measured = tracker(epoch, model, method, final=diverged or epoch == last_epoch or stop_now)
     if measured is None:
         return None
-    rec["probe"] = measured
+    rec[MEASUREMENT_KEY] = measured
     fired = monitor.update(epoch, measured) if monitor is not None else []
     for name in fired:
         log(f"  {who}monitor: {name} fired at epoch {epoch} ({monitor.describe(name)})")

@@ -11,21 +11,21 @@ import math
 import re
 from pathlib import Path
 
+from .diagnostics.base import MEASUREMENT_KEY, registered
 from .errors import UsageError
 
 
 def epoch_scalars(rec: dict) -> dict[str, float]:
-    """The scalars of one epoch record, by tag: ``train/loss``, ``test/acc``, ``audit/rho``, ``cosine/l2``, etc."""
+    """The scalars of one epoch record, by tag: ``train/loss``, ``test/acc``, ``audit/rho``, ``cosine/l2``, etc.
+
+    The measured ones come from every registered diagnostic (:meth:`Diagnostic.scalars`) that the epoch measured.
+    """
     out = {"train/loss": rec.get("train_loss"), "test/loss": rec.get("test_loss"), "test/acc": rec.get("test_acc"),
            "train/lr": rec.get("lr_end")}
-    p = rec.get("probe") or {}
-    stream, ref = p.get("stream") or {}, p.get("reference") or {}
-    out["audit/rho"] = stream.get("rho")
-    out["audit/g_L"] = ref.get("g_L")
-    for i, c in enumerate((p.get("credit_cosine") or {}).get("per_layer") or []):
-        out[f"cosine/l{i}"] = c
-    for i, n in enumerate(stream.get("norms") or []):
-        out[f"stream/norm_l{i}"] = n
+    measured = rec.get(MEASUREMENT_KEY) or {}
+    for cls in registered():
+        if cls.name in measured:
+            out.update(cls.scalars(cls.read(measured)))
     return {k: float(v) for k, v in out.items() if isinstance(v, int | float) and math.isfinite(v)}
 
 

@@ -9,6 +9,7 @@ import torch
 
 from .config import TrainConfig, derive_seed
 from .data import DataBundle
+from .diagnostics.base import INIT_MEASUREMENT_KEY
 from .errors import UsageError
 from .io import finite_json, save_torch, write_json
 from .loop import RunOutput
@@ -24,8 +25,8 @@ def result_record(cfg: TrainConfig, data: DataBundle, run: RunOutput, argv: list
            "provenance": provenance(torch.device(cfg.device), data.provenance(), cfg.seed, argv),
            "tracking": tracking, "history": run.history, "final": run.final, "monitor": run.monitor,
            "timing": {"train_seconds": round(run.seconds, 3)}}
-    if run.probe_init is not None:
-        rec["probe_init"] = run.probe_init
+    if run.init_measurement is not None:
+        rec[INIT_MEASUREMENT_KEY] = run.init_measurement
     return finite_json(rec)
 
 

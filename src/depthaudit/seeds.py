@@ -1,4 +1,4 @@
-"""Independent random streams from one run seed (init, feedback, shuffle, probes, …)."""
+"""Independent random streams from one run seed (init, feedback, shuffle, probe batches, …)."""
 
 
 def derive_seed(seed: int, tag: str) -> int:

@@ -11,7 +11,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("run", "train one model under one credit method"),
     "audit": ("audit", "the audit protocol: standard pair vs D1/D2/D3 and per-layer cosine"),
     "intervene": ("audit", "scale-penalty intervention: the audit over a λ grid"),
-    "probes": ("audit", "our probes: credit-mix α sweep and BP warm start for one method"),
+    "probes": ("audit", "toward-BP experiments (ours): credit-mix α sweep and BP warm start for one method"),
     "identity": ("audit", "frozen-init identity check over seeds"),
     "ladder": ("ladder", "depth-utility ladder: train the last k blocks, k = 0..L"),
     "report": ("ladder", "rebuild tables and figures from saved JSON (no training)"),

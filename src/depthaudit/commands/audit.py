@@ -1,4 +1,4 @@
-"""`depthaudit audit`, `intervene`, `probes` and `identity`: the audit protocol and its probes."""
+"""`depthaudit audit`, `intervene`, `probes` (the toward-BP experiments) and `identity`."""
 
 import argparse
 import sys
@@ -93,19 +93,19 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
-    """Our probes for one method: the credit-mix α sweep and the BP warm start."""
+    """The toward-BP experiments for one method (command name ``probes``): credit-mix α sweep, BP warm start."""
     from ..data import load_data
-    from ..experiments.probes import credit_mix_sweep, warm_start_probe
+    from ..experiments.toward_bp import bp_warm_start, credit_mix_sweep
     from ..io import staged, write_json, write_text
     from ..methods import METHODS, parse_spec
-    from ..report.probes import credit_mix_figure, credit_mix_md, warm_start_md
+    from ..report.toward_bp import credit_mix_figure, credit_mix_md, warm_start_md
     from ..stores import claim_folder, still_owner
     from ..sweep import SweepStatus
 
     name = parse_spec(a.method).name  # a spec (fa:head=exact) as every command takes it; unknown: one line now
     if METHODS.get(name).exact_credits:
         raise UsageError(f"--method {a.method}: its credits are already BP's, so mixing toward BP and a BP warm "
-                         "start measure nothing; probe a method whose credit differs (e.g. fa, dfa)")
+                         "start measure nothing; run them on a method whose credit differs (e.g. fa, dfa)")
     dedup_note(a.alphas, "--alphas")
     a.alphas = list(dict.fromkeys(a.alphas))
     a.seeds = a.seeds or list(AuditConfig.seeds)
@@ -117,20 +117,20 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     out = Path(a.out)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     seeds = tuple(dict.fromkeys(a.seeds))
-    probe = (fitted_probe_batches(data, nb, bs), bs)
+    probe_plan = (fitted_probe_batches(data, nb, bs), bs)
     opts = sweep_options(a, out, base.device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
     tag = a.method_spec.label.replace(":", "_").replace("=", "-").replace(",", "_")  # fa, fa_head-exact: file names
     ident = {k: v for k, v in base.identity_dict().items() if k not in ("seed", "device", "data_dir", "download")}
     ident = {**ident, "method": a.method_spec.label, "alphas": a.alphas, "seeds": list(seeds),
-             "pre_epochs": a.pre_epochs, "probe": list(probe), "data_sha256": data.sha256}
+             "pre_epochs": a.pre_epochs, "probe": list(probe_plan), "data_sha256": data.sha256}
     claim = None
     if not opts.list_cells and opts.cell is None and not opts.stored_only:  # this method's report in OUT belongs
         # to one configuration: claimed under the folder's lock before anything trains (another method's probes
         # sit beside it); --stored-only trains nothing and claims once every cell is found
         claim = claim_folder(out, "probes", ident, a.replace_report, name=f"probes_{tag}.identity.json")
-    cb = credit_mix_sweep(base, a.method, a.alphas, seeds, out, data, data.sha256, probe, log=log,
+    cb = credit_mix_sweep(base, a.method, a.alphas, seeds, out, data, data.sha256, probe_plan, log=log,
                           argv=["depthaudit", *argv], opts=opts)
     if isinstance(cb, SweepStatus):  # a cell listing or one cell: the sweep did what was asked
         return stopped(cb)
@@ -139,7 +139,7 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
              credit_mix_md(cb), "", f"![credit mix](credit_mix_{tag}.png)", ""]
     res = {"credit_mix": cb}
     if a.pre_epochs > 0:
-        sb = warm_start_probe(base, a.method, a.pre_epochs, seeds, out, data, probe, log=log,
+        sb = bp_warm_start(base, a.method, a.pre_epochs, seeds, out, data, probe_plan, log=log,
                               argv=["depthaudit", *argv])
         res["warm_start"] = sb
         parts += [f"## BP warm start (ours; BP for {a.pre_epochs} epochs, then {base.epochs} more)", "",
@@ -193,8 +193,9 @@ def register(sub) -> None:
     iv.set_defaults(func=cmd_intervene)
 
     br = sub.add_parser("probes", help=COMMANDS["probes"][1],
-                        description="Ours, not the protocol's methods. Credit mix: train with (1-α)·method + α·BP "
-                        "credit over --alphas. BP warm start (--pre-epochs > 0): BP first, then the method from there.")
+                        description="Toward-BP experiments (ours, not the protocol's methods). Credit mix: train "
+                        "with (1-α)·method + α·BP credit over --alphas. BP warm start (--pre-epochs > 0): BP first, "
+                        "then the method from there.")
     add_fields(br, TrainConfig, skip={"train_blocks", "credit_mix", "warm_start", "seed"}, defaults={"method": "dfa"})
     add_fields(br, AuditConfig, only={"seeds", "probe_batches", "probe_batch_size"})
     g = br.group("probes")

@@ -195,7 +195,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         print(f"{path.name}\n{table}\n")
         found += 1
     if (d / "intervention.json").exists():
-        from ..report.probes import intervention_doc, intervention_figure, intervention_md
+        from ..report.intervene import intervention_doc, intervention_figure, intervention_md
 
         res = read_json_doc(d / "intervention.json")
         with _rendering(d / "intervention.json"), _staged(d) as tmp:

@@ -33,7 +33,7 @@ def number(kind, meta: dict | None = None):
     return conv
 
 
-# the types of the few flags no config field declares (the depth commands' own, the probe grids)
+# the types of the few flags no config field declares (the depth commands' own, the probes command's grids)
 POS_INT, NONNEG_INT = number(int, {"lo": 1}), number(int, {"lo": 0})
 POS_FLOAT, NONNEG_FLOAT = number(float, {"lo": 0, "lo_open": True}), number(float, {"lo": 0})
 

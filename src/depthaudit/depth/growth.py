@@ -151,7 +151,7 @@ def credit_signal(method, model: ResidualModel, batches, feature_fn=None) -> dic
     model.eval()
     ag, vals, n = None, None, 0
     for x, y in batches:
-        states, credits = method.probe(model, x, y)  # [h_0..h_L], [c_0..c_L], each (B, …)
+        states, credits = method.measure_credits(model, x, y)  # [h_0..h_L], [c_0..c_L], each (B, …)
         qs = [c / x.shape[0] for c in credits]
         norms = [q.double().norm().item() for q in qs]
         ag = norms if ag is None else [a + b for a, b in zip(ag, norms, strict=True)]

@@ -4,14 +4,26 @@ Each quantity registers itself (:func:`register`, one file per quantity); the au
 diagnostic its tracking plan asks for (:meth:`Diagnostic.from_plan`), in their ``order``.
 """
 
-from .base import DIAGNOSTICS, EPS, Diagnostic, Probe, Tracker, register, registered, robust_cosine
+from .base import (
+    DIAGNOSTICS,
+    EPS,
+    INIT_MEASUREMENT_KEY,
+    MEASUREMENT_KEY,
+    Diagnostic,
+    Snapshot,
+    Tracker,
+    register,
+    registered,
+    robust_cosine,
+)
 from .credit_cosine import CreditCosine, RobustCosine, robust_aggregates, standard_cosines
 from .functional import FreshBNull, Nudging, PerturbationCorrelation
 from .monitor import Monitor
 from .stream import ReferenceNorm, StreamNorms
 from .update_cosine import UpdateCosine
 
-__all__ = ["DIAGNOSTICS", "EPS", "Diagnostic", "Probe", "Tracker", "register", "registered", "robust_cosine",
+__all__ = ["DIAGNOSTICS", "EPS", "MEASUREMENT_KEY", "INIT_MEASUREMENT_KEY", "Diagnostic", "Snapshot", "Tracker",
+           "register", "registered", "robust_cosine",
            "CreditCosine", "RobustCosine", "standard_cosines", "robust_aggregates", "Monitor", "ReferenceNorm",
            "StreamNorms", "UpdateCosine", "FreshBNull", "Nudging", "PerturbationCorrelation", "audit_tracker",
            "audit_monitor"]
@@ -35,3 +47,14 @@ def audit_monitor(tracking: dict) -> Monitor | None:
     if not mon:
         return None
     return Monitor(mon["rho_max"], mon["ref_factor"] * tracking["eps"], mon.get("stop_on_flag", False))
+
+
+def __getattr__(name: str):
+    """``Probe``: the deprecated name of :class:`Snapshot` (kept for one release)."""
+    if name == "Probe":
+        import warnings
+
+        warnings.warn("depthaudit.diagnostics.Probe is now Snapshot; the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return Snapshot
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

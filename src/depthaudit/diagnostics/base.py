@@ -1,17 +1,19 @@
 """Scheduled diagnostics on fixed probe batches (Cockpit style: one quantity per file, tiny base class).
 
-Data flows one way: a :class:`Probe` computes stream states, the method's credits and the exact BP
-reference once per measurement, batch by batch; each :class:`Diagnostic` only reads them. Results move
+Data flows one way: a :class:`Snapshot` computes stream states, the method's credits and the exact BP
+reference once per measurement, batch by batch; each :class:`Diagnostic` only reads them. (The names of the
+five things once all called "probe" are in docs/protocol.md's glossary.) Results move
 to the CPU (as Python floats) only when stored.
 
 Conventions (SPEC §3). Internally a credit is per example, ``c_l = ∂(Σ_b ℓ_b)/∂h_l`` for BP, which does
 not depend on how the probe set is cut into batches. The field's reference is the gradient of the
 **mean** loss over a probe batch of ``B_p`` examples, ``g_l = ∂ℓ_mean/∂h_l``, i.e. the per-example
-reference divided by ``B_p``; :attr:`Probe.batch_size` carries ``B_p`` so diagnostics can report in that
+reference divided by ``B_p``; :attr:`Snapshot.batch_size` carries ``B_p`` so diagnostics can report in that
 convention (the standard cosine and D2 do).
 """
 
 import math
+import warnings
 from functools import cached_property
 from typing import ClassVar
 
@@ -26,9 +28,19 @@ from ..verdicts import fmt_ms
 
 EPS = 1e-8  # the standard cosine's denominator floor (F.cosine_similarity's default, fp32)
 
+# A run record's measurements are stored under their depthaudit 0.1 names, kept so stored results read back:
+# each measured epoch's ``history`` entry holds the tracker's measurement ``{diagnostic name: values}`` under
+# ``"probe"``, and the record holds the one at initialisation (epoch 0) under ``"probe_init"``.
+MEASUREMENT_KEY = "probe"
+INIT_MEASUREMENT_KEY = "probe_init"
 
-class Probe:
-    """One measurement point on fixed probe batches: lazily computed, shared by every diagnostic."""
+
+class Snapshot:
+    """The model at one measurement point on the fixed probe batches (formerly ``Probe``).
+
+    Stream states, the method's credits and the exact BP reference, each computed lazily once and shared by
+    every diagnostic.
+    """
 
     def __init__(self, model: ResidualModel, method: CreditMethod, batches: list, eps: float = EPS):
         self.model, self.method, self.batches, self.eps = model, method, batches, eps
@@ -98,7 +110,7 @@ class Probe:
 
 
 class Diagnostic:
-    """A quantity measured on a :class:`Probe`; ``schedule(epoch)`` says when (epoch 0 = init).
+    """A quantity measured on a :class:`Snapshot`; ``schedule(epoch)`` says when (epoch 0 = init).
 
     A diagnostic registers itself (:func:`register`) and brings everything the audit does with it: which
     instance a tracking plan asks for (:meth:`from_plan`), its part of a method's summary over seeds
@@ -108,6 +120,8 @@ class Diagnostic:
 
     name: ClassVar[str] = ""
     order: ClassVar[int] = 100  # where it is measured, summarised and shown among the registered ones
+    checks: ClassVar[dict[str, str]] = {}  # the protocol checks it feeds: ``{check: key of its value}``, e.g. D1: rho
+    needs_method: ClassVar[bool] = False  # reads the method or its traces, not only states, credits and reference
 
     def __init__(self, every: int = 1):
         self.every = every
@@ -116,7 +130,7 @@ class Diagnostic:
         """Measure at epochs divisible by ``every`` (the final epoch is always measured by the tracker)."""
         return self.every > 0 and epoch % self.every == 0
 
-    def compute(self, probe: Probe) -> dict:
+    def compute(self, snap: Snapshot) -> dict:
         """Return JSON-able values."""
         raise NotImplementedError
 
@@ -127,8 +141,13 @@ class Diagnostic:
 
     @classmethod
     def read(cls, measured: dict | None) -> dict:
-        """This quantity's values in one measurement (``{name: values}``, e.g. a history entry's ``probe``)."""
+        """This quantity's values in one measurement (``{name: values}``, stored as a history entry's ``probe``)."""
         return (measured or {}).get(cls.name) or {}
+
+    @classmethod
+    def scalars(cls, values: dict) -> dict:
+        """Its scalars in a live log (TensorBoard/W&B) from its values in one measurement, by tag; default none."""
+        return {}
 
     @classmethod
     def summarise(cls, finals: list[dict], num_blocks: int) -> dict:
@@ -206,5 +225,14 @@ class Tracker:
         due = [d for d in self.diagnostics if final or d.schedule(epoch)]
         if not due:
             return None
-        probe = Probe(model, method, self.batches, self.eps)
-        return {d.name: d.compute(probe) for d in due}
+        snap = Snapshot(model, method, self.batches, self.eps)
+        return {d.name: d.compute(snap) for d in due}
+
+
+def __getattr__(name: str):
+    """``Probe``: the deprecated name of :class:`Snapshot` (kept for one release)."""
+    if name == "Probe":
+        warnings.warn("depthaudit.diagnostics.Probe is now Snapshot; the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return Snapshot
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

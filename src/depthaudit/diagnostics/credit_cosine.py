@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from ..verdicts import mean_std
-from .base import Diagnostic, Probe, layer_headers, per_layer_rows, register, robust_cosine
+from .base import Diagnostic, Snapshot, layer_headers, per_layer_rows, register, robust_cosine
 
 
 def standard_cosines(credits: list[torch.Tensor], reference: list[torch.Tensor], batch_size: int,
@@ -41,11 +41,11 @@ class CreditCosine(Diagnostic):
     name = "credit_cosine"
     order = 10
 
-    def compute(self, probe: Probe) -> dict:
+    def compute(self, snap: Snapshot) -> dict:
         """``per_layer`` Γ_l for l = 0..L and ``mean_per_layer`` (the headline Γ)."""
-        per = standard_cosines(probe.credits, probe.reference, probe.batch_size, probe.eps)
-        return {"per_layer": per, "mean_per_layer": sum(per) / len(per), "eps": probe.eps,
-                "batch_size": probe.batch_size}
+        per = standard_cosines(snap.credits, snap.reference, snap.batch_size, snap.eps)
+        return {"per_layer": per, "mean_per_layer": sum(per) / len(per), "eps": snap.eps,
+                "batch_size": snap.batch_size}
 
     @classmethod
     def summarise(cls, finals: list[dict], num_blocks: int) -> dict:
@@ -54,6 +54,11 @@ class CreditCosine(Diagnostic):
         return {"standard_pair": {"aggregate_cosine_mean_per_layer": mean_std([c.get("mean_per_layer") for c in cos])},
                 "per_layer_cosine": [mean_std([c.get("per_layer", [None] * (num_blocks + 1))[i] for c in cos])
                                      for i in range(num_blocks + 1)]}
+
+    @classmethod
+    def scalars(cls, values: dict) -> dict:
+        """Each ``cosine/l{i}`` (Γ_l)."""
+        return {f"cosine/l{i}": c for i, c in enumerate(values.get("per_layer") or [])}
 
     @classmethod
     def trajectory(cls, points: list[list[dict]], num_blocks: int) -> dict:
@@ -75,9 +80,9 @@ class RobustCosine(Diagnostic):
     name = "robust_cosine"
     order = 20
 
-    def compute(self, probe: Probe) -> dict:
+    def compute(self, snap: Snapshot) -> dict:
         """``per_layer``, ``mean_per_layer`` and ``concat`` in fp64 without a floor."""
-        return robust_aggregates(probe.credits, probe.reference)
+        return robust_aggregates(snap.credits, snap.reference)
 
     @classmethod
     def summarise(cls, finals: list[dict], num_blocks: int) -> dict:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..recipe import output_error, rms
 from ..seeds import derive_seed
 from ..verdicts import fmt_ms, mean_std
-from .base import Diagnostic, Probe, layer_headers, register
+from .base import Diagnostic, Snapshot, layer_headers, register
 from .credit_cosine import standard_cosines
 
 
@@ -41,10 +41,10 @@ def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a @ b / den).item() if den > 0 else math.nan
 
 
-def _first_batch(probe: Probe):
+def _first_batch(snap: Snapshot):
     """(x, y, states, credits) of the first probe batch."""
-    n = probe.batches[0][0].shape[0]
-    return probe.batches[0][1], [h[:n] for h in probe.states], [c[:n] for c in probe.credits]
+    n = snap.batches[0][0].shape[0]
+    return snap.batches[0][1], [h[:n] for h in snap.states], [c[:n] for c in snap.credits]
 
 
 @register
@@ -78,11 +78,11 @@ class PerturbationCorrelation(Diagnostic):
         return ("Functional credit measurements (end of training, first probe batch; r → 1 and Δℓ < 0 = a useful "
                 "credit)", table(["method", "measure", *layer_headers(report)[1:]], rows))
 
-    def compute(self, probe: Probe) -> dict:
+    def compute(self, snap: Snapshot) -> dict:
         """``per_layer`` r_l for l = 0..L and their mean."""
-        y, states, credits = _first_batch(probe)  # (the probe's traces need autograd: fetched first)
+        y, states, credits = _first_batch(snap)  # (the snapshot's traces need autograd: fetched first)
         with torch.no_grad():
-            return self._measure(probe.model, y, states, credits)
+            return self._measure(snap.model, y, states, credits)
 
     def _measure(self, model, y, states, credits) -> dict:
         gen = torch.Generator().manual_seed(derive_seed(self.seed, "perturbation"))
@@ -118,10 +118,10 @@ class Nudging(Diagnostic):
         f = plan.get("functional")
         return cls(f["every"], f["eta"]) if f else None
 
-    def compute(self, probe: Probe) -> dict:
+    def compute(self, snap: Snapshot) -> dict:
         """``per_layer`` Δℓ for l = 0..L and the fraction of layers that go downhill."""
-        y, states, credits = _first_batch(probe)
-        model, out = probe.model, []
+        y, states, credits = _first_batch(snap)
+        model, out = snap.model, []
         dtype = next(model.parameters()).dtype
         with torch.no_grad():
             for pos, (h, c) in enumerate(zip(states, credits, strict=True)):
@@ -137,6 +137,7 @@ class FreshBNull(Diagnostic):
 
     name = "fresh_b_null"
     order = 80
+    needs_method = True  # redraws the method's feedback
 
     def __init__(self, every: int = 0, draws: int = 20, seed: int = 0):
         super().__init__(every)
@@ -148,24 +149,24 @@ class FreshBNull(Diagnostic):
         f = plan.get("functional")
         return cls(f["every"], f["fresh_b_draws"], f["seed"]) if f and f["fresh_b_draws"] > 0 else None
 
-    def compute(self, probe: Probe) -> dict:
+    def compute(self, snap: Snapshot) -> dict:
         """Per layer: null mean and std over draws, the method's Γ_l and ``z``."""
-        method = probe.method
+        method = snap.method
         if not getattr(method, "random_feedback", False):
             return {"refused": f"method {method.name or type(method).__name__} has no random feedback to redraw"}
-        y, states, credits = _first_batch(probe)
-        bp = probe.batch_size
-        ref = [g[:y.shape[0]] for g in probe.reference]
-        mine = standard_cosines(credits, ref, bp, probe.eps)
-        device = next(probe.model.parameters()).device
-        tr = probe.traces[0]
+        y, states, credits = _first_batch(snap)
+        bp = snap.batch_size
+        ref = [g[:y.shape[0]] for g in snap.reference]
+        mine = standard_cosines(credits, ref, bp, snap.eps)
+        device = next(snap.model.parameters()).device
+        tr = snap.traces[0]
         null = []
         for i in range(self.draws):
-            fresh = method.redrawn(probe.model, derive_seed(self.seed, f"fresh-feedback-{i}"))
+            fresh = method.redrawn(snap.model, derive_seed(self.seed, f"fresh-feedback-{i}"))
             if hasattr(fresh, "to"):
                 fresh.to(device)
-            cs = [c.detach().float() for c in fresh.checked_credits(probe.model, tr, output_error(tr.logits, y))]
-            null.append(standard_cosines(cs, ref, bp, probe.eps))
+            cs = [c.detach().float() for c in fresh.checked_credits(snap.model, tr, output_error(tr.logits, y))]
+            null.append(standard_cosines(cs, ref, bp, snap.eps))
         t = torch.tensor(null, dtype=torch.float64)  # (draws, L+1)
         mean, std = t.mean(0), t.std(0)
         z = [(m - a) / s if s > 0 else math.nan for m, a, s in zip(mine, mean.tolist(), std.tolist(), strict=True)]

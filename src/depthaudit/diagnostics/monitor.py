@@ -6,11 +6,21 @@ the training loop ends the run there (status ``stopped_flagged``).
 
 import math
 
-from .stream import ReferenceNorm, StreamNorms
+from .base import registered
+
+
+def check_values(measured: dict) -> dict:
+    """Each protocol check's value in one measurement: ``{"D1": ρ, "D2": ‖g_L‖}``.
+
+    Read through the registered diagnostics that feed a check (their ``checks``); a check whose diagnostic was
+    not measured is absent.
+    """
+    return {check: cls.read(measured).get(key) for cls in registered() if cls.name in (measured or {})
+            for check, key in cls.checks.items()}
 
 
 class Monitor:
-    """Reads the tracker's :class:`StreamNorms` (ρ) and :class:`ReferenceNorm` (‖g_L‖); remembers first firings."""
+    """Reads D1's ρ and D2's ‖g_L‖ (:func:`check_values`) from each measurement; remembers first firings."""
 
     def __init__(self, rho_max: float = 50.0, g_min: float = 1e-7, stop_on_flag: bool = False):
         self.rho_max, self.g_min, self.stop_on_flag = rho_max, g_min, stop_on_flag
@@ -25,13 +35,9 @@ class Monitor:
     def update(self, epoch: int, measured: dict) -> list[str]:
         """Record one measurement; return the checks that fired for the first time at ``epoch``."""
         self.measured_epochs.append(epoch)
-        values = {"D1": (StreamNorms, "rho"), "D2": (ReferenceNorm, "g_L")}  # the checks' quantities
         new = []
-        for name, (quantity, key) in values.items():
-            if quantity.name not in measured:
-                continue
-            v = quantity.read(measured).get(key)
-            if self.fired[name] is None and self._fires(name, v):
+        for name, v in check_values(measured).items():
+            if name in self.fired and self.fired[name] is None and self._fires(name, v):
                 self.fired[name] = {"epoch": epoch, "value": v}
                 new.append(name)
         return new

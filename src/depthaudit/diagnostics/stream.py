@@ -3,7 +3,7 @@
 import math
 
 from ..verdicts import mean_std
-from .base import Diagnostic, Probe, median_norm, register
+from .base import Diagnostic, Snapshot, median_norm, register
 
 
 def _rho(norms: list[float]) -> tuple[list[float], float]:
@@ -24,6 +24,7 @@ class StreamNorms(Diagnostic):
 
     name = "stream"
     order = 40
+    checks = {"D1": "rho"}
 
     def __init__(self, every: int = 1, stat: str = "median"):
         super().__init__(every)
@@ -34,17 +35,17 @@ class StreamNorms(Diagnostic):
         """Every ``plan['every']`` epochs in the plan's D1 statistic."""
         return cls(plan["every"], plan.get("d1_stat", "median"))
 
-    def compute(self, probe: Probe) -> dict:
+    def compute(self, snap: Snapshot) -> dict:
         """``norms``, ``ratios``, ``rho`` (in ``stat``), plus ``median``/``mean`` variants and ``full_state``."""
-        views = [probe.view(h) for h in probe.states]  # each (N, D)
+        views = [snap.view(h) for h in snap.states]  # each (N, D)
         med = [median_norm(v) for v in views]
         mean = [v.norm(dim=1).mean().item() for v in views]
         norms = med if self.stat == "median" else mean
         ratios, rho = _rho(norms)
-        out = {"stat": self.stat, "view": probe.view_name, "norms": norms, "ratios": ratios, "rho": rho,
+        out = {"stat": self.stat, "view": snap.view_name, "norms": norms, "ratios": ratios, "rho": rho,
                "rho_median": _rho(med)[1], "rho_mean": _rho(mean)[1], "norms_median": med, "norms_mean": mean}
         if out["view"] != "full":
-            full = [median_norm(h.flatten(1)) for h in probe.states]
+            full = [median_norm(h.flatten(1)) for h in snap.states]
             out["full_state"] = {"norms_median": full, "rho_median": _rho(full)[1]}
         return out
 
@@ -53,6 +54,12 @@ class StreamNorms(Diagnostic):
         """Mean ± std over seeds of each ‖h_l‖ (ρ is D1's, summarised with the checks)."""
         return {"stream_norms": [mean_std([cls.read(p).get("norms", [None] * (num_blocks + 1))[i] for p in finals])
                                  for i in range(num_blocks + 1)]}
+
+    @classmethod
+    def scalars(cls, values: dict) -> dict:
+        """``audit/rho`` and each ``stream/norm_l{i}``."""
+        norms = {f"stream/norm_l{i}": n for i, n in enumerate(values.get("norms") or [])}
+        return {"audit/rho": values.get("rho"), **norms}
 
     @classmethod
     def trajectory(cls, points: list[list[dict]], num_blocks: int) -> dict:
@@ -72,16 +79,22 @@ class ReferenceNorm(Diagnostic):
 
     name = "reference"
     order = 50
+    checks = {"D2": "g_L"}
 
-    def compute(self, probe: Probe) -> dict:
+    def compute(self, snap: Snapshot) -> dict:
         """``norms`` per layer, ``g_L`` (what D2 checks), ``batch_size`` and the 0.1 figure."""
-        bp = probe.batch_size
-        norms = [median_norm(probe.view(g)) / bp for g in probe.reference]
-        out = {"norms": norms, "g_L": norms[-1], "batch_size": bp, "view": probe.view_name,
-               "whole_batch_sum_g_L": probe.reference[-1].double().norm().item()}
+        bp = snap.batch_size
+        norms = [median_norm(snap.view(g)) / bp for g in snap.reference]
+        out = {"norms": norms, "g_L": norms[-1], "batch_size": bp, "view": snap.view_name,
+               "whole_batch_sum_g_L": snap.reference[-1].double().norm().item()}
         if out["view"] != "full":
-            out["full_state_g_L"] = median_norm(probe.reference[-1].flatten(1)) / bp
+            out["full_state_g_L"] = median_norm(snap.reference[-1].flatten(1)) / bp
         return out
+
+    @classmethod
+    def scalars(cls, values: dict) -> dict:
+        """``audit/g_L`` (D2's quantity)."""
+        return {"audit/g_L": values.get("g_L")}
 
     @classmethod
     def trajectory(cls, points: list[list[dict]], num_blocks: int) -> dict:

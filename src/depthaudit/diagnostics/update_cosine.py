@@ -3,7 +3,7 @@
 import torch
 
 from ..verdicts import mean_std
-from .base import Diagnostic, Probe, per_layer_rows, register, robust_cosine
+from .base import Diagnostic, Snapshot, per_layer_rows, register, robust_cosine
 
 
 @register
@@ -16,28 +16,29 @@ class UpdateCosine(Diagnostic):
 
     name = "update_cosine"
     order = 30
+    needs_method = True  # the method's backward through its traces (the evaluator measures its own for a capture)
 
-    def compute(self, probe: Probe) -> dict:
+    def compute(self, snap: Snapshot) -> dict:
         """``per_block``: list of L cosines (None for frozen blocks)."""
-        ref = probe.reference_param_grads
-        live = [i for i, ps in enumerate(probe.block_params) if ps]
-        out: list[float | None] = [None] * len(probe.model.blocks)
+        ref = snap.reference_param_grads
+        live = [i for i, ps in enumerate(snap.block_params) if ps]
+        out: list[float | None] = [None] * len(snap.model.blocks)
         if not live:
             return {"per_block": out}
-        if probe.method.exact_credits:
+        if snap.method.exact_credits:
             mine = ref  # identical credits: identical updates, no second backward
         else:  # per probe batch, one backward for every block at once, cotangent = the method's credit
-            params = [p for i in live for p in probe.block_params[i]]
+            params = [p for i in live for p in snap.block_params[i]]
             total, start = None, 0
-            for tr in probe.traces:
+            for tr in snap.traces:
                 n = tr.states[0].shape[0]
-                cots = [probe.credits[i + 1][start:start + n].to(tr.outs[i].dtype) for i in live]
+                cots = [snap.credits[i + 1][start:start + n].to(tr.outs[i].dtype) for i in live]
                 flat = torch.autograd.grad([tr.outs[i] for i in live], params, cots, retain_graph=True)
                 total = list(flat) if total is None else [a + b for a, b in zip(total, flat, strict=True)]
                 start += n
             mine, k = [[] for _ in out], 0
             for i in live:
-                m = len(probe.block_params[i])
+                m = len(snap.block_params[i])
                 mine[i], k = total[k:k + m], k + m
         for i in live:
             out[i] = robust_cosine(torch.cat([t.flatten() for t in mine[i]]), torch.cat([t.flatten() for t in ref[i]]))

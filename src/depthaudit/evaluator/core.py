@@ -34,16 +34,14 @@ streams (CPU and CUDA) are the same bit for bit afterwards; the model is measure
 import contextlib
 import math
 import types
+import warnings
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..diagnostics.base import EPS, Probe, robust_cosine
-from ..diagnostics.credit_cosine import CreditCosine, RobustCosine
-from ..diagnostics.stream import ReferenceNorm, StreamNorms
-from ..diagnostics.update_cosine import UpdateCosine
+from ..diagnostics.base import EPS, Snapshot, registered, robust_cosine
 from ..errors import UsageError
 from ..methods.base import CreditMethod
 from ..models.base import ResidualModel
@@ -186,8 +184,8 @@ def _call_user(fn, what: str, states, logits, y) -> list[torch.Tensor]:
     return [c.detach() for c in out]
 
 
-class _MeasuredProbe(Probe):
-    """A :class:`Probe` whose states, credits and reference were measured by the evaluator (no traces)."""
+class _MeasuredSnapshot(Snapshot):
+    """A :class:`Snapshot` whose states, credits and reference were measured by the evaluator (no traces)."""
 
     def __init__(self, model, batches, eps, states, credits, reference):
         super().__init__(model, None, batches, eps)
@@ -265,9 +263,9 @@ class CreditEvaluator:
     ``stream``, ``reference``; ``update_cosine`` for a ``CreditMethod``) plus ``evaluator``: where the credit and
     the reference came from, the custom backward nodes seen and the BP twin's logits max difference. The tensors
     of the last measurement (``states``, ``credits``, ``reference`` over all probe examples, per-example
-    convention, fp32) stay on ``last_probe``.
+    convention, fp32) stay on ``last_snapshot``.
 
-    A ``CreditMethod`` is measured by the CLI's own :class:`~depthaudit.diagnostics.Probe`, inside the BP twin (a
+    A ``CreditMethod`` is measured by the CLI's own :class:`~depthaudit.diagnostics.Snapshot`, inside the BP twin (a
     no-op for a plain model, so the numbers are the CLI's to the bit; on biotorch-converted layers it keeps the
     reference exact).
     """
@@ -288,7 +286,16 @@ class CreditEvaluator:
             raise UsageError(f"d1_stat={d1_stat!r}: use median (the reference) or mean")
         self.credit, self.reference, self.loss_fn = credit, reference, loss_fn
         self.eps, self.d1_stat, self.eval_mode = eps, d1_stat, eval_mode
-        self.diagnostics = [CreditCosine(), RobustCosine(), StreamNorms(1, d1_stat), ReferenceNorm()]
+        # every registered diagnostic, as the CLI's tracker plans it for every measurement (no functional ones)
+        plan = {"every": 1, "d1_stat": d1_stat, "functional": None}
+        self.diagnostics = [d for cls in registered() if (d := cls.from_plan(plan)) is not None]
+
+    @property
+    def last_probe(self):
+        """The deprecated name of :attr:`last_snapshot` (kept for one release)."""
+        warnings.warn("CreditEvaluator.last_probe is now last_snapshot; the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return self.last_snapshot
 
     def __call__(self) -> dict:
         """Measure now; the run (parameters, buffers, grads, RNG, modes) is left exactly as it was."""
@@ -298,10 +305,10 @@ class CreditEvaluator:
             return self._measure()
 
     def _measure_method(self) -> dict:
-        """A depthaudit method: the CLI tracker's own Probe, inside the BP twin (a no-op for a plain model)."""
+        """A depthaudit method: the CLI tracker's own Snapshot, inside the BP twin (a no-op for a plain model)."""
         with bp_twin(self.model) as switched:
             nodes = []
-            if self.reference == "auto":  # the Probe's reference is the model's autograd: it must be exact
+            if self.reference == "auto":  # the Snapshot's reference is the model's autograd: it must be exact
                 x, y = self.batches[0]
                 with torch.enable_grad():
                     nodes = custom_backward_nodes(_loss(self.loss_fn, forward_states(self.model, x)[0], y))
@@ -310,12 +317,12 @@ class CreditEvaluator:
                                      "even in its BP twin, and a depthaudit method is measured against the model's "
                                      "autograd; pass reference='autograd' if that backward is exact, or use "
                                      "credit='capture' / a callable with reference= a callable")
-            probe = Probe(self.model, self.credit, self.batches, self.eps)
-            out = {d.name: d.compute(probe) for d in [*self.diagnostics, UpdateCosine()]}
+            snap = Snapshot(self.model, self.credit, self.batches, self.eps)
+            out = {d.name: d.compute(snap) for d in self.diagnostics}
         out["evaluator"] = {"credit": f"method:{self.credit.name or type(self.credit).__name__}",
                             "reference": "twin" if switched else "autograd", "custom_backward": nodes,
                             "twin_logits_max_diff": None}
-        self.last_probe = probe
+        self.last_snapshot = snap
         return out
 
     def _reference_for(self, x, y, states, logits, nodes, block_params):
@@ -374,8 +381,9 @@ class CreditEvaluator:
             states.append(st)
             credits.append(cs)
             refs.append(ref)
-        probe = _MeasuredProbe(self.model, self.batches, self.eps, states, credits, refs)
-        out = {d.name: d.compute(probe) for d in self.diagnostics}
+        snap = _MeasuredSnapshot(self.model, self.batches, self.eps, states, credits, refs)
+        # the method's own backward is not there to read: those diagnostics are left out (update_cosine: below)
+        out = {d.name: d.compute(snap) for d in self.diagnostics if not d.needs_method}
         if mine_p is not None and ref_p is not None:
             out["update_cosine"] = {"per_block": [None if m is None else robust_cosine(m, r)
                                                   for m, r in zip(mine_p, ref_p, strict=True)],
@@ -384,5 +392,5 @@ class CreditEvaluator:
         out["evaluator"] = {"credit": "capture" if self.credit == "capture" else "callable",
                             "reference": "/".join(sorted(kinds)), "custom_backward": sorted(nodes_seen),
                             "twin_logits_max_diff": max(diffs) if diffs else None}
-        self.last_probe = probe
+        self.last_snapshot = snap
         return out

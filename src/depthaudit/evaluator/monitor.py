@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..diagnostics.base import MEASUREMENT_KEY
 from ..diagnostics.identity import identity_stats
-from ..diagnostics.monitor import Monitor
+from ..diagnostics.monitor import Monitor, check_values
 from ..errors import UsageError
 from ..models.base import ResidualModel
 from ..verdicts import Thresholds, decision_table
@@ -126,7 +127,7 @@ class TrainingMonitor:
             raise UsageError(f"monitor step {step} after step {self.history[-1]['epoch']}: steps must increase "
                              "(pass your loop's step or epoch counter)")
         measured = self.evaluator()
-        self.history.append({"epoch": step, "probe": measured})
+        self.history.append({"epoch": step, MEASUREMENT_KEY: measured})
         fired = self.monitor.update(step, measured)
         for name in fired:
             if self.log:
@@ -144,9 +145,8 @@ class TrainingMonitor:
         return self.monitor.fired
 
     def _status(self, test_acc) -> str:
-        last = self.history[-1]["probe"] if self.history else {}
-        rho, g = last.get("stream", {}).get("rho"), last.get("reference", {}).get("g_L")
-        if not (_finite(test_acc) and _finite(rho) and _finite(g)):
+        last = check_values(self.history[-1][MEASUREMENT_KEY] if self.history else {})
+        if not (_finite(test_acc) and all(_finite(last.get(check)) for check in self.monitor.fired)):
             return "diverged"
         return "stopped_flagged" if self.should_stop else "ok"
 
@@ -200,7 +200,7 @@ class TrainingMonitor:
         config = {"base": base, "methods": [self.name], "seeds": [seed], "probe_batches": len(ev.batches),
                   "probe_batch_size": x0.shape[0], "track_every": None, "thresholds": th.to_dict(),
                   "d1_stat": self.d1_stat, "stop_on_flag": self.monitor.stop_on_flag, "source": SOURCE,
-                  "evaluator": self.history[-1]["probe"].get("evaluator")}
+                  "evaluator": self.history[-1][MEASUREMENT_KEY].get("evaluator")}
         digest = hashlib.sha256()
         for x, y in ev.batches:
             for t in (x, y):  # raw bytes, any dtype (bf16 has no numpy view)

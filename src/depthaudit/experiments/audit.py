@@ -8,7 +8,7 @@ import torch
 
 from ..config import TrainConfig
 from ..data import DataBundle
-from ..diagnostics import ReferenceNorm, StreamNorms, registered
+from ..diagnostics import INIT_MEASUREMENT_KEY, MEASUREMENT_KEY, ReferenceNorm, StreamNorms, registered
 from ..diagnostics.identity import identity_over_seeds
 from ..fields import (
     arg,
@@ -30,7 +30,7 @@ SCHEMA = "depthaudit.audit.v2"
 
 @dataclass(frozen=True)
 class AuditConfig:
-    """What the audit runs: the base training config, methods, seeds, probe and thresholds."""
+    """What the audit runs: the base training config, methods, seeds, probe batches and thresholds."""
 
     base: TrainConfig
     methods: tuple[str, ...] = methods_field()
@@ -62,16 +62,16 @@ def _num(v) -> float:
     return math.nan if v is None else float(v)
 
 
-def _final_probe(rec: dict) -> dict:
+def _final_measurement(rec: dict) -> dict:
     for h in reversed(rec["history"]):
-        if "probe" in h:
-            return h["probe"]
-    return rec.get("probe_init") or {}
+        if MEASUREMENT_KEY in h:
+            return h[MEASUREMENT_KEY]
+    return rec.get(INIT_MEASUREMENT_KEY) or {}
 
 
 def _trajectory(rec: dict) -> list[tuple[int, dict]]:
-    pts = [(0, rec["probe_init"])] if rec.get("probe_init") else []
-    return pts + [(h["epoch"], h["probe"]) for h in rec["history"] if "probe" in h]
+    pts = [(0, rec[INIT_MEASUREMENT_KEY])] if rec.get(INIT_MEASUREMENT_KEY) else []
+    return pts + [(h["epoch"], h[MEASUREMENT_KEY]) for h in rec["history"] if MEASUREMENT_KEY in h]
 
 
 def _monitor_summary(trained: list[dict]) -> dict:
@@ -99,12 +99,12 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
     # a diverged run is a finding, reported as such, never averaged into a number: the aggregates below see
     # only the seeds whose trained and frozen runs both finished (none at all when every seed diverged)
     trained, frozen = [t for t, _ in pairs], [f for _, f in pairs]
-    probes = [_final_probe(r) for r in trained]
+    finals = [_final_measurement(r) for r in trained]
     acc_t = [r["final"]["test_acc"] for r in trained]
     acc_f = [r["final"]["test_acc"] for r in frozen]
     gaps = [accuracy_gap_pp(_num(a), _num(b)) for a, b in zip(acc_t, acc_f, strict=True)]
-    rho = [_num(StreamNorms.read(p).get("rho")) for p in probes]  # D1's and D2's quantities
-    g_l = [_num(ReferenceNorm.read(p).get("g_L")) for p in probes]
+    rho = [_num(StreamNorms.read(p).get("rho")) for p in finals]  # D1's and D2's quantities
+    g_l = [_num(ReferenceNorm.read(p).get("g_L")) for p in finals]
     per_seed_checks = [{"D1": check_d1(r, th)["status"], "D2": check_d2(g, th)["status"],
                         "D3": check_d3(gp, th)["status"]} for r, g, gp in zip(rho, g_l, gaps, strict=True)]
     agg = {"rho": mean_std(rho), "g_L": mean_std(g_l), "gap_pp": mean_std(gaps)}
@@ -136,7 +136,7 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
         "runs": {"trained": [run_slug_of(r) for r in trained], "frozen": [run_slug_of(r) for r in frozen]},
     }
     for d in registered():  # each quantity's own summary and history (diagnostics/*.py)
-        _merge(out, d.summarise(probes, L))
+        _merge(out, d.summarise(finals, L))
         out["history"].update(d.trajectory(points, L))
     return out
 

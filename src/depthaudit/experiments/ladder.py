@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..config import LEGACY, TrainConfig
-from ..diagnostics import CreditCosine, ReferenceNorm, StreamNorms
+from ..diagnostics import MEASUREMENT_KEY, CreditCosine, ReferenceNorm, StreamNorms
 from ..fields import arg, check_ranges, methods_field, probe_batch_size_field, probe_batches_field, seeds_field
 from ..methods import parse_method_spec
 from ..runner import tracking_plan
@@ -74,12 +74,13 @@ def ladder_filename(base: TrainConfig) -> str:
     return f"ladder_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
 
 
-def ladder_identity(base: TrainConfig, data_sha256: str, probe: tuple[int, int], eps: float) -> dict:
+def ladder_identity(base: TrainConfig, data_sha256: str, probe_plan: tuple[int, int], eps: float) -> dict:
     """What every run in one ladder file shares: the recipe and model (not method/k/seed/device/path)."""
     d = base.identity_dict()
     for k in ("method", "seed", "train_blocks", "device", "data_dir", "download", "method_options"):
         d.pop(k, None)
-    return {**d, "data_sha256": data_sha256, "probe_batches": probe[0], "probe_batch_size": probe[1], "eps": eps}
+    n_batches, batch_size = probe_plan
+    return {**d, "data_sha256": data_sha256, "probe_batches": n_batches, "probe_batch_size": batch_size, "eps": eps}
 
 
 def open_store(out_dir: Path, lc: LadderConfig, data_sha256: str) -> FileStore:
@@ -89,10 +90,10 @@ def open_store(out_dir: Path, lc: LadderConfig, data_sha256: str) -> FileStore:
                      defaults={**TrainConfig().identity_dict(), **LEGACY})
 
 
-def _final_probe(rec: dict) -> dict:
+def _final_measurement(rec: dict) -> dict:
     for h in reversed(rec.get("history", [])):
-        if "probe" in h:
-            return h["probe"]
+        if MEASUREMENT_KEY in h:
+            return h[MEASUREMENT_KEY]
     return {}
 
 
@@ -111,7 +112,7 @@ def aggregate(doc: dict) -> dict:
         # a diverged run is reported as such (counted per cell), never averaged into the accuracy
         cells.setdefault(m, {}).setdefault(k, []).append(None if rec["status"] == "diverged"
                                                          else rec["final"]["test_acc"])
-        p = _final_probe(rec)
+        p = _final_measurement(rec)
         e = extra.setdefault(m, {}).setdefault(k, {"rho": [], "g_L": [], "cos_mean": [], "diverged": []})
         e["rho"].append(StreamNorms.read(p).get("rho"))
         e["g_L"].append(ReferenceNorm.read(p).get("g_L"))

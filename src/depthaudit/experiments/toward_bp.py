@@ -1,4 +1,4 @@
-"""Our probes (not the protocol's methods; README "Probes"): does a credit closer to BP buy accuracy?
+"""The toward-BP experiments (`depthaudit probes`; ours, not the protocol's): does a credit closer to BP buy accuracy?
 
 * Credit mix: for α on a grid, train with ``c(α) = (1−α)·ĉ_method + α·ĝ_BP`` and measure accuracy and
   the per-layer / aggregate cosine of the credit actually used.
@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import LEGACY, TrainConfig
-from ..diagnostics import CreditCosine, RobustCosine
+from ..diagnostics import INIT_MEASUREMENT_KEY, MEASUREMENT_KEY, CreditCosine, RobustCosine
 from ..runner import tracking_plan
 from ..sweep import FileStore, FolderStore, RunSpec, SweepStatus, run_sweep
 from ..verdicts import Thresholds, mean_std
@@ -19,28 +19,28 @@ from ..verdicts import Thresholds, mean_std
 
 def _final_cos(rec: dict) -> dict:
     """The standard cosine at the last measurement, with the robust concat beside it (``concat``)."""
-    for h in [*reversed(rec.get("history", [])), {"probe": rec.get("probe_init") or {}}]:
-        if "probe" in h:
-            p = h["probe"]
+    for h in [*reversed(rec.get("history", [])), {MEASUREMENT_KEY: rec.get(INIT_MEASUREMENT_KEY) or {}}]:
+        if MEASUREMENT_KEY in h:
+            p = h[MEASUREMENT_KEY]
             return {**CreditCosine.read(p), "concat": RobustCosine.read(p).get("concat")}
     return {}
 
 
 def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, data, data_sha256: str,
-                  probe: tuple[int, int] = (10, 128), eps: float = 1e-8, jobs: int = 1, log=None, argv=None,
+                  probe_plan: tuple[int, int] = (10, 128), eps: float = 1e-8, jobs: int = 1, log=None, argv=None,
                   opts=None) -> dict | SweepStatus:
-    """Run (or resume) the α sweep and return its summary table (``probe`` = (batches, batch size)).
+    """Run (or resume) the α sweep and return its summary table (``probe_plan`` = (probe batches, their size)).
 
     A sweep that stopped short (``--list-cells``, ``--cell``) is returned as its :class:`~depthaudit.sweep.SweepStatus`.
     """
-    tracking = tracking_plan(*probe, 0, Thresholds(eps=eps))
+    tracking = tracking_plan(*probe_plan, 0, Thresholds(eps=eps))
     specs = [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, credit_mix=float(a)), tracking)
              for a in alphas for s in seeds]
     ident = {k: v for k, v in base.identity_dict().items() if k not in ("seed", "device", "data_dir", "download",
                                                                    "method", "credit_mix")}
     name = f"credit_mix_{method}_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
     store = FileStore(Path(out) / name, "depthaudit.credit_mix.v1",
-                      {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe)},
+                      {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe_plan)},
                       defaults={**TrainConfig().identity_dict(), **LEGACY})
     status = run_sweep(specs, store, data=data, jobs=jobs, log=log, argv=argv, opts=opts)
     if not status.complete:
@@ -73,12 +73,12 @@ def pearson(xs, ys) -> float | None:
     return sxy / (sx * sy) if sx > 0 and sy > 0 else None
 
 
-def warm_start_probe(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path, data,
-                 probe: tuple[int, int] = (10, 128), eps: float = 1e-8, log=None, argv=None) -> dict:
+def bp_warm_start(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path, data,
+                 probe_plan: tuple[int, int] = (10, 128), eps: float = 1e-8, log=None, argv=None) -> dict:
     """BP for ``pre_epochs`` → checkpoint; then method-from-BP-state, method-from-scratch, BP-continued."""
     root = Path(out) / "warm_start"
     store = FolderStore(root / "runs", getattr(data, "sha256", None))
-    track = tracking_plan(*probe, 1, Thresholds(eps=eps))
+    track = tracking_plan(*probe_plan, 1, Thresholds(eps=eps))
     pre = [RunSpec(f"bp_pre/s{s}", replace(base, method="bp", method_options={}, seed=s, epochs=pre_epochs,
                                            stop_after=None), track,
                    checkpoint=str(root / f"bp_pre_s{s}.pt")) for s in seeds]
@@ -95,12 +95,13 @@ def warm_start_probe(base: TrainConfig, method: str, pre_epochs: int, seeds, out
     rows = []
     for arm in (f"{method}_from_bp", f"{method}_scratch", "bp_continued"):
         rs = [recs[f"{arm}/s{s}"] for s in seeds]
-        start = [_final_cos({"probe_init": r.get("probe_init")}) for r in rs]
+        start = [_final_cos({INIT_MEASUREMENT_KEY: r.get(INIT_MEASUREMENT_KEY)}) for r in rs]
         end = [_final_cos(r) for r in rs]
         rows.append({"arm": arm, "test_acc": mean_std([r["final"]["test_acc"] for r in rs]),
                      "cos_mean_start": mean_std([c.get("mean_per_layer") for c in start]),
                      "cos_mean_end": mean_std([c.get("mean_per_layer") for c in end]),
                      "cos_concat_end": mean_std([c.get("concat") for c in end]),
-                     "history": [[h["epoch"], h["test_acc"], CreditCosine.read(h.get("probe")).get("mean_per_layer")]
+                     "history": [[h["epoch"], h["test_acc"],
+                                  CreditCosine.read(h.get(MEASUREMENT_KEY)).get("mean_per_layer")]
                                  for h in rs[0]["history"]]})
     return {"method": method, "pre_epochs": pre_epochs, "rows": rows}

@@ -35,9 +35,9 @@ def test_credit_mix_limits(name):
         assert set(got) == set(want) and diff < 1e-12
     # strictly between, the credit is the stated mix of rms-normalised credits
     bridged = build_method(name, model, 0, credit_mix=0.25)
-    _, c_mix = bridged.probe(model, x, y)
-    _, c_m = build_method(name, model, 0).probe(model, x, y)
-    _, c_bp = bp.probe(model, x, y)
+    _, c_mix = bridged.measure_credits(model, x, y)
+    _, c_m = build_method(name, model, 0).measure_credits(model, x, y)
+    _, c_bp = bp.measure_credits(model, x, y)
     rms = lambda t: t.pow(2).mean().sqrt()  # noqa: E731
     for a, b, c in zip(c_mix, c_m, c_bp, strict=True):
         assert torch.allclose(a, 0.75 * b / rms(b) + 0.25 * c / rms(c), atol=1e-12)
