@@ -464,10 +464,6 @@ class PretrainedFamily(DepthFamily):
 
         if cfg.text is not None and not Path(cfg.text).is_file():
             raise UsageError(f"--text {cfg.text}: no such file; give a UTF-8 text file or a .npy token file")
-        if cfg.importance is not None and (min(cfg.importance) < 1 or cfg.bootstrap < 1):
-            raise UsageError("--importance N values must be >= 1 (blocks removed at once) and --bootstrap >= 1")
-        if cfg.grow_steps < 0 or cfg.grow_lr <= 0:
-            raise UsageError("--grow-steps must be >= 0 and --grow-lr > 0")
         from ..models.gguf import check_gguf, is_gguf
         from ..models.hf import check_hf
 
@@ -504,12 +500,7 @@ class PretrainedFamily(DepthFamily):
         from ..sweep import RunSpec
         from .pretrained import PretrainedRun, run_pretrained
 
-        return [RunSpec(m, PretrainedRun(
-            model=m, revision=cfg.revision, text=cfg.text, context=cfg.context, continue_steps=cfg.continue_steps,
-            continue_lr=cfg.continue_lr, batch_size=cfg.batch_size, analysis_batches=cfg.analysis_batches,
-            low_signal=cfg.low_signal, mlp_ratio=4, seed=cfg.seed, device=cfg.device, importance=cfg.importance,
-            bootstrap=cfg.bootstrap, grow_steps=cfg.grow_steps, grow_lr=cfg.grow_lr, grow_train=cfg.grow_train),
-            runner=run_pretrained) for m in cfg.model]
+        return [RunSpec(m, PretrainedRun(config=cfg, model=m), runner=run_pretrained) for m in cfg.model]
 
     def after_sweep(self, store, cfg) -> None:
         if cfg.importance is not None or cfg.grow_steps:
