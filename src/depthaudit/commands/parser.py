@@ -33,9 +33,8 @@ def number(kind, meta: dict | None = None):
     return conv
 
 
-# the types of the few flags no config field declares (the depth commands' own, the probe grids)
-POS_INT, NONNEG_INT = number(int, {"lo": 1}), number(int, {"lo": 0})
-POS_FLOAT, NONNEG_FLOAT = number(float, {"lo": 0, "lo_open": True}), number(float, {"lo": 0})
+# the types of the few flags no config field declares (the shallow baseline's, intervene's and the probes' grids)
+POS_INT, NONNEG_INT, NONNEG_FLOAT = number(int, {"lo": 1}), number(int, {"lo": 0}), number(float, {"lo": 0})
 
 
 class _HelpAll(argparse.Action):
