@@ -16,6 +16,7 @@ from depthaudit.experiments.grow import GrowConfig, GrowRun
 from depthaudit.experiments.pretrained import PretrainedRun
 from depthaudit.experiments.saturation import MEASURE, SaturationConfig, SaturationRun
 from depthaudit.fields import arg
+from depthaudit.sweep import SweepOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,9 +159,13 @@ def test_a_cell_is_its_config_plus_what_varies():
 
 def test_epochs_and_stop_after_mean_the_same_from_python_and_the_shell(tmp_path, capsys):
     # no --epochs: the dataset's budget (the text families': 20), checked against --stop-after before any data
+    # (a cell listing: were the check missing, nothing would train)
+    listing = SweepOptions(list_cells=True)
     for cfg in (SaturationConfig(family="gpt", epochs=3, stop_after=4), GrowConfig(dataset="mnist1d", stop_after=21),
                 SaturationConfig(dataset="cifar10", stop_after=101)):
         with pytest.raises(UsageError, match=r"--stop-after must be in 1\.\.--epochs \((3|20|100)\)"):
-            (da.grow if isinstance(cfg, GrowConfig) else da.saturation)(cfg, tmp_path / "p", progress=False)
-    assert main(["saturation", "--family", "gpt", "--stop-after", "21", "--out", str(tmp_path / "c")]) == 2
+            (da.grow if isinstance(cfg, GrowConfig) else da.saturation)(cfg, tmp_path / "p", sweep=listing,
+                                                                        progress=False)
+    assert main(["saturation", "--family", "gpt", "--stop-after", "21", "--list-cells", "--out",
+                 str(tmp_path / "c")]) == 2
     assert "--stop-after must be in 1..--epochs (20), got 21" in capsys.readouterr().err
