@@ -169,3 +169,13 @@ def test_epochs_and_stop_after_mean_the_same_from_python_and_the_shell(tmp_path,
     assert main(["saturation", "--family", "gpt", "--stop-after", "21", "--list-cells", "--out",
                  str(tmp_path / "c")]) == 2
     assert "--stop-after must be in 1..--epochs (20), got 21" in capsys.readouterr().err
+
+
+def test_every_depth_field_is_named_by_a_cells_record_or_changes_no_result():
+    """A field added to a depth config that no cell's record stores would let a stored run be reused for a run it
+    is not: each field is named by a cell's KEYS, or is one that changes no result (where the data is fetched)."""
+    changes_no_result = {"download"}
+    named = set(SaturationRun.KEYS) | set(PretrainedRun.KEYS) | changes_no_result
+    assert {f.name for f in fields(SaturationConfig)} - named == set()
+    assert {f.name for f in fields(GrowConfig)} - (set(GrowRun.KEYS) | changes_no_result) == set()
+    assert {f.name for f in fields(WithNewOption)} - named == {"probe_stride"}  # what the check catches
