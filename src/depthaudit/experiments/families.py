@@ -447,6 +447,7 @@ class PretrainedFamily(DepthFamily):
     pretrained = True
     reads_text = True
     default_batch_size = 8  # 8 windows of --context tokens: fits a CPU, and a GPU for the larger Pythias
+    default_importance = (1, 2, 4, 8)  # ``--importance`` given alone: n of the angular distance and pruned sets
 
     def resolve(self, cfg, command: str):
         from ..models.hf import require_transformers
@@ -456,7 +457,7 @@ class PretrainedFamily(DepthFamily):
             raise UsageError("--family hf needs --model NAME_OR_PATH [...] (e.g. EleutherAI/pythia-70m-deduped)")
         cfg = replace(super().resolve(cfg, command), model=tuple(dict.fromkeys(cfg.model)))
         if cfg.importance is not None:
-            cfg = replace(cfg, importance=tuple(sorted(set(cfg.importance or (1, 2, 4, 8)))))
+            cfg = replace(cfg, importance=tuple(sorted(set(cfg.importance or self.default_importance))))
         return cfg
 
     def check(self, cfg, command: str) -> None:

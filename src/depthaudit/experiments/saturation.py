@@ -44,7 +44,7 @@ def family_widths(growable: bool = False):
 
 
 def family_batches(growable: bool = False):
-    """``--batch-size``'s default in the help: the families' (``128 (hf 8)``), read when asked."""
+    """``--batch-size``'s default in the help: the families' (``128; hf 8``), read when asked."""
 
     def text() -> str:
         base = DepthFamily.default_batch_size
@@ -113,7 +113,8 @@ class SaturationConfig:
     continue_lr: float = arg(1e-5, help="its lr", lo=0, lo_open=True, advanced=True)
     importance: tuple[int, ...] | None = arg(None, help="also Block Influence, angular distance l->l+N, measured "
                                              "removal losses", lo=1, optional_values=True,
-                                             default_text="off; given alone: 1 2 4 8")
+                                             default_text=lambda: "off; given alone: " + " ".join(
+                                                 map(str, FAMILIES.get("hf").default_importance)))
     bootstrap: int = arg(1000, help="--importance: bootstrap resamples for the rank correlations", lo=1,
                          advanced=True, metavar="R")
     grow_steps: int = arg(0, help="train the zero block inserted at the highest-V and the lowest-V boundary N steps",
