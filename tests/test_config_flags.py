@@ -10,13 +10,15 @@ from depthaudit.config import TrainConfig
 from depthaudit.errors import UsageError
 from depthaudit.executors import SweepOptions
 from depthaudit.experiments.audit import AuditConfig
+from depthaudit.experiments.grow import GrowConfig
 from depthaudit.experiments.ladder import LadderConfig
-from depthaudit.fields import flag_name
+from depthaudit.experiments.saturation import SaturationConfig
+from depthaudit.fields import flag_name, text_of
 from depthaudit.verdicts import Thresholds
 
 # which command lists each config's flags
 COMMAND = {TrainConfig: "train", AuditConfig: "audit", Thresholds: "audit", LadderConfig: "ladder",
-           SweepOptions: "audit"}
+           SweepOptions: "audit", SaturationConfig: "saturation", GrowConfig: "grow"}
 
 
 def _declared(cls):
@@ -38,8 +40,8 @@ def test_every_declared_field_is_a_flag_with_its_own_help_and_default(cls):
             continue
         a = by_flag[flag_name(f)]
         assert a.dest == f.name and a.default in (None, p.get_default(f.name))
-        assert f.metadata["help"].split(" {")[0].split("%")[0][:20] in " ".join(text.split()), f.name
-        shown = f.metadata["default_text"] or (None if f.default is MISSING else f.default)
+        assert text_of(f.metadata["help"]).split(" {")[0].split("%")[0][:20] in " ".join(text.split()), f.name
+        shown = text_of(f.metadata["default_text"]) or (None if f.default is MISSING else f.default)
         assert getattr(a, "field_default", None) == shown, f.name
         assert getattr(a, "advanced", False) == f.metadata["advanced"], f.name
         assert "--" + flag_name(f)[2:].replace("-", "_") in by_flag  # the underscore spelling is accepted too
@@ -72,6 +74,7 @@ def test_each_range_is_one_declaration_for_the_parser_and_the_config(cls, f, cap
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert flag_name(f) in err and ("must be" in err or "not a" in err), err
+    assert len(err.strip().splitlines()) == 1, err
     ok = [cmd, flag_name(f), str(kind(lo + 1)), "--out" if cmd != "ladder" else "--output_dir", "unused"]
     assert getattr(build_parser(ok).parse_args(ok), f.name) in (kind(lo + 1), (kind(lo + 1),), [kind(lo + 1)])
     if cls is TrainConfig:  # the same declaration refuses the value from Python
@@ -81,6 +84,10 @@ def test_each_range_is_one_declaration_for_the_parser_and_the_config(cls, f, cap
         seq = f.name in ("seeds",)
         with pytest.raises(UsageError, match=flag_name(f)):
             AuditConfig(base=TrainConfig(), **{f.name: (kind(bad),) if seq else kind(bad)})
+    if cls in (SaturationConfig, GrowConfig):  # the depth configs too
+        seq = "tuple" in str(f.type)
+        with pytest.raises(UsageError, match=flag_name(f)):
+            cls(**{f.name: (kind(bad),) if seq else kind(bad)})
 
 
 def test_flags_not_given_take_the_dataclass_defaults():

@@ -306,11 +306,8 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     config = _with_budget(config, family)
     config = family.resolve(config, "saturation")
     family.check(config, "saturation")
-    if not family.pretrained:
-        if not config.extra:
-            raise UsageError("--extra: give at least one number of extra blocks")
-        if any(n < 0 for n in config.extra) or config.epochs < 0 or config.analysis_batches < 1:
-            raise UsageError("--extra values must be >= 0, --epochs >= 0, --analysis-batches >= 1")
+    if not family.pretrained and not config.extra:  # (each value's range: SaturationConfig's declarations)
+        raise UsageError("--extra: give at least one number of extra blocks")
     data, name, sha = family.load(config, "saturation", data)
     specs = config.specs()
     family.check_recipe(specs[0].cfg, data)
@@ -350,8 +347,6 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
     out = Path(out)
     check_output_dir(out)
     config = _with_budget(config, family)
-    if config.extra < 1:
-        raise UsageError(f"--extra {config.extra}: grow needs at least 1 block to insert")
     if config.epochs < 1:
         raise UsageError("--epochs must be >= 1 for grow (insertions happen at epoch starts)")
     sched = config.schedule()
@@ -381,14 +376,20 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
 
 
 def _with_budget(config, family):
-    """``epochs=None``: the dataset's budget (CIFAR 100, others 20), as every command's ``--epochs``."""
+    """``config`` with its budget, as every command's ``--epochs``, and its ``--stop-after`` checked.
+
+    ``epochs=None`` is the dataset's (CIFAR 100, others 20; text :data:`~depthaudit.config.DEFAULT_EPOCHS`);
+    ``stop_after`` trains the first N epochs of it (1..epochs).
+    """
     from .config import DEFAULT_EPOCHS
     from .data import DATASETS
 
-    if config.epochs is not None:
-        return config
-    budget = DEFAULT_EPOCHS if family.reads_text else DATASETS.meta(config.dataset).get("epochs", DEFAULT_EPOCHS)
-    return replace(config, epochs=budget)
+    if config.epochs is None:
+        budget = DEFAULT_EPOCHS if family.reads_text else DATASETS.meta(config.dataset).get("epochs", DEFAULT_EPOCHS)
+        config = replace(config, epochs=budget)
+    if config.stop_after is not None and not config.stop_after <= config.epochs:
+        raise UsageError(f"--stop-after must be in 1..--epochs ({config.epochs}), got {config.stop_after}")
+    return config
 
 
 def _depth_result(store, kind: str, low_signal: float = 5e-3) -> Result:

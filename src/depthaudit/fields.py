@@ -12,25 +12,49 @@ from dataclasses import MISSING, field, fields, is_dataclass
 from .errors import UsageError
 
 
-def arg(default=MISSING, *, help: str, group: str | None = None, advanced: bool = False, lo=None, hi=None,
+def arg(default=MISSING, *, help, group: str | None = None, advanced: bool = False, lo=None, hi=None,
         lo_open: bool = False, choices=None, metavar: str | None = None, flag: str | None = None,
-        aliases: tuple[str, ...] = (), factory=MISSING, default_text: str | None = None, per_run: bool = False,
-        training: bool = False, hidden: bool = False):
+        aliases: tuple[str, ...] = (), factory=MISSING, default_text=None, per_run: bool = False,
+        training: bool = False, hidden: bool = False, optional_values: bool = False, repeats: bool = False):
     """A dataclass field with its flag's declaration in ``metadata``.
 
-    ``lo``/``hi`` bound a number (``lo_open``: strictly above ``lo``); ``choices`` is a sequence or a callable
-    returning one (a registry's names, read when the parser is built); ``flag`` overrides the flag's name
-    (default: the field's, dashed) and ``aliases`` are other accepted spellings; ``default_text`` is what the
-    help says for a default that is resolved later (``None`` = the dataset's); ``per_run``: a flag of commands
-    that train one run (``train``), not of sweeps; ``training``: hidden by commands that train nothing;
-    ``hidden``: accepted, never listed.
+    ``help`` is the flag's help (or a callable returning it, read when the parser is built: a registry's
+    entries); ``group`` the help group it is listed in (a field without one joins the group of the field before
+    it); ``lo``/``hi`` bound a number (``lo_open``: strictly above ``lo``); ``choices`` is a sequence or a
+    callable returning one (a registry's names); ``flag`` overrides the flag's name (default: the field's,
+    dashed) and ``aliases`` are other accepted spellings; ``default_text`` (a string or a callable returning
+    one) is what the help says for a default that is resolved later (``None`` = the dataset's); ``per_run``: a
+    flag of commands that train one run (``train``), not of sweeps; ``training``: hidden by commands that train
+    nothing; ``hidden``: accepted, never listed. For a sequence: ``optional_values``, the flag may be given
+    with no value (an empty tuple: "the defaults"); ``repeats``, a value given twice is kept (else once).
     """
     meta = {"help": help, "group": group, "advanced": advanced, "lo": lo, "hi": hi, "lo_open": lo_open,
             "choices": choices, "metavar": metavar, "flag": flag, "aliases": tuple(aliases),
-            "default_text": default_text, "per_run": per_run, "training": training, "hidden": hidden}
+            "default_text": default_text, "per_run": per_run, "training": training, "hidden": hidden,
+            "optional_values": optional_values, "repeats": repeats}
     if factory is not MISSING:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def like(cls, name: str, default=MISSING, **changes):
+    """The field ``cls.name`` declared for another config too: its default, help, range, choices and group.
+
+    Two configs that share a field (a depth sweep's ``lr`` is the recipe's) declare it once, in ``cls``;
+    ``default`` and ``changes`` (any :func:`arg` keyword) are what differs for the other config.
+    """
+    f = cls.__dataclass_fields__[name]
+    meta = {**f.metadata, **changes}
+    if default is not MISSING:
+        return field(default=default, metadata=meta)
+    if f.default_factory is not MISSING:
+        return field(default_factory=f.default_factory, metadata=meta)
+    return field(default=f.default, metadata=meta)
+
+
+def text_of(value) -> str | None:
+    """A declared help or default text: as given, or what its callable returns now."""
+    return value() if callable(value) else value
 
 
 def flag_name(f) -> str:

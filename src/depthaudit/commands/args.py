@@ -168,32 +168,6 @@ def probe_sizes(a: argparse.Namespace, cls) -> tuple[int, int]:
             a.probe_batch_size or field_default(cls, "probe_batch_size"))
 
 
-def plain_args(p: Parser, out: str) -> None:
-    """Flags of the depth commands (saturation, grow): the recipe's TrainConfig fields, on CIFAR-10 by default."""
-    add_fields(p, TrainConfig, only={"dataset", "data_dir", "download", "epochs", "stop_after", "batch_size", "lr",
-                                     "weight_decay", "seed", "device"}, defaults={"dataset": "cifar10"}, into=None)
-    out_arg(p, out)
-    sweep_args(p, stacking=False)
-
-
-def plain_recipe(a: argparse.Namespace, budget_of: str | None) -> None:
-    """Fill a depth command's recipe flags not given with TrainConfig's defaults.
-
-    ``--epochs`` is the budget the cosine schedule spans, by default the dataset's (``budget_of``; None: the
-    text of the gpt family, :data:`~depthaudit.config.DEFAULT_EPOCHS`); ``--stop-after N`` trains its first N.
-    """
-    from ..config import DEFAULT_EPOCHS
-    from ..data import DATASETS
-
-    for name in ("lr", "weight_decay", "seed", "batch_size"):
-        if getattr(a, name, None) is None:
-            setattr(a, name, field_default(TrainConfig, name))
-    if a.epochs is None:
-        a.epochs = DATASETS.meta(budget_of).get("epochs", DEFAULT_EPOCHS) if budget_of else DEFAULT_EPOCHS
-    if a.stop_after is not None and not a.stop_after <= a.epochs:
-        raise UsageError(f"--stop-after must be in 1..--epochs ({a.epochs}), got {a.stop_after}")
-
-
 def resolve_device(spec: str | None, trains: bool = True) -> str:
     """``auto`` (or not given) → ``cuda`` when available else ``cpu``; an unavailable CUDA device is a UsageError.
 

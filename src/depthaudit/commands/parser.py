@@ -13,7 +13,7 @@ import copy
 import typing
 from dataclasses import MISSING, fields
 
-from ..fields import flag_name, out_of_range
+from ..fields import flag_name, out_of_range, text_of
 
 
 def number(kind, meta: dict | None = None):
@@ -33,9 +33,8 @@ def number(kind, meta: dict | None = None):
     return conv
 
 
-# the types of the few flags no config field declares (the depth commands' own, the probes command's grids)
-POS_INT, NONNEG_INT = number(int, {"lo": 1}), number(int, {"lo": 0})
-POS_FLOAT, NONNEG_FLOAT = number(float, {"lo": 0, "lo_open": True}), number(float, {"lo": 0})
+# the types of the few flags no config field declares (the shallow baseline's, intervene's and the probes' grids)
+POS_INT, NONNEG_INT, NONNEG_FLOAT = number(int, {"lo": 1}), number(int, {"lo": 0}), number(float, {"lo": 0})
 
 
 class _HelpAll(argparse.Action):
@@ -193,16 +192,17 @@ def add_fields(p: Parser, cls, *, skip=(), only=None, defaults: dict | None = No
                 kw["choices"] = list(choices)
                 kw["metavar"] = m["metavar"]
             if seq:
-                kw["nargs"] = "+"
+                kw["nargs"] = "*" if m.get("optional_values") else "+"
         if m["hidden"] or (m["training"] and not training):
             kw["help"] = argparse.SUPPRESS
         where = p.group(group if into == "" else into)
         action = where.add_argument(flag_name(f), *m["aliases"], advanced=m["advanced"], **kw)
-        action.field_default = m["default_text"] or (f.default if f.default is not MISSING else None)
+        action.field_default = text_of(m["default_text"]) or (f.default if f.default is not MISSING else None)
 
 
-def _help(text: str) -> str:
-    """A declared help text for argparse (``{NAMES}``: the registered credit methods)."""
+def _help(text) -> str:
+    """A declared help text for argparse (a callable: what it returns; ``{NAMES}``: the registered credit methods)."""
+    text = text_of(text)
     if "{NAMES}" in text:
         from ..methods import METHODS
 
@@ -211,12 +211,17 @@ def _help(text: str) -> str:
 
 
 def given(a: argparse.Namespace, cls) -> dict:
-    """``{field: value}`` of the declared fields of ``cls`` that the command line (or the command) set."""
+    """``{field: value}`` of the declared fields of ``cls`` that the command line (or the command) set.
+
+    Lists become tuples; a value given twice counts once (``--seeds 1 1``) unless the field declares ``repeats``.
+    """
     out = {}
     for f in fields(cls):
         v = getattr(a, f.name, None)
         if "help" in f.metadata and v is not None:
-            out[f.name] = tuple(dict.fromkeys(v)) if isinstance(v, list) else v
+            if isinstance(v, list):  # a value given twice counts once, unless the field keeps repeats
+                v = tuple(v) if f.metadata.get("repeats") else tuple(dict.fromkeys(v))
+            out[f.name] = v
     return out
 
 

@@ -494,6 +494,7 @@ class PretrainedFamily(DepthFamily):
     pretrained = True
     reads_text = True
     default_batch_size = 8  # 8 windows of --context tokens: fits a CPU, and a GPU for the larger Pythias
+    default_importance = (1, 2, 4, 8)  # ``--importance`` given alone: n of the angular distance and pruned sets
 
     def resolve(self, cfg, command: str):
         from ..models.hf import require_transformers
@@ -503,7 +504,7 @@ class PretrainedFamily(DepthFamily):
             raise UsageError("--family hf needs --model NAME_OR_PATH [...] (e.g. EleutherAI/pythia-70m-deduped)")
         cfg = replace(super().resolve(cfg, command), model=tuple(dict.fromkeys(cfg.model)))
         if cfg.importance is not None:
-            cfg = replace(cfg, importance=tuple(sorted(set(cfg.importance or (1, 2, 4, 8)))))
+            cfg = replace(cfg, importance=tuple(sorted(set(cfg.importance or self.default_importance))))
         return cfg
 
     def check(self, cfg, command: str) -> None:
@@ -511,10 +512,6 @@ class PretrainedFamily(DepthFamily):
 
         if cfg.text is not None and not Path(cfg.text).is_file():
             raise UsageError(f"--text {cfg.text}: no such file; give a UTF-8 text file or a .npy token file")
-        if cfg.importance is not None and (min(cfg.importance) < 1 or cfg.bootstrap < 1):
-            raise UsageError("--importance N values must be >= 1 (blocks removed at once) and --bootstrap >= 1")
-        if cfg.grow_steps < 0 or cfg.grow_lr <= 0:
-            raise UsageError("--grow-steps must be >= 0 and --grow-lr > 0")
         from ..models.gguf import check_gguf, is_gguf
         from ..models.hf import check_hf
 

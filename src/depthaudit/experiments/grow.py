@@ -16,46 +16,58 @@ optimizer as a new group and the method keeps every existing feedback, drawing t
 """
 
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
+from ..fields import arg, check_ranges, like
+from .cell import Cell
 from .families import FAMILIES
+from .saturation import SaturationConfig, family_batches, family_help, family_names, family_widths
 
 
 @dataclass(frozen=True, kw_only=True)
 class GrowConfig:
     """Growth vs scratch (``depthaudit grow``): base → base + ``extra`` blocks, against the same from scratch.
 
-    The grown arm inserts zero-output blocks at the epochs ``insert_at`` (None: evenly over the first half).
+    Every field is also the command's flag; the fields ``saturation`` shares are :class:`SaturationConfig`'s
+    declarations (one default, help and range each). The grown arm inserts zero-output blocks at the epochs
+    ``insert_at`` (None: evenly over the first half).
 
     ``family``: a growable key of :data:`~depthaudit.experiments.families.FAMILIES` (``resnet``: ResNet-8 + N,
     plain backprop; ``resmlp``: ``arch`` under ``method``, the audit's recipe). ``None`` fields take the family's
-    default (``batch_size`` 128, ``d_hidden`` 256, ``method`` ``bp`` for resmlp).
+    default (``batch_size`` 128, ``d_hidden`` 256, ``method`` ``bp`` for resmlp); ``epochs`` ``None`` is the
+    dataset's budget.
     """
 
-    family: str = "resnet"
-    dataset: str = "cifar10"
-    data_dir: str | None = None
-    download: bool = False
-    extra: int = 3
-    epochs: int | None = None  # the budget the schedule spans; None = the dataset's (text: DEFAULT_EPOCHS)
-    insert_at: tuple[int, ...] | None = None
-    batch_size: int | None = None
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    seed: int = 42
-    device: str = "cpu"
-    method: str | None = None
-    arch: str = "resmlp"
-    d_hidden: int | None = None
-    base_blocks: int = 1
-    base_width: int = 16
-    stop_after: int | None = None  # train only the first N epochs of the ``epochs`` budget's schedule
+    family: str = like(SaturationConfig, "family", help=family_help(growable=True),
+                       choices=family_names(growable=True))
+    extra: int = arg(3, help="blocks to grow", lo=1)
+    insert_at: tuple[int, ...] | None = arg(None, help="epoch of each insertion", lo=1, metavar="E", repeats=True,
+                                            default_text="evenly over the first half")
+    # the model (saturation's declarations)
+    arch: str = like(SaturationConfig, "arch")
+    method: str | None = like(SaturationConfig, "method")
+    d_hidden: int | None = like(SaturationConfig, "d_hidden", help="resmlp: width",
+                                   default_text=family_widths(growable=True))
+    base_blocks: int = like(SaturationConfig, "base_blocks", help="resmlp: blocks to start from")
+    base_width: int = like(SaturationConfig, "base_width")
+    # data and the recipe
+    dataset: str = like(SaturationConfig, "dataset")
+    data_dir: str | None = like(SaturationConfig, "data_dir")
+    download: bool = like(SaturationConfig, "download")
+    epochs: int | None = like(SaturationConfig, "epochs", default_text="the dataset's; CIFAR 100, others 20")
+    stop_after: int | None = like(SaturationConfig, "stop_after")
+    batch_size: int | None = like(SaturationConfig, "batch_size", default_text=family_batches(growable=True))
+    lr: float = like(SaturationConfig, "lr")
+    weight_decay: float = like(SaturationConfig, "weight_decay")
+    seed: int = like(SaturationConfig, "seed")
+    device: str = like(SaturationConfig, "device")
 
     def __post_init__(self):
         if self.insert_at is not None:
             object.__setattr__(self, "insert_at", tuple(self.insert_at))
+        check_ranges(self)  # every field's declared range (the CLI's parser applies the same ones)
 
     def schedule(self) -> tuple[int, ...]:
         """The insertion epochs (given, or :func:`default_schedule`)."""
@@ -63,38 +75,21 @@ class GrowConfig:
 
     def arm(self, arm: str) -> "GrowRun":
         """The run of one arm, ``grown`` or ``scratch`` (the one place a :class:`GrowRun` is built from a config)."""
-        shared = {f.name: getattr(self, f.name) for f in fields(GrowRun) if f.name not in ("arm", "insert_at")}
-        return GrowRun(arm=arm, insert_at=self.schedule(), **shared)
+        return GrowRun(config=self, arm=arm, insert_at=self.schedule())
 
 
 @dataclass(frozen=True, kw_only=True)
-class GrowRun:
-    """One arm: ``grown`` (schedule of insertion epochs) or ``scratch`` (keyword-only; :meth:`GrowConfig.arm`)."""
+class GrowRun(Cell):
+    """One arm: ``grown`` or ``scratch``, with the config's insertion schedule (every other value: its config)."""
 
     arm: str
-    dataset: str
-    data_dir: str | None
-    extra: int
-    epochs: int
     insert_at: tuple[int, ...]
-    batch_size: int = 128
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    seed: int = 42
-    device: str = "cpu"
-    family: str = "resnet"  # a growable key of FAMILIES
-    method: str | None = None
-    arch: str = "resmlp"
-    d_hidden: int = 256
-    base_blocks: int = 1
-    base_width: int = 16  # resnet: stage widths w, 2w, 4w
-    stop_after: int | None = None  # train only the first N epochs of the ``epochs`` budget's schedule
+    KEYS = ("arm", "dataset", "data_dir", "extra", "epochs", "insert_at", "batch_size", "lr", "weight_decay", "seed",
+            "device", "family", "method", "arch", "d_hidden", "base_blocks", "base_width", "stop_after")
 
     def to_dict(self) -> dict:
         """JSON-able."""
-        d = asdict(self)
-        d["insert_at"] = list(self.insert_at)
-        return d
+        return {**super().to_dict(), "insert_at": list(self.insert_at)}
 
     def describe(self) -> str:
         """One line for listings: the arm and the architecture."""

@@ -16,40 +16,25 @@ lowest-V boundary is inserted and trained against the model without insertion (:
 """
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..config import derive_seed
 from ..provenance import provenance
+from .cell import Cell
 
 
-@dataclass(frozen=True)
-class PretrainedRun:
-    """One pretrained model of the cross-model sweep."""
+@dataclass(frozen=True, kw_only=True)
+class PretrainedRun(Cell):
+    """One pretrained model of the cross-model sweep: its :class:`SaturationConfig` (``--family hf``) and ``model``."""
 
     model: str
-    revision: str | None = None
-    text: str | None = None
-    context: int = 64
-    continue_steps: int = 0
-    continue_lr: float = 1e-5
-    batch_size: int = 8
-    analysis_batches: int = 4
-    low_signal: float = 5e-3
-    mlp_ratio: int = 4
-    seed: int = 42
-    device: str = "cpu"
-    importance: tuple[int, ...] | None = None  # n of the angular distance / pruned sets; None: AG and V only
-    bootstrap: int = 1000  # importance: bootstrap resamples of the windows
-    grow_steps: int = 0  # growth arms (none / high-V / low-V insertion), steps each; 0: none
-    grow_lr: float = 1e-3  # the inserted block's lr (the pretrained weights use continue_lr)
-    grow_train: str = "all"  # all: the pretrained weights train too | block: only the inserted block
-
-    def to_dict(self) -> dict:
-        """JSON-able."""
-        return asdict(self)
+    mlp_ratio: int = 4  # the candidate block's expansion (a GPT MLP's)
+    KEYS = ("model", "revision", "text", "context", "continue_steps", "continue_lr", "batch_size", "analysis_batches",
+            "low_signal", "mlp_ratio", "seed", "device", "importance", "bootstrap", "grow_steps", "grow_lr",
+            "grow_train")
 
     def describe(self) -> str:
         """One line for listings."""

@@ -14,72 +14,127 @@ masked by the ReLU after the residual sum); ResMLP: ``[ψ, 1]``; GPT: ``[attenti
 """
 
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from ..config import TrainConfig
 from ..depth.growth import activation_gradients, credit_signal, separated_test
+from ..fields import arg, check_ranges, like
 from ..provenance import provenance
 from ..seeds import derive_seed
-from .families import FAMILIES
+from .cell import Cell
+from .families import FAMILIES, DepthFamily
+
+
+def family_names(growable: bool = False):
+    """``--family``'s choices: the registered families (``growable``: those ``grow`` can grow), read when asked."""
+    return lambda: [n for n in FAMILIES.names() if not growable or FAMILIES.get(n).growable]
+
+
+def family_help(growable: bool = False):
+    """``--family``'s help: each family's name and its few words (plug-ins included), read when asked."""
+    return lambda: " | ".join(f"{n} ({FAMILIES.get(n).help})" for n in family_names(growable)())
+
+
+def family_widths(growable: bool = False):
+    """``--d-hidden``'s default in the help: each family's own width (``gpt 64, resmlp 256``), read when asked."""
+    return lambda: ", ".join(f"{n} {FAMILIES.get(n).default_d_hidden}" for n in family_names(growable)()
+                             if FAMILIES.get(n).default_d_hidden is not None)
+
+
+def family_batches(growable: bool = False):
+    """``--batch-size``'s default in the help: the families' (``128; hf 8``), read when asked."""
+
+    def text() -> str:
+        base = DepthFamily.default_batch_size
+        other = [f"{n} {FAMILIES.get(n).default_batch_size}" for n in family_names(growable)()
+                 if FAMILIES.get(n).default_batch_size != base]
+        return "; ".join([str(base), *other])
+
+    return text
+
+
+MODEL, RECIPE, MEASURE, HF = "model", "data and recipe", "measurement", "pretrained models (--family hf)"
 
 
 @dataclass(frozen=True, kw_only=True)
 class SaturationConfig:
     """A depth sweep (``depthaudit saturation``): one run of base + N blocks per N in ``extra``, each measured.
 
+    Every field is also the command's flag (its help, range, choices and help group declared here, once).
     ``family`` is a key of :data:`~depthaudit.experiments.families.FAMILIES` (``resnet``, ``gpt``, ``resmlp``,
     ``hf``, or one you register). ``None`` fields take the family's default: ``batch_size`` 128 (hf: 8 windows),
     ``d_hidden`` 64 (gpt) or 256 (resmlp), ``method`` ``bp`` (resmlp; the other families train with plain
-    backprop). ``model`` … ``grow_train`` are the ``hf`` family's (pretrained models, one cell per model).
+    backprop); ``epochs`` ``None`` is the dataset's budget (text: ``DEFAULT_EPOCHS``). ``model`` …
+    ``grow_train`` are the ``hf`` family's (pretrained models, one cell per model).
     """
 
-    family: str = "resnet"
-    dataset: str = "cifar10"
-    data_dir: str | None = None
-    download: bool = False
-    extra: tuple[int, ...] = (0, 1, 2, 3, 6)
-    epochs: int | None = None  # the budget the schedule spans; None = the dataset's (text: DEFAULT_EPOCHS)
-    batch_size: int | None = None
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    seed: int = 42
-    analysis_batches: int = 4
-    low_signal: float = 5e-3
-    alpha: float = 1e-3  # gradient-matched insertion step
-    device: str = "cpu"
-    text: str | None = None  # gpt, hf: a UTF-8 text or .npy token file; None = the embedded default
-    context: int = 64
-    d_hidden: int | None = None
-    base_blocks: int = 1
-    method: str | None = None  # resmlp: the credit method spec (e.g. "fa", "fa-stream:identity")
-    arch: str = "resmlp"  # resmlp: the registered residual model
-    analysis_split: str = "test"  # where AG is measured: test = held out, never fitted on | train
-    delta: float | None = None  # separated test's δ (None = low_signal)
-    margin: float | None = None  # separated test's t (None = 2 standard errors over the analysis batches, ours)
-    base_width: int = 16  # resnet: stage widths w, 2w, 4w
-    model: tuple[str, ...] = ()  # hf: Hub names, local folders or .gguf files
-    revision: str | None = None
-    continue_steps: int = 0
-    continue_lr: float = 1e-5
-    importance: tuple[int, ...] | None = None  # hf: n of the importance measures; () = (1, 2, 4, 8)
-    bootstrap: int = 1000
-    grow_steps: int = 0
-    grow_lr: float = 1e-3
-    grow_train: str = "all"
-    stop_after: int | None = None  # train only the first N epochs of the ``epochs`` budget's schedule
+    family: str = arg("resnet", help=family_help(), choices=family_names())
+    extra: tuple[int, ...] = arg((0, 1, 2, 3, 6), help="extra blocks N over the base model",
+                                 lo=0, metavar="N")
+    # the model of each depth
+    arch: str = like(TrainConfig, "arch", help="resmlp: the residual model", group=MODEL)
+    method: str | None = arg(None, help="resmlp: credit method, any registered one with options, e.g. fa, dfa, "
+                             "fa-stream:identity", metavar="SPEC", default_text="bp")
+    d_hidden: int | None = arg(None, help="gpt, resmlp: width", lo=1, default_text=family_widths())
+    base_blocks: int = arg(1, help="gpt, resmlp: blocks before the extras", lo=1)
+    base_width: int = arg(16, help="resnet: widths W, 2W, 4W (ImageNet-100: 32)", lo=1,
+                          metavar="W")
+    context: int = arg(64, help="gpt, hf: context length", lo=1, metavar="T")
+    # data and the recipe (TrainConfig's declarations: the same defaults and ranges)
+    dataset: str = like(TrainConfig, "dataset", "cifar10", group=RECIPE)
+    data_dir: str | None = like(TrainConfig, "data_dir")
+    download: bool = like(TrainConfig, "download")
+    text: str | None = arg(None, help="gpt, hf: UTF-8 text or .npy tokens", metavar="FILE",
+                           default_text="embedded, no download")
+    epochs: int | None = like(TrainConfig, "epochs", default_text="the dataset's; CIFAR 100, others and text 20")
+    stop_after: int | None = like(TrainConfig, "stop_after")
+    batch_size: int | None = like(TrainConfig, "batch_size", None, default_text=family_batches())
+    lr: float = like(TrainConfig, "lr")
+    weight_decay: float = like(TrainConfig, "weight_decay")
+    seed: int = like(TrainConfig, "seed")
+    device: str = like(TrainConfig, "device")
+    # what is measured at each depth
+    analysis_batches: int = arg(4, help="analysis batches", lo=1, group=MEASURE, metavar="B")
+    analysis_split: str = arg("test", help="where AG is measured: held-out or training batches",
+                              choices=("test", "train"))
+    low_signal: float = arg(5e-3, help="AGmax flag level", lo=0, lo_open=True)
+    delta: float | None = arg(None, help="separated test: δ of H0 Γ ≤ δ", lo=0, advanced=True,
+                              default_text="--low-signal")
+    margin: float | None = arg(None, help="separated test: t, decided at AGmax > δ + t", lo=0, advanced=True,
+                               metavar="T", default_text="2 standard errors, ours")
+    alpha: float = arg(1e-3, help="gradient-matched insertion: fit the new block to -α·g", lo=0, lo_open=True)
+    # the hf family's: pretrained models, one cell per model
+    model: tuple[str, ...] = arg((), help="Hub names, folders or .gguf files of causal LMs (depthaudit[hf])",
+                                 group=HF, metavar="NAME")
+    revision: str | None = arg(None, help="model revision, e.g. step143000", advanced=True, metavar="REV")
+    continue_steps: int = arg(0, help="continue pretraining N AdamW steps on --text first", lo=0)
+    continue_lr: float = arg(1e-5, help="its lr", lo=0, lo_open=True, advanced=True)
+    importance: tuple[int, ...] | None = arg(None, help="also Block Influence, angular distance l->l+N, measured "
+                                             "removal losses", lo=1, optional_values=True,
+                                             default_text=lambda: "off; given alone: " + " ".join(
+                                                 map(str, FAMILIES.get("hf").default_importance)))
+    bootstrap: int = arg(1000, help="--importance: bootstrap resamples for the rank correlations", lo=1,
+                         advanced=True, metavar="R")
+    grow_steps: int = arg(0, help="train the zero block inserted at the highest-V and the lowest-V boundary N steps",
+                          lo=0, default_text="0, off")
+    grow_lr: float = arg(1e-3, help="--grow-steps: the new block's lr (the model's: --continue-lr)", lo=0,
+                         lo_open=True, advanced=True)
+    grow_train: str = arg("all", help="--grow-steps: train the pretrained weights too, or only the new block",
+                          choices=("all", "block"), advanced=True)
 
     def __post_init__(self):
         for name in ("extra", "model"):  # lists from a caller or the CLI: stored as tuples (hashable, frozen)
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.importance is not None:
             object.__setattr__(self, "importance", tuple(self.importance))
+        check_ranges(self)  # every field's declared range (the CLI's parser applies the same ones)
 
     def run(self, extra: int) -> "SaturationRun":
         """The run of depth base + ``extra`` (the one place a :class:`SaturationRun` is built from a sweep)."""
-        return SaturationRun(**{f.name: getattr(self, f.name) for f in fields(SaturationRun) if f.name != "extra"},
-                             extra=extra)
+        return SaturationRun(config=self, extra=extra)
 
     def specs(self) -> list:
         """The sweep's cells: one per depth ``N{extra}``, or one per model for a family of pretrained models.
@@ -92,47 +147,18 @@ class SaturationConfig:
         if FAMILIES.get(self.family).pretrained:
             from .pretrained import PretrainedRun, run_pretrained
 
-            return [RunSpec(m, PretrainedRun(
-                model=m, revision=self.revision, text=self.text, context=self.context,
-                continue_steps=self.continue_steps, continue_lr=self.continue_lr, batch_size=self.batch_size,
-                analysis_batches=self.analysis_batches, low_signal=self.low_signal, mlp_ratio=4, seed=self.seed,
-                device=self.device, importance=self.importance, bootstrap=self.bootstrap, grow_steps=self.grow_steps,
-                grow_lr=self.grow_lr, grow_train=self.grow_train), runner=run_pretrained) for m in self.model]
+            return [RunSpec(m, PretrainedRun(config=self, model=m), runner=run_pretrained) for m in self.model]
         return [RunSpec(f"N{n}", self.run(n), runner=run_depth) for n in dict.fromkeys(self.extra)]
 
 
 @dataclass(frozen=True, kw_only=True)
-class SaturationRun:
-    """One depth of the sweep (keyword-only; built by :meth:`SaturationConfig.run`)."""
+class SaturationRun(Cell):
+    """One depth of the sweep: its :class:`SaturationConfig` (every value but ``extra``) and ``extra``."""
 
-    dataset: str
-    data_dir: str | None
     extra: int
-    epochs: int
-    batch_size: int = 128
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    seed: int = 42
-    analysis_batches: int = 4
-    low_signal: float = 5e-3
-    alpha: float = 1e-3  # gradient-matched insertion step
-    device: str = "cpu"
-    family: str = "resnet"  # a key of FAMILIES
-    text: str | None = None  # gpt: a UTF-8 text or .npy token file; None = the embedded default
-    context: int = 64
-    d_hidden: int = 64
-    base_blocks: int = 1
-    method: str | None = None  # resmlp: the credit method spec (e.g. "fa", "fa-stream:identity"); None = plain BP
-    arch: str = "resmlp"  # resmlp family: the registered residual model
-    analysis_split: str = "test"  # where AG is measured: test = held out, never fitted on | train
-    delta: float | None = None  # separated test's δ (None = low_signal)
-    margin: float | None = None  # separated test's t (None = 2 standard errors over the analysis batches, ours)
-    base_width: int = 16  # resnet: stage widths w, 2w, 4w (16 = ResNet-CIFAR's; the paper's ImageNet-100 uses 32)
-    stop_after: int | None = None  # train only the first N epochs of the ``epochs`` budget's schedule
-
-    def to_dict(self) -> dict:
-        """JSON-able."""
-        return asdict(self)
+    KEYS = ("dataset", "data_dir", "extra", "epochs", "batch_size", "lr", "weight_decay", "seed", "analysis_batches",
+            "low_signal", "alpha", "device", "family", "text", "context", "d_hidden", "base_blocks", "method", "arch",
+            "analysis_split", "delta", "margin", "base_width", "stop_after")
 
     def describe(self) -> str:
         """One line for listings: the family and its depth."""
@@ -146,7 +172,6 @@ class SaturationRun:
 
     def recipe(self):
         """Resmlp family: the audit recipe's run config of this depth (method options from the spec)."""
-        from ..config import TrainConfig
         from ..methods import parse_method_spec
 
         base = TrainConfig(dataset=self.dataset, data_dir=self.data_dir, arch=self.arch, d_hidden=self.d_hidden,
