@@ -75,7 +75,7 @@ def main():
     if a.graphs:
         built_g = [build(c, data) for c in cfgs]
         for (m, meth) in built_g:
-            meth.probe(m, data.x_train[:2], data.y_train[:2])
+            meth.measure_credits(m, data.x_train[:2], data.y_train[:2])
         graphed = StackedStepper(cfgs, data, [b[0] for b in built_g], [b[1] for b in built_g], graphs=True)
         engines["graphed"] = lambda i: graphed(batches[i], cosine_lr(base.lr, i, a.steps))
     for f in engines.values():  # warm-up, untimed (the graphed step records its graph on its 4th call)

@@ -50,11 +50,9 @@ def audit_monitor(tracking: dict) -> Monitor | None:
 
 
 def __getattr__(name: str):
-    """``Probe``: the deprecated name of :class:`Snapshot` (kept for one release)."""
-    if name == "Probe":
-        import warnings
+    """``Probe``: the deprecated name of :class:`Snapshot`, kept for one release (see :mod:`.base`)."""
+    from . import base
 
-        warnings.warn("depthaudit.diagnostics.Probe is now Snapshot; the old name goes in the next release",
-                      DeprecationWarning, stacklevel=2)
-        return Snapshot
+    if name == "Probe":
+        return base.__getattr__(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
