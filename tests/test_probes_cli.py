@@ -32,6 +32,7 @@ def test_intervene_sweeps_lambda_grid(tmp_path, capsys):
                  "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "belongs to another intervene (differs in base" in err and len(err.splitlines()) == 1, err
+    assert "--replace-report" not in err  # intervene has no such flag: the line names only what the user can do
     assert (tmp_path / "intervention.json").read_bytes() == before
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == runs
 

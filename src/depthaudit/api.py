@@ -270,13 +270,13 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     if not opts.list_cells and opts.cell is None and not opts.stored_only:  # the report belongs to one
         # configuration: claimed before training (a λ grid of the same configuration may replace the report: its
         # runs are shared, none is lost); --stored-only trains nothing and claims once every cell is found
-        claim = claim_folder(out, "intervene", audit_identity(config, data.sha256))
+        claim = claim_folder(out, "intervene", audit_identity(config, data.sha256), take_over_flag=None)
     res = run_intervention(config, lambdas, data, out, log=_log(progress), argv=argv or ["depthaudit.intervene"],
                            opts=opts)
     if not isinstance(res, dict):  # a cell listing or one cell: the sweep's status, no report
         return Result.stopped_sweep(out, res)
     if claim is None and opts.stored_only:
-        claim = claim_folder(out, "intervene", audit_identity(config, data.sha256))
+        claim = claim_folder(out, "intervene", audit_identity(config, data.sha256), take_over_flag=None)
     table = intervention_md(res)
     md = intervention_doc(res, table)
     with still_owner(out, claim), staged(out) as tmp:  # table, JSON and figure: all of them or none

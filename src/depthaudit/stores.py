@@ -498,11 +498,12 @@ def check_folder_records(root: Path, slugs: list[str]) -> None:
 
 
 def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = False, flag: str = "--out",
-                 name: str = IDENTITY_FILE) -> dict:
+                 name: str = IDENTITY_FILE, take_over_flag: str | None = "--replace-report") -> dict:
     """Claim ``folder`` (its report) for ``identity``, under the folder's lock, before anything trains.
 
     The first command to claim a folder owns it (``folder/identity.json``); another with a different
-    identity is refused in one line (``take_over`` replaces the owner instead). Returns the claim, to
+    identity is refused in one line, naming ``take_over_flag`` where the command has one (``take_over``
+    replaces the owner instead). Returns the claim, to
     pass to :func:`still_owner` before the report is written. ``name`` is the claim's file: a folder that holds
     several reports side by side (``probes``: one per method) claims each under its own name.
     """
@@ -516,9 +517,9 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
             diff = (["kind"] if old.get("kind") != kind else []) + identity_diff(old.get("identity") or {},
                                                                                  claim["identity"])
             if diff:
+                over = f", or {take_over_flag} to take it over (the runs of both are kept)" if take_over_flag else ""
                 raise UsageError(f"{folder} belongs to another {old.get('kind', 'sweep')} (differs in "
-                                 f"{', '.join(diff[:6])}); use another {flag}, or --replace-report to take it over "
-                                 "(the runs of both are kept)")
+                                 f"{', '.join(diff[:6])}); use another {flag}{over}")
         if old != claim:
             write_json(folder / name, claim)
     return claim
