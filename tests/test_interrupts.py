@@ -17,6 +17,13 @@ import pytest
 from depthaudit.stores import read_record
 
 # runs of a few seconds each, 8 of them: an interrupt after the first lands mid-sweep
+
+def _ctrl_c_delivered() -> None:
+    """In the child, before exec: SIGINT as a terminal job gets it. A test runner started in the background by a
+    non-interactive shell has SIGINT ignored, which its children inherit and Python then honours (no
+    KeyboardInterrupt): these tests are about what the CLI does when Ctrl-C does arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 LADDER = ["ladder", "--dataset", "mnist1d", "--d-hidden", "64", "--num-blocks", "2", "--methods", "fa", "bp",
           "--k-values", "0", "1", "2", "--seeds", "1", "--epochs", "8", "--probe-batches", "1",
           "--probe-batch-size", "64"]
@@ -82,7 +89,8 @@ def test_interrupt_stops_every_worker_within_seconds(tmp_path, cache, jobs, sig,
     env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(cache)}
     proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, "--jobs", str(jobs), "--out", str(out)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own process group, as a terminal's job
+                            start_new_session=True,  # its own process group, as a terminal's job
+                            preexec_fn=_ctrl_c_delivered)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and not _records(out):
         time.sleep(0.05)
@@ -126,7 +134,7 @@ def test_interrupt_cancels_ray_tasks(tmp_path, cache):
     env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(cache), "RAY_AUTH_MODE": "disabled"}
     proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, "--executor", "ray", "--cpus-per-run", "1",
                              "--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_ctrl_c_delivered)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and not _records(out):
         time.sleep(0.1)
@@ -160,7 +168,7 @@ def test_interrupt_of_a_slurm_sweep_says_what_is_left_and_how_to_cancel(tmp_path
     with open(log, "w") as fh:  # not a pipe: the array's local stand-ins inherit it and outlive the command
         proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, "--executor", "slurm",
                                  "--slurm-cluster", "local", "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
-                                stderr=fh, start_new_session=True)
+                                stderr=fh, start_new_session=True, preexec_fn=_ctrl_c_delivered)
     try:
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None and "array tasks submitted" not in log.read_text():
