@@ -192,6 +192,11 @@ def group_key(cfg: TrainConfig) -> str | None:
     return repr(sorted(d.items()))
 
 
+def graphed(graphs: bool, device, method: str) -> bool:
+    """Whether a stacked step of ``method`` on ``device`` is replayed as a CUDA graph when ``graphs`` asks for it."""
+    return bool(graphs) and torch.device(device).type == "cuda" and getattr(METHODS.get(method), "graphable", False)
+
+
 class StackedStepper:
     """One optimisation step of R stacked runs under the recipe (the stacked :class:`train.Stepper`)."""
 
@@ -215,7 +220,7 @@ class StackedStepper:
         lams = [c.scale_penalty for c in cfgs]  # λ may differ per run (the intervention's grid)
         self.penalty = Penalty(max(lams), cfg.penalty_form, torch.tensor(lams, dtype=data.x_train.dtype, device=device))
         self.aug_gens = [torch.Generator(device=device).manual_seed(derive_seed(c.seed, "augment")) for c in cfgs]
-        self.graphs = bool(graphs) and device.type == "cuda" and getattr(type(methods[0]), "graphable", False)
+        self.graphs = graphed(graphs, device, cfg.method)
         self._graphs: dict[tuple, tuple] = {}  # batch shape -> (graph, its x, its y, its loss, its gradients)
         self._warm: dict[tuple, int] = {}  # batch shape -> eager steps taken before recording it
         self._stream = None  # the stream graphs are recorded on (and their warm-up steps run on)

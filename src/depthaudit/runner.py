@@ -137,12 +137,12 @@ def run_recipe_stacked(specs: list, data: DataBundle | None = None, log=None, ar
         if w is not None:
             w.close(run.status, run.final)
     recs = [_finish(s, data, run, argv) for s, run in zip(specs, runs, strict=True)]
-    from .methods import METHODS
+    from .batched import graphed
 
-    graphed = graphs and str(cfg.device).startswith("cuda") and getattr(METHODS.get(cfg.method), "graphable", False)
+    was_graphed = graphed(graphs, cfg.device, cfg.method)
     for rec in recs:
         rec["timing"]["stacked_runs"] = len(specs)
-        if graphed:
+        if was_graphed:
             rec["timing"]["cuda_graphs"] = True
     return recs
 
