@@ -170,3 +170,30 @@ def test_parallel_jobs_give_the_same_results_as_sequential(tmp_path):
         fa, fb = ({k2: v for k2, v in f.items() if v is not None} for f in (a["final"], b["final"]))
         assert fa == pytest.approx(fb, rel=1e-4, abs=1e-6), k
         assert a["history"][-1]["train_loss"] == pytest.approx(b["history"][-1]["train_loss"], rel=1e-4)
+
+
+def test_a_run_stored_from_another_device_is_named_not_reused(tmp_path, capsys):
+    """A ladder file may mix devices; a cell stored from a GPU is listed as such on a CPU and retrained there."""
+    from urllib.parse import quote
+
+    from depthaudit.stores import seal, unsealed
+
+    args = [*LADDER[:9], "--k_values", "0", "1", "--seeds", "1", "--epochs", "1", "--probe-batches", "1",
+            "--probe-batch-size", "32", "--device", "cpu", "--output_dir", str(tmp_path)]
+    assert main(args) == 0
+    rec_path = tmp_path / (FILE[:-5] + ".runs") / (quote("bp/k1/s1", safe="") + ".json")
+    rec = unsealed(json.loads(rec_path.read_text()))
+    rec["config"]["device"] = "cuda:0"  # as if trained on a GPU (resealed: an intact record)
+    rec_path.write_text(json.dumps(seal(rec)))
+    capsys.readouterr()
+    assert main([*args, "--list-cells"]) == 0
+    lines = {ln.split("\t")[1]: ln.split("\t")[2] for ln in capsys.readouterr().out.splitlines() if "\t" in ln}
+    print(lines)
+    assert lines["bp/k0/s1"] == "done"
+    assert lines["bp/k1/s1"] == "pending (a cuda:0 run is stored; not reused on cpu)"
+    assert main(args) == 0  # trains that one cell again, here, and says it replaces the GPU run
+    err = capsys.readouterr().err
+    assert "bp/k1/s1: the stored run trained on cuda:0; it is not reused on cpu" in err
+    assert json.loads(rec_path.read_text())["config"]["device"] == "cpu"
+    assert main([*args, "--list-cells"]) == 0
+    assert "pending" not in capsys.readouterr().out

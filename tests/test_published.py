@@ -54,3 +54,25 @@ def test_the_figure_draws_each_published_series_beside_ours(tmp_path, monkeypatc
         assert pub in with_pub and pub not in without, m
     labels = [t.get_text() for t in figs[0].axes[0].get_legend().get_texts()]
     assert {"BP, published", "FA, published", "DFA, published"} <= set(labels)
+
+
+def test_a_ladder_of_runs_from_two_devices_says_which_cell_trained_where(tmp_path):
+    path = _copy(tmp_path)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    # the 15 runs of the H200 session alone (the stored file may since hold CPU runs too)
+    doc["runs"] = {key: r for key, r in doc["runs"].items() if r["provenance"]["device"].startswith("cuda")}
+    assert len(doc["runs"]) == 15
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    md, _ = ladder_report(path)  # one device: one line
+    assert "Every run (15) trained on cuda:0 (NVIDIA H200), torch 2.11.0+cu130." in md
+    for k in (1, 3):  # two fa-stream rungs as if trained on a CPU
+        doc["runs"][f"fa-stream/k{k}/s42"]["provenance"].update(device="cpu", torch="2.13.0+cpu")
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    md, _ = ladder_report(path)
+    sec = md.split("## Where the runs trained")[1].split("##")[0]
+    print(sec)
+    cpu = [ln for ln in sec.splitlines() if ln.startswith("- cpu, torch 2.13.0+cpu")]
+    gpu = [ln for ln in sec.splitlines() if ln.startswith("- cuda:0 (NVIDIA H200), torch 2.11.0+cu130")]
+    assert cpu == ["- cpu, torch 2.13.0+cpu (2 runs): fa-stream k1/s42, k3/s42"]
+    assert len(gpu) == 1 and "(13 runs)" in gpu[0] and "k1/s42" not in gpu[0].split("fa-stream")[1].split(";")[0]
+    assert "two samples" in sec

@@ -404,6 +404,23 @@ class FileStore:
                 return None
         return unsealed(rec) if self._matches(spec, rec) else None
 
+    def other_device(self, spec: RunSpec) -> str | None:
+        """The device of a stored run under ``spec.key`` that is ``spec`` but for its device, else None.
+
+        Such a run is not reused (a CPU and a GPU draw different data orders from one seed); the sweep says
+        so before it trains the cell again here, and ``--list-cells`` shows it.
+        """
+        rec, _ = read_record(self._run_path(spec.key))
+        rec = rec or self.doc["runs"].get(spec.key)
+        cfg = (rec or {}).get("config") or {}
+        dev = cfg.get("device")
+        if not dev or not hasattr(spec.cfg, "device") or dev == spec.cfg.device:
+            return None
+        from dataclasses import replace
+
+        same = replace(spec.cfg, device=dev).same_as(cfg) and rec.get("tracking") == spec.tracking
+        return dev if same else None
+
     def put(self, spec: RunSpec, rec: dict) -> None:
         """Write the run's own (sealed) record file, then re-assemble the JSON from every record (under a lock)."""
         write_json(self._run_path(spec.key), seal(rec))

@@ -84,7 +84,11 @@ def cell_lines(specs: list[RunSpec], store) -> list[str]:
     for i, s in enumerate(specs):
         c = s.cfg
         what = c.describe() if hasattr(c, "describe") else ""
-        out.append(f"{i}\t{s.key}\t{'done' if store.get(s) is not None else 'pending'}\t{what}")
+        state = "done" if store.get(s) is not None else "pending"
+        other = store.other_device(s) if state == "pending" and hasattr(store, "other_device") else None
+        if other:  # stored from another kind of device: not reused here
+            state = f"pending (a {other} run is stored; not reused on {s.cfg.device})"
+        out.append(f"{i}\t{s.key}\t{state}\t{what}")
     return out
 
 
@@ -138,6 +142,10 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
             results[s.key] = rec
         else:
             pending.append(s)
+            other = store.other_device(s) if hasattr(store, "other_device") else None
+            if other:
+                log(f"{s.key}: the stored run trained on {other}; it is not reused on {s.cfg.device} (another "
+                    "kind of device draws other data orders from one seed), and this run will replace it")
     if opts.cell is not None and not pending:
         return SweepStatus(results, f"cell {specs[0].key}: already finished ({_summary(results[specs[0].key])}); "
                            "skipped")

@@ -50,6 +50,29 @@ def helpers_md(agg: dict) -> str:
     return "\n".join(rows)
 
 
+def devices_md(doc: dict) -> str:
+    """Which runs trained where (device and torch, from each record's provenance), by method and rung.
+
+    One ladder file may hold runs of several kinds of device (its identity leaves the device out); a CPU and
+    a GPU draw different data orders and crops from one seed, so the reader should know which cell is which.
+    """
+    where: dict[str, dict[str, list[str]]] = {}
+    for key, rec in sorted(doc["runs"].items()):
+        prov = rec.get("provenance") or {}
+        place = f"{prov.get('device') or (rec.get('config') or {}).get('device', '?')}, torch {prov.get('torch', '?')}"
+        m, k, s = key.split("/")
+        where.setdefault(place, {}).setdefault(m, []).append(f"{k}/{s}")
+    if len(where) == 1:
+        (place, by), = where.items()
+        return f"Every run ({sum(map(len, by.values()))}) trained on {place}."
+    lines = ["The runs trained on more than one kind of device. A CPU and a GPU draw different data orders and "
+             "crops from one seed, so two devices' runs of one seed are two samples:", ""]
+    for place, by in where.items():
+        runs = "; ".join(f"{m} {', '.join(ks)}" for m, ks in sorted(by.items()))
+        lines.append(f"- {place} ({sum(map(len, by.values()))} runs): {runs}")
+    return "\n".join(lines)
+
+
 def cross_check_md(doc: dict, audit_dir: Path | None) -> str:
     """k=0 is the audit's frozen-baseline config and k=L its full config; compare with an audit run if given."""
     L = doc["identity"]["num_blocks"]
@@ -142,6 +165,7 @@ def ladder_report(path: Path, audit_dir: Path | None = None) -> tuple[str, str]:
         f"# {title}", "", f"Test accuracy, mean ± std over seeds (ddof 1), n runs per cell; from `{path.name}`.",
         "", table, "", "## Reading the ladder", "", helpers_md(agg), "",
         f"{n_div} run(s) diverged (kept, status `diverged`)." if n_div else "No run diverged.", "",
+        "## Where the runs trained", "", devices_md(doc), "",
         *(["## Beside the published ladder", "",
            "This file's configuration is the published protocol's (CIFAR-10, reference ResMLP, 100 epochs, the "
            "recipe's defaults), so each cell is read beside the study's (seeds 42/123/456, mean ± std; its FA is "
