@@ -151,7 +151,8 @@ def main():
         print(f"  {k:8s} {v:7.2f}s  ({v / total * 1e3:.1f} ms/step)")
     g = times["gemm"]
     print(f"  GEMM floor: {steppers['gemm'].flops / (g / total) / 1e9:.1f} GFLOP/s on the step's matrix products")
-    print("  distance to the GEMM floor: " + ", ".join(f"{k} {times[k] / g:.2f}x" for k in ("bare", "unscaled", "bp", "fa", "dfa")))
+    arms = ("bare", "unscaled", "bp", "fa", "dfa")
+    print("  distance to the GEMM floor: " + ", ".join(f"{k} {times[k] / g:.2f}x" for k in arms))
     print(f"  BP / bare = {times['bp'] / times['bare']:.3f}   (target <= 1.05)  = engine (unscaled / bare) "
           f"{times['unscaled'] / times['bare']:.3f} x recipe rescale (bp / unscaled) "
           f"{times['bp'] / times['unscaled']:.3f}")

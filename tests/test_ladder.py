@@ -128,6 +128,25 @@ def test_aggregation_on_known_numbers():
     assert "| 0 | 0.600 ± 0.100 (n=3) | 0.400 ± 0.000 (n=2) |" in table
 
 
+def test_reading_beside_the_matched_shallow_model_on_known_numbers():
+    from depthaudit.report.ladder import helpers_md
+
+    doc = _doc({("bp", 0): [0.4, 0.5], ("bp", 2): [0.7, 0.8], ("fa", 0): [0.3], ("dfa", 0): [0.4], ("dfa", 2): [0.3]})
+    for i, a in enumerate((0.6, 0.7)):  # bp's shallow model: mean 0.65 against k=L's 0.75 -> +10.0 pp
+        doc["runs"][f"bp/shallow/s{i}"] = {"final": {"test_acc": a}, "status": "ok", "history": [],
+                                           "config": {"num_blocks": 1, "d_hidden": 99}}
+    doc["runs"]["dfa/shallow/s0"] = {"final": {"test_acc": 0.35}, "status": "ok", "history": [],
+                                     "config": {"num_blocks": 1, "d_hidden": 99}}
+    md = helpers_md(aggregate(doc))
+    print(md)
+    rows = {ln.split(" | ")[0].strip("| "): ln.strip("| ").split(" | ") for ln in md.splitlines()[2:]}
+    assert md.splitlines()[0].endswith("| k=2 − matched shallow (pp) |")
+    assert rows["bp"] == ["bp", "+30.0", "yes", "k=2", "+10.0"]
+    assert rows["dfa"] == ["dfa", "-10.0", "no", "k=0", "-5.0"]
+    assert rows["fa"] == ["fa", "—", "— (one rung)", "k=0", "—"]  # one rung, no shallow run: nothing to read
+    assert "shallow" not in helpers_md(aggregate(_doc({("bp", 0): [0.4], ("bp", 2): [0.7]})))
+
+
 def test_report_rebuilds_the_table_from_json_alone(tmp_path, capsys):
     args = [*LADDER[:9], "--k_values", "0", "2", "--seeds", "1", "--epochs", "1", "--probe-batches", "1",
             "--probe-batch-size", "32", "--device", "cpu", "--output_dir", str(tmp_path)]

@@ -124,7 +124,8 @@ def aggregate(doc: dict) -> dict:
     for m, ks in table.items():
         means = [(k, c["mean"]) for k, c in ks.items() if c["mean"] is not None]
         h = {"max_rung": max(means, key=lambda kv: kv[1])[0] if means else None,
-             "monotone": all(b >= a for (_, a), (_, b) in zip(means, means[1:], strict=False)) if means else None}
+             "monotone": all(b >= a for (_, a), (_, b) in zip(means, means[1:], strict=False))
+             if len(means) > 1 else None}  # one rung alone says nothing of the trend
         if 0 in ks and L in ks and ks[0]["mean"] is not None and ks[L]["mean"] is not None:
             h["gain_pp_k0_to_kL"] = 100 * (ks[L]["mean"] - ks[0]["mean"])
         else:

@@ -38,15 +38,25 @@ def ladder_table_md(agg: dict) -> str:
 
 
 def helpers_md(agg: dict) -> str:
-    """Gain k=0→k=L, monotonicity and best rung per method, computed from the data."""
+    """Gain k=0→k=L, monotonicity and best rung per method, computed from the data.
+
+    With the parameter-matched shallow row: also k=L minus the shallow model (pp), the depth-or-capacity
+    reading (positive: the deep model beats a shallow one of its parameter count under the same method).
+    """
     L = agg["num_blocks"]
-    rows = [f"| method | gain k=0→k={L} (pp) | monotone in k | max rung |", "|---|---|---|---|"]
+    sh = agg.get("shallow") or {}
+    extra = [f"k={L} − matched shallow (pp)"] if sh else []
+    rows = ["| " + " | ".join(["method", f"gain k=0→k={L} (pp)", "monotone in k", "max rung", *extra]) + " |",
+            "|---|---|---|---|" + "---|" * len(extra)]
     for m, h in agg["helpers"].items():
         g = "—" if h["gain_pp_k0_to_kL"] is None else f"{h['gain_pp_k0_to_kL']:+.1f}"
+        full, shallow = (agg["table"][m].get(L) or {}).get("mean"), (sh.get(m) or {}).get("mean")
+        d = ([f"{100 * (full - shallow):+.1f}" if full is not None and shallow is not None else "—"] if sh else [])
         if h["max_rung"] is None:  # no rung has a finished run (every one diverged): nothing to read
-            rows.append(f"| {m} | — | — (every run diverged) | — |")
+            rows.append("| " + " | ".join([m, "—", "— (every run diverged)", "—", *d]) + " |")
             continue
-        rows.append(f"| {m} | {g} | {'yes' if h['monotone'] else 'no'} | k={h['max_rung']} |")
+        mono = {True: "yes", False: "no"}.get(h["monotone"], "— (one rung)")
+        rows.append("| " + " | ".join([m, g, mono, f"k={h['max_rung']}", *d]) + " |")
     return "\n".join(rows)
 
 
