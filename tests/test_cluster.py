@@ -59,7 +59,9 @@ def test_cells_one_by_one_then_report_give_the_local_results(tmp_path, reference
     assert main([*LADDER, "--out", str(tmp_path), "--cell", "0"]) == 0
     assert main([*LADDER, "--out", str(tmp_path), "--cell", "dfa/k2/s1"]) == 0
     assert main(["report", str(tmp_path)]) == 2  # two cells missing: refused, naming them
-    assert "2 of 4 cells are not finished (fa/k2/s1, dfa/k0/s1)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "2 of 4 cells are not finished (fa/k2/s1, dfa/k0/s1)" in err
+    assert f"remove {tmp_path / 'sweep.json'})" in err  # the way out when the folder holds other runs
     os.environ["SLURM_ARRAY_TASK_ID"] = "1"
     try:
         assert main([*LADDER, "--out", str(tmp_path), "--cell", os.environ["SLURM_ARRAY_TASK_ID"]]) == 0

@@ -97,7 +97,11 @@ def _assemble_cells(d: Path) -> int:
         raise UsageError(f"{d / 'sweep.json'} is damaged; rerun the sweep's command without --cell instead")
     cmd = [*cmd, "--out", str(d)]  # the folder as it is now, wherever the sweep first wrote it
     print(f"assembling the finished cells: depthaudit {' '.join(cmd)}", file=sys.stderr)
-    return run_command([*cmd, "--stored-only"])
+    try:
+        return run_command([*cmd, "--stored-only"])
+    except UsageError as exc:  # e.g. cells not finished; or cells added to a folder another command made
+        raise UsageError(f"{exc} (or, to render what the files hold without that command, remove "
+                         f"{d / 'sweep.json'})") from None
 
 
 @contextmanager
