@@ -16,7 +16,7 @@ import json
 import math
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -416,8 +416,6 @@ class FileStore:
         dev = cfg.get("device")
         if not dev or not hasattr(spec.cfg, "device") or dev == spec.cfg.device:
             return None
-        from dataclasses import replace
-
         same = replace(spec.cfg, device=dev).same_as(cfg) and rec.get("tracking") == spec.tracking
         return dev if same else None
 
