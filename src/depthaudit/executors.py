@@ -344,8 +344,13 @@ def _local_pool(groups, store, opts: SweepOptions, argv, log):
         pool = ProcessPoolExecutor(opts.jobs, mp_context=get_context("spawn"), initializer=_worker_init,
                                    initargs=(threads, os.getpid()))
         try:
-            futs = {pool.submit(_pool_task, g, store, argv, "local", opts): i
-                    for i, g in enumerate(remaining)}
+            futs = {}
+            for i, g in enumerate(remaining):
+                try:
+                    futs[pool.submit(_pool_task, g, store, argv, "local", opts)] = i
+                except BrokenProcessPool:  # a worker died while groups were still being handed out
+                    broken = True
+                    break
             pending = set(futs)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
