@@ -1,10 +1,12 @@
 """Backprop: ``c_l = ∂ℓ/∂h_l`` exactly — the positive control under the same recipe."""
 
+import math
+
 import torch
 import torch.nn.functional as F
 
 from ..models.base import ResidualModel
-from ..recipe import Trace, as_penalty, rms
+from ..recipe import Trace, as_penalty
 from .base import METHODS, CreditMethod
 
 
@@ -42,56 +44,40 @@ class BP(CreditMethod):
         return bp_credits(tr)
 
     def step(self, model, x, y, scale_penalty=0.0):
-        """One ordinary forward/backward whose gradients already are the recipe's updates.
+        """One ordinary forward/backward, then each trainable group's gradients rescaled in place.
 
-        Around each trainable block, an identity with a custom backward rescales the gradient entering
-        the block by ``s_l = 1/(B·rms(c_l))`` and the one leaving it by ``1/s_l``: the block's parameters
-        get ``s_l · Σ_b J_lᵀ c_l`` (the recipe's update) while the credit passed down is exact. This
-        costs two activation-sized products per block instead of a pass over every gradient. The
-        penalty needs the surrogate itself, so it takes the generic path.
+        The mean loss's backward gives block l's parameters ``Σ_b J_lᵀ c_l / B`` and leaves the exact
+        ``g_l = c_l / B`` on the stream state after block l (kept with ``retain_grad``); multiplying that
+        block's gradients by ``s_l = 1/(B·rms(g_l)) = 1/rms(c_l)`` gives the recipe's update, and the credit
+        passed down was exact all along. The embedding is scaled by ``h_0``'s credit the same way; the
+        readout keeps the exact mean-loss gradient. One backward, one ``_foreach_norm`` and one
+        ``_foreach_mul_``: no Python in the backward (``benchmarks/bench_engine.py``). The penalty needs
+        the surrogate itself and stacked runs their own rms per run, so both take the generic path, as
+        does a call whose parameters already hold gradients (an in-place rescale would scale those too).
         """
         if as_penalty(scale_penalty).lam > 0 or not self.fast or getattr(model, "runs", 0):
             return super().step(model, x, y, scale_penalty)
-        batch = x.shape[0]
-        h = model.embed(x)
-        if any(p.requires_grad for p in model.embed.parameters()):
-            h = _Rescale.apply(h, {}, batch)
-        for blk in model.blocks:
-            if any(p.requires_grad for p in blk.parameters()):
-                cell: dict = {}
-                h = h + _Rescale.apply(blk(_Unscale.apply(h, cell)), cell, batch)
-            else:
-                h = h + blk(h)
+        groups = [[p for p in mod.parameters() if p.requires_grad] for mod in (model.embed, *model.blocks)]
+        if any(p.grad is not None for g in groups for p in g):
+            return super().step(model, x, y, scale_penalty)
+        states = []  # the stream state after each trainable group: h_0 for the embedding, h_l for block l
+        h = model.embed(x)  # (B, …, d): every stream state has this one shape
+        if groups[0]:
+            h.retain_grad()
+            states.append(h)
+        for blk, ps in zip(model.blocks, groups[1:], strict=True):
+            h = h + blk(h)
+            if ps:
+                h.retain_grad()
+                states.append(h)
         loss = F.cross_entropy(model.readout(h), y)  # mean loss: the readout's exact gradient
         loss.backward()
+        groups = [g for g in groups if g]
+        if states:
+            # rms(g_l) = ‖g_l‖ / √numel, floored like recipe.rms so a zero credit gives a zero update
+            norms = torch.stack(torch._foreach_norm([st.grad for st in states]))  # (n_groups,)
+            rms_g = (norms / math.sqrt(states[0].numel())).clamp_min(torch.finfo(norms.dtype).tiny)
+            scales = (1.0 / (x.shape[0] * rms_g)).unbind()
+            pairs = [(p.grad, s) for s, g in zip(scales, groups, strict=True) for p in g if p.grad is not None]
+            torch._foreach_mul_([g for g, _ in pairs], [s for _, s in pairs])
         return loss.detach()
-
-
-class _Rescale(torch.autograd.Function):
-    """Identity; backward multiplies the incoming credit by ``1/(B·rms)`` of its per-example version."""
-
-    @staticmethod
-    def forward(ctx, f, cell, batch):
-        ctx.cell, ctx.batch = cell, batch
-        return f.view_as(f)
-
-    @staticmethod
-    def backward(ctx, g):
-        # g = ∂ℓ_mean/∂h_l = c_l/B, and the block then gets s·Jᵀg = s·Jᵀc_l/B; the recipe wants
-        # Jᵀc_l/(B·rms(c_l)), so s = 1/rms(c_l) = 1/(B·rms(g))
-        s = 1.0 / (ctx.batch * rms(g))
-        ctx.cell["s"] = s
-        return g * s, None, None
-
-
-class _Unscale(torch.autograd.Function):
-    """Identity; backward undoes the block's :class:`_Rescale` so the credit passed down is exact."""
-
-    @staticmethod
-    def forward(ctx, h, cell):
-        ctx.cell = cell
-        return h.view_as(h)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g / ctx.cell["s"], None
