@@ -51,11 +51,19 @@ def _alone(cfg, data):
     return model, method, [h["train_loss"] for h in hist]
 
 
-@pytest.mark.parametrize("spec", ["bp", "fa", "fa:head=exact", "dfa", "usf", "kp", "fa-stream",
-                                  "fa-stream:identity", "ep:steps=3", "ep:steps=3,credit=error", "bp+penalty",
-                                  "fa+lambdas", "fa+rel"])
-def test_every_stacked_run_equals_the_run_alone_fp64(spec):
+SPECS = ["bp", "fa", "fa:head=exact", "dfa", "usf", "kp", "fa-stream", "fa-stream:identity", "ep:steps=3",
+         "ep:steps=3,credit=error", "bp+penalty", "fa+lambdas", "fa+rel"]
+
+
+@pytest.mark.parametrize("spec", SPECS + [f"{s}@vmap" for s in ("bp", "fa", "dfa", "fa-stream", "bp+penalty",
+                                                                 "fa+lambdas")])
+def test_every_stacked_run_equals_the_run_alone_fp64(spec, monkeypatch):
+    """``@vmap``: the GPU's form (one vmap over the runs) run on the CPU, which otherwise loops over the runs."""
+    from depthaudit.batched import StackedModule
     from depthaudit.methods import parse_method_spec
+
+    spec, _, form = spec.partition("@")
+    monkeypatch.setattr(StackedModule, "vmap_on_cpu", form == "vmap")
 
     name, _, extra = spec.partition("+")
     kw = {"penalty": {"scale_penalty": 0.05}, "rel": {"scale_penalty": 0.05, "penalty_form": "rel"}}.get(extra, {})
@@ -86,29 +94,42 @@ def test_every_stacked_run_equals_the_run_alone_fp64(spec):
                 for k in got:
                     if k.startswith(f"blocks.{i - 1}."):
                         assert torch.equal(got[k], init[r][k]), (spec, r, k)
-    print(f"{spec}: max |stacked − alone| over 4 runs, 40 steps = {worst:.2e}")
+    print(f"{spec} ({form or 'cpu loop'}): max |stacked − alone| over 4 runs, 40 steps = {worst:.2e}")
     assert worst <= TOL
 
 
-def test_masked_adamw_is_torch_adamw_per_run():
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-cpu-form", "foreach-form"])
+def test_masked_adamw_is_torch_adamw_per_run(fused):
+    """Both forms (the CPU's fused per-slice kernel, the GPU's masked ``_foreach`` one) = torch's own AdamW per
+    run, two groups with different masks, a changing lr; a masked-out slice never moves, bit for bit."""
     torch.manual_seed(0)
     ws = [torch.randn(4, 3, dtype=torch.float64, requires_grad=True) for _ in range(3)]
-    opts = [torch.optim.AdamW([w], lr=1e-2, weight_decay=0.1) for w in ws]
-    stacked = torch.nn.Parameter(torch.stack([w.detach() for w in ws]))
-    mask = torch.tensor([True, False, True])
-    opt = MaskedAdamW([([stacked], mask)], lr=1e-2, weight_decay=0.1)
-    start = stacked.detach().clone()
-    for _ in range(25):
-        g = torch.randn(3, 4, 3, dtype=torch.float64)
-        for r in (0, 2):
-            ws[r].grad = g[r].clone()
+    vs = [torch.randn(5, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    opts = [torch.optim.AdamW([w, v], lr=1e-2, weight_decay=0.1) for w, v in zip(ws, vs, strict=True)]
+    sw = torch.nn.Parameter(torch.stack([w.detach() for w in ws]))
+    sv = torch.nn.Parameter(torch.stack([v.detach() for v in vs]))
+    opt = MaskedAdamW([([sw], torch.tensor([True, False, True])), ([sv], torch.tensor([False, True, True]))],
+                      lr=1e-2, weight_decay=0.1)
+    assert opt.fused  # CPU parameters take the fused form by default
+    opt.fused = fused
+    start_w, start_v = sw.detach().clone(), sv.detach().clone()
+    for t in range(25):
+        lr = 1e-2 * (1 - t / 25)
+        gw, gv = torch.randn(3, 4, 3, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
+        for r in range(3):
+            ws[r].grad = gw[r].clone() if r != 1 else None  # a frozen parameter has no gradient alone
+            vs[r].grad = gv[r].clone() if r != 0 else None
+            for g in opts[r].param_groups:
+                g["lr"] = lr
             opts[r].step()
-        stacked.grad = g
+        sw.grad, sv.grad = gw, gv  # stacked: every run's slice has a gradient; the mask decides
+        opt.lr = lr
         opt.step()
-    diff = max((stacked[r] - ws[r]).abs().max().item() for r in (0, 2))
-    print(f"masked AdamW vs torch AdamW: {diff:.2e}")
+    diff = max([(sw[r] - ws[r]).abs().max().item() for r in (0, 2)] + [(sv[r] - vs[r]).abs().max().item()
+                                                                        for r in (1, 2)])
+    print(f"masked AdamW ({'fused' if fused else 'foreach'}) vs torch AdamW per run: {diff:.2e}")
     assert diff < 1e-12
-    assert torch.equal(stacked[1], start[1])  # masked out: decoupled decay did not move it
+    assert torch.equal(sw[1], start_w[1]) and torch.equal(sv[0], start_v[0])  # decoupled decay did not move them
 
 
 def test_train_stacked_matches_train_alone_fp32_and_keeps_the_record_shape():

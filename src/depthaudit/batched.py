@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .config import TrainConfig, derive_seed
 from .data import DataBundle
@@ -61,6 +62,8 @@ class _Call(nn.Module):
 class StackedModule(nn.Module):
     """R copies of one module as one: each parameter stacked to (R, *shape), every call vmapped over runs."""
 
+    vmap_on_cpu = False  # the GPU's form on the CPU too (tests keep both forms checked on the CPU)
+
     def __init__(self, modules: list[nn.Module]):
         super().__init__()
         template = modules[0]
@@ -75,11 +78,33 @@ class StackedModule(nn.Module):
         self._ids = {id(p): i for i, p in enumerate(template.parameters())}
 
     def call(self, fn: str, *args, shared: tuple[bool, ...] = ()):
-        """``template.<fn>(*args)`` per run; args are (R, …) unless ``shared[i]`` (the same for every run)."""
-        params = {f"inner.{n}": p for n, p in zip(self.names, self.params, strict=True)}
+        """``template.<fn>(*args)`` per run; args are (R, …) unless ``shared[i]`` (the same for every run).
+
+        On a GPU one ``vmap`` over the runs (batched kernels: one launch serves R runs). On the CPU, where
+        launches cost little and the GEMMs are the step, a loop over the runs instead: each run's slices go
+        through the template as an ordinary module, so its products are the plain ``mm`` of a run alone. Under
+        ``vmap`` a ``Linear``'s weight gradient comes out transposed, as (R, in, out), and is copied into the
+        parameter's (R, out, in) layout — a cache-hostile transposing copy of every stacked weight that cost
+        the CPU more than the products themselves (``benchmarks/bench_batched.py``).
+        """
         mod = _Call(self.template, fn)
-        dims = tuple(None if (i < len(shared) and shared[i]) else 0 for i in range(len(args)))
-        return vmap(lambda ps, *a: functional_call(mod, ps, a), in_dims=(0, *dims))(params, *args)
+        is_shared = [i < len(shared) and shared[i] for i in range(len(args))]
+        if self.params[0].device.type != "cpu" or self.vmap_on_cpu:
+            params = {f"inner.{n}": p for n, p in zip(self.names, self.params, strict=True)}
+            dims = tuple(None if sh else 0 for sh in is_shared)
+            return vmap(lambda ps, *a: functional_call(mod, ps, a), in_dims=(0, *dims))(params, *args)
+        runs = self.params[0].shape[0]
+        per = [p.unbind(0) for p in self.params]  # R views of each stacked parameter (one backward node each)
+        flat = [None if sh else tree_flatten(a) for a, sh in zip(args, is_shared, strict=True)]
+        split = [None if f is None else [t.unbind(0) for t in f[0]] for f in flat]  # every leaf is (R, …)
+        outs = []
+        for r in range(runs):
+            ps = {f"inner.{n}": v[r] for n, v in zip(self.names, per, strict=True)}
+            a = [arg if f is None else tree_unflatten([t[r] for t in sp], f[1])
+                 for arg, f, sp in zip(args, flat, split, strict=True)]
+            outs.append(functional_call(mod, ps, tuple(a)))
+        leaves, specs = zip(*(tree_flatten(o) for o in outs), strict=True)
+        return tree_unflatten([torch.stack(ls) for ls in zip(*leaves, strict=True)], specs[0])
 
     def forward(self, x: torch.Tensor, shared: bool = False) -> torch.Tensor:
         """The module on (R, B, …) inputs, or on one (B, …) input shared by all runs."""
@@ -140,6 +165,11 @@ class MaskedAdamW:
     every parameter, instead of nine per parameter), elementwise, so run r's slice follows exactly the update
     it would get from its own ``torch.optim.AdamW`` (tested in fp64). The mask is applied as a lerp with weight
     1 (take the update: ``end − (end − p)·0`` = the update exactly) or 0 (keep ``p`` exactly), per run.
+
+    On the CPU each ``_foreach`` operation is a pass over every stacked parameter (R times a run's, far larger
+    than the caches), so the step is memory-bound there: it runs instead as torch's fused AdamW kernel over the
+    per-run slices ``p[r]`` of the runs that train the group — one pass per slice, the frozen slices never read,
+    as each run's own optimizer would do (``benchmarks/bench_batched.py``; tested in fp64 like the other form).
     """
 
     def __init__(self, groups: list[tuple[list[nn.Parameter], torch.Tensor]], lr: float, weight_decay: float,
@@ -152,6 +182,11 @@ class MaskedAdamW:
         # tensors of the parameter's own shape)
         self.weights = {id(p): mask.view(-1, *[1] * (p.dim() - 1)).to(p.dtype).expand_as(p).contiguous()
                         for ps, mask in self.groups for p in ps}
+        self.fused = bool(self.params) and all(p.device.type == "cpu" for p in self.params)
+        # the runs that train each parameter's group (fixed for the optimizer's life); read once, here
+        self.train_runs = {id(p): [r for r, on in enumerate(mask.tolist()) if on] for ps, mask in self.groups
+                           for p in ps} if self.fused else {}
+        self._step_t = torch.zeros((), dtype=torch.float32)  # the fused kernel reads t from a tensor
 
     def zero_grad(self) -> None:
         """Drop every gradient."""
@@ -167,6 +202,9 @@ class MaskedAdamW:
         ps = [p for p in self.params if p.grad is not None]
         if not ps:
             return
+        if self.fused:
+            self._fused_step(ps, b1, b2)
+            return
         grads = [p.grad for p in ps]
         avg = [self.state[id(p)][0] for p in ps]
         avg_sq = [self.state[id(p)][1] for p in ps]
@@ -179,6 +217,21 @@ class MaskedAdamW:
         torch._foreach_add_(denom, self.eps)
         torch._foreach_addcdiv_(new, avg, denom, value=-self.lr / bc1)
         torch._foreach_lerp_(ps, new, [self.weights[id(p)] for p in ps])
+
+    def _fused_step(self, ps: list[nn.Parameter], b1: float, b2: float) -> None:
+        """The CPU form: one fused AdamW pass over each trained run's slice ``p[r]`` (views: updated in place)."""
+        sl: tuple[list, list, list, list] = ([], [], [], [])
+        for p in ps:
+            runs = self.train_runs[id(p)]
+            if runs:
+                avg, avg_sq = self.state[id(p)]
+                for out, t in zip(sl, (p, p.grad, avg, avg_sq), strict=True):
+                    views = t.unbind(0)  # R views of (*shape)
+                    out.extend(views[r] for r in runs)
+        if sl[0]:
+            self._step_t.fill_(self.t)
+            torch._fused_adamw_(*sl, [], [self._step_t] * len(sl[0]), amsgrad=False, lr=self.lr, beta1=b1, beta2=b2,
+                                weight_decay=self.wd, eps=self.eps, maximize=False, grad_scale=None, found_inf=None)
 
 
 def group_key(cfg: TrainConfig) -> str | None:

@@ -51,17 +51,23 @@ class BP(CreditMethod):
         block's gradients by ``s_l = 1/(B·rms(g_l)) = 1/rms(c_l)`` gives the recipe's update, and the credit
         passed down was exact all along. The embedding is scaled by ``h_0``'s credit the same way; the
         readout keeps the exact mean-loss gradient. One backward, one ``_foreach_norm`` and one
-        ``_foreach_mul_``: no Python in the backward (``benchmarks/bench_engine.py``). The penalty needs
-        the surrogate itself and stacked runs their own rms per run, so both take the generic path, as
-        does a call whose parameters already hold gradients (an in-place rescale would scale those too).
+        ``_foreach_mul_``: no Python in the backward (``benchmarks/bench_engine.py``).
+
+        Stacked runs on the CPU (``model.runs = R``, every tensor (R, B, …)) take the same path with the sum of
+        the runs' mean losses and one scale per run and group, (R,): a slice of a run that does not train the
+        group gets a gradient too, which the stacked optimizer never applies. On a GPU stacked steps take the
+        generic path (they are recorded as CUDA graphs, checked there bit for bit against that path). The
+        penalty needs the surrogate itself, so it takes the generic path, as does a call whose parameters
+        already hold gradients (an in-place rescale would scale those too).
         """
-        if as_penalty(scale_penalty).lam > 0 or not self.fast or getattr(model, "runs", 0):
+        runs = getattr(model, "runs", 0)
+        if as_penalty(scale_penalty).lam > 0 or not self.fast or (runs and x.device.type != "cpu"):
             return super().step(model, x, y, scale_penalty)
         groups = [[p for p in mod.parameters() if p.requires_grad] for mod in (model.embed, *model.blocks)]
         if any(p.grad is not None for g in groups for p in g):
             return super().step(model, x, y, scale_penalty)
         states = []  # the stream state after each trainable group: h_0 for the embedding, h_l for block l
-        h = model.embed(x)  # (B, …, d): every stream state has this one shape
+        h = model.embed(x)  # (B, …, d), stacked (R, B, …, d): every stream state has this one shape
         if groups[0]:
             h.retain_grad()
             states.append(h)
@@ -70,14 +76,23 @@ class BP(CreditMethod):
             if ps:
                 h.retain_grad()
                 states.append(h)
-        loss = F.cross_entropy(model.readout(h), y)  # mean loss: the readout's exact gradient
+        logits = model.readout(h)
+        if runs:  # the sum of the runs' mean losses: each run's parameters get exactly their own gradient
+            per_run = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)
+            loss = per_run.sum()
+        else:
+            loss = F.cross_entropy(logits, y)  # mean loss: the readout's exact gradient
         loss.backward()
         groups = [g for g in groups if g]
         if states:
-            # rms(g_l) = ‖g_l‖ / √numel, floored like recipe.rms so a zero credit gives a zero update
-            norms = torch.stack(torch._foreach_norm([st.grad for st in states]))  # (n_groups,)
-            rms_g = (norms / math.sqrt(states[0].numel())).clamp_min(torch.finfo(norms.dtype).tiny)
-            scales = (1.0 / (x.shape[0] * rms_g)).unbind()
-            pairs = [(p.grad, s) for s, g in zip(scales, groups, strict=True) for p in g if p.grad is not None]
+            batch = x.shape[1 if runs else 0]
+            if runs:  # (n_groups, R): rms of each run's slice of each state's gradient
+                rms_g = torch.stack([st.grad for st in states]).flatten(2).pow(2).mean(2).sqrt()
+            else:  # rms(g_l) = ‖g_l‖ / √numel
+                rms_g = torch.stack(torch._foreach_norm([st.grad for st in states])) / math.sqrt(states[0].numel())
+            # floored like recipe.rms, so a zero credit gives a zero update
+            scales = (1.0 / (batch * rms_g.clamp_min(torch.finfo(rms_g.dtype).tiny))).unbind()
+            pairs = [(p.grad, s.view(-1, *[1] * (p.dim() - 1)) if runs else s)
+                     for s, g in zip(scales, groups, strict=True) for p in g if p.grad is not None]
             torch._foreach_mul_([g for g, _ in pairs], [s for _, s in pairs])
-        return loss.detach()
+        return per_run.detach() if runs else loss.detach()
