@@ -75,6 +75,9 @@ class StackedModule(nn.Module):
             nn.Parameter(torch.stack([p[n].detach() for p in per]), requires_grad=any(p[n].requires_grad for p in per))
             for n in self.names)
         self.__dict__["template"] = template  # not a submodule: its own parameters are never trained here
+        # run r's parameter i requires grad in run r's own model: on the CPU a frozen slice is passed detached,
+        # so no run computes a gradient it would not compute alone (the optimizer would drop it anyway)
+        self._run_grad = [[bool(p[n].requires_grad) for n in self.names] for p in per]
         self._ids = {id(p): i for i, p in enumerate(template.parameters())}
 
     def call(self, fn: str, *args, shared: tuple[bool, ...] = ()):
@@ -99,7 +102,8 @@ class StackedModule(nn.Module):
         split = [None if f is None else [t.unbind(0) for t in f[0]] for f in flat]  # every leaf is (R, …)
         outs = []
         for r in range(runs):
-            ps = {f"inner.{n}": v[r] for n, v in zip(self.names, per, strict=True)}
+            ps = {f"inner.{n}": v[r] if rg else v[r].detach()
+                  for n, v, rg in zip(self.names, per, self._run_grad[r], strict=True)}
             a = [arg if f is None else tree_unflatten([t[r] for t in sp], f[1])
                  for arg, f, sp in zip(args, flat, split, strict=True)]
             outs.append(functional_call(mod, ps, tuple(a)))

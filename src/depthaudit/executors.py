@@ -132,7 +132,8 @@ def stack_groups(specs: list[RunSpec], cap: int) -> list[list[RunSpec]]:
 def batch_cap(batch_runs: int | None, device: str) -> int:
     """``--batch-runs``: a number as given; ``None`` (auto) = 16 on a CUDA device, 1 on the CPU.
 
-    On the CPU stacking measured no gain (benchmarks/bench_batched.py: 0.98×), so runs go one by one.
+    On the CPU stacking is at parity with one by one (benchmarks/bench_batched.py: 0.91–1.02× for bp, fa and
+    dfa): nothing to gain, and one by one a stopped sweep loses only the run in flight, not a stacked group.
     """
     if batch_runs is not None:
         return batch_runs
