@@ -1,6 +1,7 @@
 """Training-loop laws: frozen blocks untouched, determinism, learning, divergence recorded."""
 
 import json
+import math
 
 import torch
 
@@ -92,7 +93,8 @@ def test_grouped_optimizer_equals_one_optimizer_per_block():
     cfg = TrainConfig(method="fa", d_hidden=16, num_blocks=3, epochs=1, train_blocks="last:2")
     (m1, meth1), (m2, meth2) = build(cfg, data), build(cfg, data)
     grouped = make_optimizer(m1, cfg)
-    separate = [torch.optim.AdamW(ps, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    assert grouped.defaults["fused"]  # CPU parameters: torch's fused AdamW (its agreement with the default: below)
+    separate = [torch.optim.AdamW(ps, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
                 for ps in m2.groups().values() if ps and all(p.requires_grad for p in ps)]
     n_grouped = sum(len(g["params"]) for g in grouped.param_groups)
     assert n_grouped == sum(len(o.param_groups[0]["params"]) for o in separate)
@@ -106,3 +108,36 @@ def test_grouped_optimizer_equals_one_optimizer_per_block():
                 o.step()
     for (k, a), b in zip(m1.state_dict().items(), m2.state_dict().values(), strict=True):
         assert torch.equal(a, b), k
+
+
+def test_the_cpu_optimizer_is_torchs_default_adamw_to_rounding():
+    """make_optimizer's fused CPU AdamW against torch.optim.AdamW's default (for-loop) form: 30 recipe steps of
+    an fp64 model with frozen blocks and a cosine lr; the weights agree to rounding, frozen ones bit for bit."""
+    from depthaudit.loop import make_optimizer
+
+    data = _data()
+    cfg = TrainConfig(method="bp", d_hidden=16, num_blocks=3, epochs=1, train_blocks="last:2", weight_decay=0.05)
+    (m1, meth1), (m2, meth2) = build(cfg, data), build(cfg, data)
+    m1.double()
+    m2.double()
+    x = data.x_train.double()
+    ours = make_optimizer(m1, cfg)
+    ref = torch.optim.AdamW([p for p in m2.parameters() if p.requires_grad], lr=cfg.lr,
+                            weight_decay=cfg.weight_decay)
+    assert ours.defaults["fused"] and not ref.defaults["fused"]
+    start = {k: v.clone() for k, v in m1.state_dict().items()}
+    for i in range(30):
+        idx = torch.arange(i * 20, (i + 1) * 20) % x.shape[0]
+        for model, meth, opt in ((m1, meth1, ours), (m2, meth2, ref)):
+            for g in opt.param_groups:
+                g["lr"] = cfg.lr * (1 + math.cos(math.pi * i / 30)) / 2
+            opt.zero_grad()
+            meth.step(model, x[idx], data.y_train[idx])
+            opt.step()
+    worst = max((a - b).abs().max().item() for a, b in zip(m1.state_dict().values(), m2.state_dict().values(),
+                                                           strict=True))
+    moved = max((a - start[k]).abs().max().item() for k, a in m1.state_dict().items())
+    print(f"fused CPU AdamW vs torch default AdamW, 30 steps fp64: max |diff| {worst:.2e} (moved {moved:.2e})")
+    assert worst < 1e-12 and moved > 1e-3
+    frozen = [k for k in start if k.startswith("blocks.0.")]  # last:2 of 3 blocks: block 1 is frozen
+    assert frozen and all(torch.equal(m1.state_dict()[k], start[k]) for k in frozen)
