@@ -81,6 +81,28 @@ def test_augmentation_is_a_per_example_crop_of_the_zero_padded_raw_image_and_a_f
     assert torch.equal(same, out)  # seeded
 
 
+@pytest.mark.parametrize("kind", ["crop", "flip"])
+def test_crop_alone_and_flip_alone_are_what_they_say(kind):
+    """Each example of ``crop`` is an unflipped crop of its padded image; of ``flip`` the image or its mirror."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(48, 3, 8, 8, generator=g, dtype=torch.float64)
+    pad_value = torch.tensor([-1.5, -2.0, -1.7], dtype=torch.float64)
+    out = augment_batch(x, kind, pad_value, torch.Generator().manual_seed(3))
+    padded = torch.cat([pad_value.view(1, 3, 1, 1).expand(48, 3, 8 + 2 * PAD, 8 + 2 * PAD)], 0).clone()
+    padded[:, :, PAD:PAD + 8, PAD:PAD + 8] = x
+    kinds = set()
+    for i in range(48):
+        hits = _find_crop(out[i], padded[i], PAD)
+        if kind == "flip":
+            hits = [hit for hit in hits if hit[:2] == (PAD, PAD)]  # no shift
+        else:
+            hits = [hit for hit in hits if not hit[2]]  # no mirror
+        assert hits, f"{kind}: example {i} is not what {kind} makes"
+        kinds.add(hits[0][2] if kind == "flip" else hits[0][:2])
+    print(f"{kind}: {len(kinds)} distinct draws over 48 examples")
+    assert len(kinds) == 2 if kind == "flip" else len(kinds) > 15
+
+
 def test_augment_default_follows_the_dataset_and_refuses_non_images(tmp_path, capsys):
     assert TrainConfig(dataset="cifar10").augment == "crop+flip" and TrainConfig().augment == "none"
     assert main(["train", "--augment", "crop+flip", "--epochs", "1", "--d-hidden", "16", "--out",

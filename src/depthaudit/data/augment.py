@@ -28,25 +28,30 @@ def apply_augment(x: torch.Tensor, kind: str, pad_value: torch.Tensor, off: torc
                   flip: torch.Tensor | None) -> torch.Tensor:
     """Crop/flip a normalised batch ``x`` (N, C, H, W) by the draws ``off`` (2, N, 1) and ``flip`` (N, 1).
 
-    No padded copy is built: each output pixel gathers its source pixel of the unpadded image (index
-    clamped), and pixels whose source lies in the 4-px border take ``pad_value`` (3× faster than padding).
+    The batch is copied once into a frame with the 4-px border of ``pad_value`` and one ``gather`` reads every
+    output pixel's source from it (cropped, then flipped). On two CPU cores that is 0.20 ms for a batch of 128
+    against 0.34 ms for gathering from the unpadded batch and masking the border afterwards (same numbers,
+    bit for bit; ``benchmarks/bench_augment.py``).
     """
     if kind == "none":
         return x
     b, c, h, w = x.shape
     dev = x.device
-    rows = torch.arange(h, device=dev).expand(b, h)  # (N, H) source row of each output row
+    p = PAD if off is not None else 0
+    if p:
+        src = x.new_empty(b, c, h + 2 * p, w + 2 * p)  # (N, C, H+8, W+8)
+        src[:] = pad_value.to(x.dtype).view(1, c, 1, 1)
+        src[:, :, p:p + h, p:p + w] = x
+    else:
+        src = x
+    rows = torch.arange(h, device=dev).expand(b, h)  # (N, H) source row of each output row, in src
     cols = torch.arange(w, device=dev).expand(b, w)  # (N, W)
     if off is not None:
-        rows, cols = rows + off[0], cols + off[1]
+        rows, cols = rows + (off[0] + p), cols + (off[1] + p)
     if flip is not None:
         cols = torch.where(flip, cols.flip(1), cols)
-    idx = (rows.clamp(0, h - 1)[:, :, None] * w + cols.clamp(0, w - 1)[:, None, :]).view(b, 1, h * w)
-    out = x.reshape(b, c, h * w).gather(2, idx.expand(b, c, h * w)).view(b, c, h, w)
-    if off is None:
-        return out
-    inside = ((rows >= 0) & (rows < h))[:, :, None] & ((cols >= 0) & (cols < w))[:, None, :]  # (N, H, W)
-    return torch.where(inside[:, None], out, pad_value.to(x.dtype).view(1, c, 1, 1))
+    idx = (rows[:, :, None] * (w + 2 * p) + cols[:, None, :]).view(b, 1, h * w)
+    return src.reshape(b, c, -1).gather(2, idx.expand(b, c, h * w)).view(b, c, h, w)
 
 
 def augment_batch(x: torch.Tensor, kind: str, pad_value: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
