@@ -141,3 +141,20 @@ def test_the_cpu_optimizer_is_torchs_default_adamw_to_rounding():
     assert worst < 1e-12 and moved > 1e-3
     frozen = [k for k in start if k.startswith("blocks.0.")]  # last:2 of 3 blocks: block 1 is frozen
     assert frozen and all(torch.equal(m1.state_dict()[k], start[k]) for k in frozen)
+
+
+def test_without_the_fused_cpu_kernel_the_optimizers_fall_back_to_torchs_default(monkeypatch):
+    """torch < 2.4 has no fused AdamW for CPU tensors: make_optimizer and the stacked optimizer then take
+    torch's default form, and a step still moves the weights the same way (to rounding)."""
+    from depthaudit import batched, loop
+
+    monkeypatch.setattr(loop, "cpu_fused_adamw", lambda: False)
+    monkeypatch.setattr(batched, "cpu_fused_adamw", lambda: False)
+    data = _data()
+    cfg = TrainConfig(method="bp", d_hidden=16, num_blocks=2, epochs=1)
+    model, meth = build(cfg, data)
+    assert not loop.make_optimizer(model, cfg).defaults["fused"]
+    w = torch.nn.Parameter(torch.zeros(2, 3))
+    assert not batched.MaskedAdamW([([w], torch.tensor([True, True]))], lr=1e-3, weight_decay=0.0).fused
+    monkeypatch.undo()
+    assert loop.make_optimizer(model, cfg).defaults["fused"]

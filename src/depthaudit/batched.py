@@ -42,7 +42,7 @@ from .config import TrainConfig, derive_seed
 from .data import DataBundle
 from .data.augment import augment_runs
 from .errors import UsageError
-from .loop import RunOutput, build, final_record, fit, measure_epoch
+from .loop import RunOutput, build, cpu_fused_adamw, final_record, fit, measure_epoch
 from .methods import METHODS, CreditMethod
 from .models import MODELS, ResidualModel
 from .recipe import Penalty
@@ -186,7 +186,7 @@ class MaskedAdamW:
         # tensors of the parameter's own shape)
         self.weights = {id(p): mask.view(-1, *[1] * (p.dim() - 1)).to(p.dtype).expand_as(p).contiguous()
                         for ps, mask in self.groups for p in ps}
-        self.fused = bool(self.params) and all(p.device.type == "cpu" for p in self.params)
+        self.fused = bool(self.params) and all(p.device.type == "cpu" for p in self.params) and cpu_fused_adamw()
         # the runs that train each parameter's group (fixed for the optimizer's life); read once, here
         self.train_runs = {id(p): [r for r, on in enumerate(mask.tolist()) if on] for ps, mask in self.groups
                            for p in ps} if self.fused else {}
