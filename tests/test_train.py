@@ -145,7 +145,7 @@ def test_the_cpu_optimizer_is_torchs_default_adamw_to_rounding():
 
 def test_without_the_fused_cpu_kernel_the_optimizers_fall_back_to_torchs_default(monkeypatch):
     """torch < 2.4 has no fused AdamW for CPU tensors: make_optimizer and the stacked optimizer then take
-    torch's default form, and a step still moves the weights the same way (to rounding)."""
+    torch's default form (which the fused one equals to rounding: the test above)."""
     from depthaudit import batched, loop
 
     monkeypatch.setattr(loop, "cpu_fused_adamw", lambda: False)
