@@ -135,6 +135,7 @@ def main():
     p.add_argument("--epochs", type=float, default=1.0, help="epochs' worth of steps per configuration")
     p.add_argument("--chunk", type=int, default=25, help="steps per interleaved chunk")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--plot", metavar="PNG", help="also draw each arm's step time against the GEMM floor here")
     a = p.parse_args()
     data = load_data(a.dataset, a.data_dir, False, torch.device(a.device))
     # augmentation off: this compares the engine with a bare loop (benchmarks/bench_augment.py times augmentation)
@@ -166,6 +167,48 @@ def main():
           f"bare / textbook {times['bare'] / times['textbook']:.3f})")
     print(f"  FA / BP   = {times['fa'] / times['bp']:.3f}   (target <= 1.15; biotorch 1.17)")
     print(f"  DFA / BP  = {times['dfa'] / times['bp']:.3f}   (target <= 1.05; biotorch 1.15)")
+    if a.plot:
+        threads = torch.get_num_threads()
+        title = (f"{a.dataset} ResMLP d={a.d_hidden} L={a.num_blocks}, batch {bs}, {a.device} ({threads} threads), "
+                 f"torch {torch.__version__}, {total} steps per arm, interleaved")
+        plot(times, total, title, a.plot)
+        print(f"  figure: {a.plot}")
+
+
+ARMS = [  # (arm, label) bottom to top of the figure
+    ("dfa", "DFA step (engine + recipe)"),
+    ("fa", "FA step (engine + recipe)"),
+    ("bp", "BP step (engine + recipe)"),
+    ("unscaled", "engine, plain backward (no recipe)"),
+    ("textbook", "bare loop, torch's default AdamW"),
+    ("bare", "bare loop, the engine's AdamW"),
+    ("gemm", "the step's matrix products alone"),
+]
+
+
+def plot(times: dict, steps: int, title: str, path: str) -> None:
+    """Horizontal bars of ms per step, each split into the GEMM floor and the rest, labelled ×floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ms = {k: times[k] / steps * 1e3 for k, _ in ARMS}
+    floor = ms["gemm"]
+    fig, ax = plt.subplots(figsize=(8.5, 3.6))
+    for i, (k, _) in enumerate(ARMS):
+        ax.barh(i, min(floor, ms[k]), color="#9db4cf")
+        if k != "gemm":
+            ax.barh(i, ms[k] - floor, left=floor, color="#d98c5f" if k in ("bp", "fa", "dfa") else "#b9b9b9")
+        ax.text(ms[k] + 0.05, i, f"{ms[k]:.2f} ms  ({ms[k] / floor:.2f}× floor)", va="center", fontsize=8)
+    ax.axvline(floor, color="#3a5a80", lw=1, ls="--")
+    ax.set_yticks(range(len(ARMS)), [label for _, label in ARMS], fontsize=8)
+    ax.set_xlim(0, max(ms.values()) * 1.35)
+    ax.set_xlabel("ms per training step (blue: the GEMM floor; the rest: everything else)")
+    ax.set_title(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
