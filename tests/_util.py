@@ -7,7 +7,7 @@ def without_wallclock(runs: dict) -> dict:
     """Run records minus wall-clock fields and where they were trained: what two equal runs share exactly."""
     runs = json.loads(json.dumps(runs))
     for rec in runs.values():
-        for k in ("started_at", "argv", "executor"):
+        for k in ("started_at", "written_at", "argv", "executor"):
             rec["provenance"].pop(k, None)
         rec.pop("timing")
         for h in rec["history"]:

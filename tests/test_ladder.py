@@ -28,6 +28,7 @@ def _strip(doc):
     doc = json.loads(json.dumps(doc))
     for rec in doc["runs"].values():
         rec["provenance"].pop("started_at")
+        rec["provenance"].pop("written_at", None)
         rec["provenance"].pop("argv")
         rec.pop("timing")
         for h in rec["history"]:

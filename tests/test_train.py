@@ -32,6 +32,7 @@ def test_frozen_blocks_are_bit_identical_after_training():
 def _strip(d):
     d = json.loads(json.dumps(d))
     d["provenance"].pop("started_at")
+    d["provenance"].pop("written_at", None)
     d["provenance"].pop("argv")
     d.pop("timing")
     for h in d["history"]:
@@ -158,3 +159,34 @@ def test_without_the_fused_cpu_kernel_the_optimizers_fall_back_to_torchs_default
     assert not batched.MaskedAdamW([([w], torch.tensor([True, True]))], lr=1e-3, weight_decay=0.0).fused
     monkeypatch.undo()
     assert loop.make_optimizer(model, cfg).defaults["fused"]
+
+
+def test_a_record_names_the_code_loaded_at_start_and_when_training_began(tmp_path):
+    """The git commit is read once, at import (before any run), so a long run whose tree changes under it still
+    names the code it loaded; ``started_at`` is training's start, ``written_at`` the record's (they differ by the
+    run's training seconds)."""
+    from datetime import datetime
+
+    from depthaudit import provenance as pv
+
+    assert pv.git_commit.cache_info().currsize == 1  # read when the module was imported
+    assert main(["train", "--d-hidden", "16", "--num-blocks", "2", "--epochs", "3", "--out", str(tmp_path / "r"),
+                 "--no-checkpoint"]) == 0
+    res = json.loads((tmp_path / "r" / "result.json").read_text())
+    prov = res["provenance"]
+    start, written = (datetime.fromisoformat(prov[k]) for k in ("started_at", "written_at"))
+    gap = (written - start).total_seconds()
+    print(f"started {prov['started_at']}, written {prov['written_at']}: {gap:.0f} s apart; trained "
+          f"{res['timing']['train_seconds']:.1f} s")
+    assert prov["git"] == pv.git_commit() and pv.git_commit.cache_info().misses == 1
+    assert abs(gap - res["timing"]["train_seconds"]) <= 2.0  # both stamps are whole seconds
+    # a run that trained for an hour: its record says it started an hour before it was written
+    from depthaudit.loop import RunOutput
+    from depthaudit.runner import result_record
+
+    cfg = TrainConfig(d_hidden=16, num_blocks=2, epochs=1)
+    data = _data()
+    model, method = build(cfg, data)
+    rec = result_record(cfg, data, RunOutput("ok", [], {}, 3600.0, model, method), None)
+    start, written = (datetime.fromisoformat(rec["provenance"][k]) for k in ("started_at", "written_at"))
+    assert abs((written - start).total_seconds() - 3600) <= 1.0

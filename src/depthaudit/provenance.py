@@ -1,5 +1,6 @@
 """Provenance recorded in every result file."""
 
+import functools
 import platform
 import subprocess
 import sys
@@ -11,8 +12,13 @@ import torch
 from . import __version__
 
 
+@functools.lru_cache(maxsize=1)
 def git_commit() -> dict:
-    """Commit and dirty flag of the source tree depthaudit runs from (None outside a git checkout)."""
+    """Commit and dirty flag of the source tree depthaudit runs from (None outside a git checkout).
+
+    Read once per process, when this module is imported — before any run starts — so a record names the code
+    the process loaded, not the tree as it stands when a long run ends (an editable install can change under it).
+    """
     here = Path(__file__).resolve().parent
 
     def git(*args):
@@ -36,8 +42,13 @@ def device_name(device: torch.device) -> str:
     return f"cpu ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})"
 
 
-def provenance(device: torch.device, data_prov: dict, seed: int, argv: list[str] | None) -> dict:
-    """Everything a reader needs to reproduce or trust a result."""
+def provenance(device: torch.device, data_prov: dict, seed: int, argv: list[str] | None,
+               started_at: datetime | None = None) -> dict:
+    """Everything a reader needs to reproduce or trust a result.
+
+    ``started_at``: when the work began (a run: its training's start); ``written_at``: when the record was made.
+    """
+    now = datetime.now(timezone.utc)
     return {
         "package": "depthaudit",
         "version": __version__,
@@ -49,5 +60,9 @@ def provenance(device: torch.device, data_prov: dict, seed: int, argv: list[str]
         "data": data_prov,
         "seed": seed,
         "argv": argv,
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": (started_at or now).isoformat(timespec="seconds"),
+        "written_at": now.isoformat(timespec="seconds"),
     }
+
+
+git_commit()  # at import: see git_commit

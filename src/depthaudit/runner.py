@@ -3,6 +3,7 @@
 import hashlib
 import json
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import torch
@@ -22,7 +23,8 @@ def result_record(cfg: TrainConfig, data: DataBundle, run: RunOutput, argv: list
                   tracking: dict | None = None) -> dict:
     """The ``result.json`` content of one run (config, provenance, history, final, status)."""
     rec = {"schema": SCHEMA, "status": run.status, "config": cfg.to_dict(),
-           "provenance": provenance(torch.device(cfg.device), data.provenance(), cfg.seed, argv),
+           "provenance": provenance(torch.device(cfg.device), data.provenance(), cfg.seed, argv,
+                                    datetime.now(timezone.utc) - timedelta(seconds=run.seconds)),
            "tracking": tracking, "history": run.history, "final": run.final, "monitor": run.monitor,
            "timing": {"train_seconds": round(run.seconds, 3)}}
     if run.init_measurement is not None:
