@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models.base import ResidualModel
-from ..recipe import Trace, as_penalty
+from ..recipe import Trace, as_penalty, rms
 from .base import METHODS, CreditMethod
 
 
@@ -86,12 +86,12 @@ class BP(CreditMethod):
         groups = [g for g in groups if g]
         if states:
             batch = x.shape[1 if runs else 0]
-            if runs:  # (n_groups, R): rms of each run's slice of each state's gradient
-                rms_g = torch.stack([st.grad for st in states]).flatten(2).pow(2).mean(2).sqrt()
-            else:  # rms(g_l) = ‖g_l‖ / √numel
-                rms_g = torch.stack(torch._foreach_norm([st.grad for st in states])) / math.sqrt(states[0].numel())
-            # floored like recipe.rms, so a zero credit gives a zero update
-            scales = (1.0 / (batch * rms_g.clamp_min(torch.finfo(rms_g.dtype).tiny))).unbind()
+            if runs:  # (n_groups, R): recipe.rms of each run's slice of each state's gradient
+                rms_g = torch.stack([rms(st.grad, runs).flatten() for st in states])
+            else:  # rms(g_l) = ‖g_l‖ / √numel, floored like recipe.rms so a zero credit gives a zero update
+                norms = torch.stack(torch._foreach_norm([st.grad for st in states]))
+                rms_g = (norms / math.sqrt(states[0].numel())).clamp_min(torch.finfo(norms.dtype).tiny)
+            scales = (1.0 / (batch * rms_g)).unbind()
             pairs = [(p.grad, s.view(-1, *[1] * (p.dim() - 1)) if runs else s)
                      for s, g in zip(scales, groups, strict=True) for p in g if p.grad is not None]
             torch._foreach_mul_([g for g, _ in pairs], [s for _, s in pairs])
