@@ -243,9 +243,11 @@ def group_key(cfg: TrainConfig) -> str | None:
     method, model = METHODS.get(cfg.method), MODELS.get(cfg.arch)
     if not (getattr(method, "stackable", False) and getattr(model, "stackable", False)):
         return None
-    if cfg.warm_start or cfg.credit_mix is not None:
+    if cfg.warm_start or cfg.credit_mix is not None or cfg.warmup is not None:
         return None
     d = replace(cfg, seed=0, train_blocks="all", scale_penalty=0.0).to_dict()
+    if cfg.scale_penalty > 0:  # λ = 0 resets form and reduction to their canonical values: penalised runs keep theirs
+        d |= {"penalty_form": cfg.penalty_form, "penalty_reduction": cfg.penalty_reduction}
     return repr(sorted(d.items()))
 
 
@@ -275,7 +277,12 @@ class StackedStepper:
                                 for g in stacked_groups], cfg.lr, cfg.weight_decay)
         self.method = type(methods[0]).stack(methods, self.model, self.trains)
         lams = [c.scale_penalty for c in cfgs]  # λ may differ per run (the intervention's grid)
-        self.penalty = Penalty(max(lams), cfg.penalty_form, torch.tensor(lams, dtype=data.x_train.dtype, device=device))
+        # the form and reduction of the penalised runs (a λ = 0 config carries the canonical ones, not the sweep's)
+        kinds = {(c.penalty_form, c.penalty_reduction) for c in cfgs if c.scale_penalty > 0} or {("abs", "example")}
+        if len(kinds) > 1:
+            raise ValueError(f"stacked runs with different penalty forms/reductions {sorted(kinds)}; stack one each")
+        (form, reduction), = kinds
+        self.penalty = Penalty(max(lams), form, torch.tensor(lams, dtype=data.x_train.dtype, device=device), reduction)
         self.aug_gens = [torch.Generator(device=device).manual_seed(derive_seed(c.seed, "augment")) for c in cfgs]
         self.graphs = graphed(graphs, device, cfg.method)
         self._graphs: dict[tuple, tuple] = {}  # batch shape -> (graph, its x, its y, its loss, its gradients)

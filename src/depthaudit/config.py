@@ -61,6 +61,10 @@ class TrainConfig:
                                    advanced=True, per_run=True)
     warm_start: str | None = arg(None, help="BP warm start (ours): start from these weights", metavar="PT",
                                  advanced=True, per_run=True)
+    warmup: str | None = arg(None, help="warm up under this method (e.g. dfa) for --warmup-fraction of the budget "
+                             "(the reference's CIFAR bridge runs: dfa, 0.2)", metavar="M", advanced=True, training=True)
+    warmup_fraction: float = arg(0.2, help="fraction of the budget's steps under --warmup", lo=0, hi=1, advanced=True,
+                                 training=True)
     # the method's own options, every declared one resolved (its defaults filled in): see methods/options.py
     method_options: dict[str, Any] = field(default_factory=dict)
     # recipe
@@ -74,6 +78,11 @@ class TrainConfig:
     scale_penalty: float = arg(0.0, help="scale penalty λ", lo=0, training=True)
     penalty_form: str = arg("abs", help="abs = λ‖f‖² (reference) | rel = λ‖f‖²/‖h‖² (ours)", choices=("abs", "rel"),
                             advanced=True, training=True)
+    penalty_reduction: str = arg("example", help="penalty reduction (SPEC leaves it open): example = mean over the "
+                                 "batch of ‖f_b‖² | element = mean over every element (÷d) | …-vs-sum = beside the "
+                                 "reference's batch-summed surrogate (÷B); docs/protocol.md",
+                                 choices=("example", "element", "example-vs-sum", "element-vs-sum"),
+                                 advanced=True, training=True)
     seed: int = arg(42, help="seed (init, feedback, shuffle)", lo=0, hi=2**63 - 1, per_run=True)
     device: str = arg("cpu", help="cpu | cuda | cuda:N | auto = cuda if available", metavar="DEV",
                       default_text="auto")
@@ -108,10 +117,23 @@ class TrainConfig:
             raise UsageError(f"--warm-start {self.warm_start}: no such file; give a checkpoint.pt path")
         if self.penalty_form not in ("abs", "rel"):  # (the API's path; the CLI's parser refuses it first)
             raise UsageError(f"--penalty-form {self.penalty_form!r} not known; use abs or rel")
+        from .recipe import PENALTY_REDUCTIONS
+
+        if self.penalty_reduction not in PENALTY_REDUCTIONS:  # (the API's path; the parser refuses it first)
+            raise UsageError(f"--penalty-reduction {self.penalty_reduction!r} not known; use one of "
+                             f"{', '.join(PENALTY_REDUCTIONS)}")
         if self.scale_penalty == 0:  # the form of a zero penalty is meaningless: one canonical value
             object.__setattr__(self, "penalty_form", "abs")
+            object.__setattr__(self, "penalty_reduction", "example")
         from .methods import METHODS
         from .methods.options import resolve
+
+        if self.warmup is not None:  # a method spec (``dfa``, ``fa:head=exact``), checked like --method's
+            from .methods import parse_method_spec
+
+            parse_method_spec(self.warmup, replace(self, method="bp", method_options={}, warmup=None))
+        else:  # no warm-up: its fraction is meaningless, one canonical value
+            object.__setattr__(self, "warmup_fraction", 0.2)
 
         # one place validates a method's options: the method's own declarations (types, ranges, choices)
         object.__setattr__(self, "method_options", resolve(

@@ -3,7 +3,7 @@
 import functools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -120,7 +120,15 @@ def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMeth
     trainable = set(cfg.trainable())
     for i, blk in enumerate(model.blocks, start=1):
         blk.requires_grad_(i in trainable)
-    return model, build_method(cfg.method, model, cfg.seed, cfg.credit_mix, cfg)
+    method = build_method(cfg.method, model, cfg.seed, cfg.credit_mix, cfg)
+    if cfg.warmup is not None:  # the first round(fraction × budget steps) train under the warm-up method
+        from .methods import parse_method_spec
+        from .methods.warmup import Warmup
+
+        name, wcfg = parse_method_spec(cfg.warmup, replace(cfg, method="bp", method_options={}, warmup=None))
+        total = cfg.epochs * math.ceil(data.x_train.shape[0] / cfg.batch_size)
+        method = Warmup(build_method(name, model, cfg.seed, None, wcfg), method, round(cfg.warmup_fraction * total))
+    return model, method
 
 
 class Stepper:
@@ -131,7 +139,7 @@ class Stepper:
         self.opts = [make_optimizer(model, cfg)]
         if cfg.augment != "none" and (data.pad_value is None or data.x_train.dim() != 4):
             raise UsageError(f"--augment {cfg.augment}: {data.name} is not an image dataset; use --augment none")
-        self.penalty = Penalty(cfg.scale_penalty, cfg.penalty_form)
+        self.penalty = Penalty(cfg.scale_penalty, cfg.penalty_form, reduction=cfg.penalty_reduction)
         # augmentation draws its own stream (crop offsets, flips), on the data's device
         self.aug_gen = torch.Generator(device=data.x_train.device).manual_seed(derive_seed(cfg.seed, "augment"))
 

@@ -101,6 +101,9 @@ def rms(c: torch.Tensor, runs: int = 0) -> torch.Tensor:
 
 
 PENALTY_FORMS = ("abs", "rel")
+# how the penalty is reduced, relative to the recipe's surrogate ⟨f_l, ĉ_l⟩ averaged over the batch (SPEC leaves it
+# unstated; the factor each applies to ``lam · mean_b term_b`` is in :func:`penalty_factor`)
+PENALTY_REDUCTIONS = ("example", "element", "example-vs-sum", "element-vs-sum")
 
 
 @dataclass(frozen=True)
@@ -109,11 +112,30 @@ class Penalty:
 
     ``form="abs"`` is the reference's ``‖f_l(h_{l-1})‖²`` (SPEC §2); ``"rel"`` is ours (depthaudit 0.1's),
     ``‖f_l(h_{l-1})‖² / ‖h_{l-1}‖²``. A plain float passed where a Penalty is expected means the ``abs`` form.
+    ``reduction`` (SPEC leaves it open; :data:`PENALTY_REDUCTIONS`, :func:`penalty_factor`) scales the term.
     """
 
     lam: float = 0.0
     form: str = "abs"
     per_run: torch.Tensor | None = None  # stacked runs: (R,) λ of each run (then ``lam`` is their largest)
+    reduction: str = "example"
+
+
+def penalty_factor(reduction: str, batch: int, per_example: int) -> float:
+    """The factor on ``lam · mean_b term_b`` (term_b = ``‖f_b‖²`` summed over the example's elements) per reduction.
+
+    * ``example`` (depthaudit's default): the squared norm summed over each example's elements, averaged over
+      the batch, beside the batch-*mean* surrogate: factor 1;
+    * ``element``: ``(f**2).mean()`` over every element (batch and features): factor ``1/per_example``;
+    * ``example-vs-sum`` / ``element-vs-sum``: the same penalty beside the reference's batch-*summed* surrogate
+      ``(f_l · a_l).sum()``: relative to the surrogate the penalty is ``batch`` times weaker. Under the recipe's
+      Adam(W) a common scale of a group's whole gradient cancels (up to Adam's ε), so this is applied as a
+      factor ``1/batch`` on the penalty beside today's mean surrogate.
+    """
+    if reduction not in PENALTY_REDUCTIONS:
+        raise ValueError(f"penalty reduction {reduction!r} not known; use one of {', '.join(PENALTY_REDUCTIONS)}")
+    f = 1.0 / per_example if reduction.startswith("element") else 1.0
+    return f / batch if reduction.endswith("-vs-sum") else f
 
 
 def as_penalty(p) -> Penalty:
@@ -145,12 +167,13 @@ def local_update(model: ResidualModel, tr: Trace, credits: list[torch.Tensor], s
             continue  # frozen block
         chat = c / rms(c, runs)
         if pen.lam > 0:  # stacked runs: the sum of the runs' losses, each a batch mean
+            k = penalty_factor(pen.reduction, batch, f[0, 0].numel() if runs else f[0].numel())
             if runs:  # Σ_r λ_r · (run r's batch mean): each run gets exactly its own penalty gradient
                 terms = scale_penalty_terms(f.flatten(0, 1), xin.flatten(0, 1), pen.form).view(runs, -1)  # (R, B)
                 lam = pen.per_run if pen.per_run is not None else pen.lam
-                pen_term = (lam * terms.mean(1)).sum()
+                pen_term = k * (lam * terms.mean(1)).sum()
             else:
-                pen_term = pen.lam * scale_penalty_terms(f, xin, pen.form).mean()
+                pen_term = k * pen.lam * scale_penalty_terms(f, xin, pen.form).mean()
             loss = (f * chat).sum() / batch + pen_term
             outs.append(loss)
             cots.append(torch.ones_like(loss))

@@ -15,7 +15,9 @@ The credit is ``c_l = ∇_{h_l} V_φ(h_l, t_l, s)`` at every position l = 0..L.
 Choices SPEC leaves open (ours, documented and recorded): V is a one-hidden-layer GELU MLP of width d applied
 to each token/feature vector and summed over tokens (a scalar per example for any state shape); ``t_l`` of
 width 16; K = 4 draws, soft-min temperature τ = 0.1 (``−τ log mean_k exp(−v_k/τ)``); the target network is a
-Polyak average of V with rate 0.01 per step; Adam lr 1e-3; the three losses weighted equally.
+Polyak average of V with rate 0.01 per step; Adam lr 1e-3; the three losses weighted equally. The conditioning
+(``cond``) and where a block reads its credit (``credit_at``) are options shared with State Bridge
+(:mod:`.state_bridge`).
 """
 
 import copy
@@ -28,14 +30,14 @@ from ..models.base import ResidualModel
 from ..recipe import Trace
 from .base import METHODS, CreditMethod
 from .options import Option
-from .state_bridge import ConditionedMLP
+from .state_bridge import CONDS, CREDIT_AT, ConditionedMLP, input_side
 
 
 class ValueNet(ConditionedMLP):
     """``V(h, l, e) = Σ_tokens w₂ᵀ GELU(W₁ [LN(h), t_l, e] + b₁) + b₂``, one scalar per example."""
 
-    def __init__(self, d: int, num_positions: int, num_classes: int, gen: torch.Generator):
-        super().__init__(d, num_positions, num_classes, 1, gen, zero_out=False)
+    def __init__(self, d: int, num_positions: int, num_classes: int, gen: torch.Generator, cond: str = "error"):
+        super().__init__(d, num_positions, num_classes, 1, gen, zero_out=False, cond=cond)
 
     def forward(self, h: torch.Tensor, pos: int, e: torch.Tensor) -> torch.Tensor:
         """Values (B,) of states ``h`` (B, …, d) at stream position ``pos`` with output error ``e`` (B, C)."""
@@ -61,11 +63,15 @@ class CreditBridge(CreditMethod):
                "draws": Option(4, "noise draws K of the soft-min (ours)", lo=1, legacy="cb_draws"),
                "tau": Option(0.1, "soft-min temperature τ (ours)", lo=0, lo_open=True),
                "lr": Option(1e-3, "value network's Adam learning rate (ours)", lo=0, lo_open=True),
-               "polyak": Option(0.01, "target network's Polyak rate (ours)", lo=0, hi=1)}
+               "polyak": Option(0.01, "target network's Polyak rate (ours)", lo=0, hi=1),
+               "cond": Option("error", "conditioning s: error = the output error | none", choices=CONDS),
+               "credit_at": Option("output", "output = block l trains on ∇V at h_l (ours) | input = at h_{l-1}, "
+                                   "the reference's surrogate as written", choices=CREDIT_AT)}
 
     def __init__(self, model: ResidualModel, seed: int, sigma: float = 0.1, draws: int = 4, tau: float = 0.1,
-                 lr: float = 1e-3, polyak: float = 0.01):
+                 lr: float = 1e-3, polyak: float = 0.01, cond: str = "error", credit_at: str = "output"):
         super().__init__(model, seed)
+        self.cond, self.credit_at = cond, credit_at
         self.sigma, self.draws, self.tau, self.lr, self.polyak = float(sigma), int(draws), tau, lr, polyak
         self.value: nn.Module | None = None
         self.target: nn.Module | None = None
@@ -74,7 +80,8 @@ class CreditBridge(CreditMethod):
 
     def _build(self, states: list[torch.Tensor], num_classes: int) -> None:
         h = states[0]
-        self.value = ValueNet(h.shape[-1], len(states), num_classes, torch.Generator().manual_seed(self.seed))
+        self.value = ValueNet(h.shape[-1], len(states), num_classes, torch.Generator().manual_seed(self.seed),
+                              self.cond)
         self.value.to(device=h.device, dtype=h.dtype)
         self.target = copy.deepcopy(self.value).requires_grad_(False)
         pending = getattr(self, "_pending", None)
@@ -93,10 +100,11 @@ class CreditBridge(CreditMethod):
         return g
 
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
-        """``∇_h V`` at every stream position, h_L included."""
+        """``∇_h V`` at every stream position, h_L included (``credit_at="input"``: see :func:`input_side`)."""
         if self.value is None:
             self._build(tr.states, e.shape[1])
-        return [self.value_grad(h, i, e) for i, h in enumerate(tr.states)]
+        cs = [self.value_grad(h, i, e) for i, h in enumerate(tr.states)]
+        return input_side(cs) if self.credit_at == "input" else cs
 
     def losses(self, states: list[torch.Tensor], e: torch.Tensor, ell: torch.Tensor, gL: torch.Tensor) -> dict:
         """The three training losses on one batch (graphs to φ): consistency, terminal value, terminal gradient."""
