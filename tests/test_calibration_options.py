@@ -1,0 +1,146 @@
+"""Laws of issue 34's named options: SB/CB construction choices, the penalty's reduction, the warm-up switch."""
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from depthaudit.config import TrainConfig
+from depthaudit.data import load_data
+from depthaudit.loop import build, train
+from depthaudit.methods import BP, DFA
+from depthaudit.methods.credit_bridge import CreditBridge
+from depthaudit.methods.state_bridge import StateBridge
+from depthaudit.models import build_model
+from depthaudit.recipe import Penalty, local_update, trace_forward
+
+
+def _setup(seed=0):
+    torch.manual_seed(seed)
+    model = build_model("resmlp", (7,), 5, 12, 3, 2, seed).double()
+    x, y = torch.randn(16, 7, dtype=torch.float64), torch.randint(0, 5, (16,))
+    return model, x, y
+
+
+@pytest.mark.parametrize("predictor", ["residual", "plain"])
+@pytest.mark.parametrize("cond", ["error", "none"])
+@pytest.mark.parametrize("credit_at", ["output", "input"])
+def test_sb_with_the_exact_predictor_gives_bp_credit_in_every_form(predictor, cond, credit_at):
+    model, x, y = _setup()
+    sb = StateBridge(model, 0, predictor=predictor, cond=cond, credit_at=credit_at)
+
+    def remaining(h, pos, e):  # G = the true remaining network (whatever the learned predictor's form)
+        for blk in model.blocks[pos:]:
+            h = h + blk(h)
+        return h
+
+    sb.predict = remaining
+    _, c = sb.measure_credits(model, x, y)
+    _, g = BP(model, 0).measure_credits(model, x, y)
+    ref = g if credit_at == "output" else [g[0], *g[:-1]]  # input: block l reads the credit at h_{l-1}
+    diff = max((a - b).abs().max().item() for a, b in zip(c, ref, strict=True))
+    print(f"SB {predictor}/{cond}/{credit_at} with the exact predictor vs BP's credit: max diff {diff:.1e}")
+    assert diff < 1e-12
+
+
+def test_sb_and_cb_forms_build_what_they_say():
+    model, x, y = _setup()
+    plain = StateBridge(model, 0, predictor="plain", cond="none")
+    plain.measure_credits(model, x, y)  # builds the predictor
+    assert not plain.predictor.residual and plain.predictor.fc1.in_features == 12 + 16  # LN(h), t_l; no s
+    assert plain.predictor.fc2.weight.abs().max() > 0  # default init, not the identity start
+    h = torch.randn(4, 12, dtype=torch.float64)
+    e = torch.randn(4, 5, dtype=torch.float64)
+    assert torch.equal(plain.predictor(h, 1, e), plain.predictor(h, 1, torch.zeros_like(e)))  # s is not read
+    res = StateBridge(model, 0)
+    res.measure_credits(model, x, y)
+    assert torch.equal(res.predictor(h, 1, e), h)  # ours starts as the identity
+    cb = CreditBridge(model, 0, cond="none", credit_at="input")
+    _, c = cb.measure_credits(model, x, y)
+    full = CreditBridge(model, 0, cond="none")
+    _, c_out = full.measure_credits(model, x, y)
+    assert cb.value.fc1.in_features == 12 + 16
+    assert all(torch.equal(a, b) for a, b in zip(c, [c_out[0], *c_out[:-1]], strict=True))
+
+
+@pytest.mark.parametrize("reduction,factor", [("example", lambda B, n: 1.0), ("element", lambda B, n: 1 / n),
+                                              ("example-vs-sum", lambda B, n: 1 / B),
+                                              ("element-vs-sum", lambda B, n: 1 / (B * n))])
+def test_penalty_reduction_scales_the_penalty_by_its_stated_factor(reduction, factor):
+    model, x, y = _setup(1)
+    lam = 0.3
+    tr = trace_forward(model, x)
+    zero = [torch.zeros_like(h) for h in tr.states]  # a zero credit gives a zero surrogate update: penalty alone
+    local_update(model, tr, zero, Penalty(lam, "abs", reduction=reduction))
+    got = [p.grad.clone() for blk in model.blocks for p in blk.parameters()]
+    model.zero_grad(set_to_none=True)
+    # independent reference: autograd of the penalty written out, λ · mean_b ‖f_b‖² × the stated factor
+    B, n = x.shape[0], tr.outs[0][0].numel()
+    ref_loss = sum(lam * factor(B, n) * f.pow(2).sum(1).mean() for f in trace_forward(model, x).outs)
+    ref = torch.autograd.grad(ref_loss, [p for blk in model.blocks for p in blk.parameters()])
+    diff = max((a - b).abs().max().item() for a, b in zip(got, ref, strict=True))
+    print(f"penalty reduction {reduction}: factor {factor(B, n):.3g}, max diff vs autograd {diff:.1e}")
+    assert diff < 1e-14 and max(a.abs().max().item() for a in got) > 0
+    if reduction == "element":  # literally (f**2).mean() over every element
+        lit = torch.autograd.grad(sum(lam * f.pow(2).mean() for f in trace_forward(model, x).outs),
+                                  [p for blk in model.blocks for p in blk.parameters()])
+        assert max((a - b).abs().max().item() for a, b in zip(got, lit, strict=True)) < 1e-14
+
+
+def test_penalty_reduction_is_checked_and_canonical_without_a_penalty():
+    from depthaudit.errors import UsageError
+
+    with pytest.raises(UsageError, match="--penalty-reduction 'mean' not known"):
+        TrainConfig(scale_penalty=0.1, penalty_reduction="mean")
+    assert TrainConfig(penalty_reduction="element").penalty_reduction == "example"  # λ = 0: moot
+    assert TrainConfig(scale_penalty=0.1, penalty_reduction="element").penalty_reduction == "element"
+
+
+TINY = dict(dataset="mnist1d", d_hidden=16, num_blocks=2, epochs=2, batch_size=500, device="cpu")
+
+
+def _weights(run):
+    return torch.cat([p.detach().flatten() for p in run.model.parameters()])
+
+
+def test_warmup_switches_methods_at_exactly_the_stated_step(monkeypatch):
+    cfg = TrainConfig(method="bp", warmup="dfa", warmup_fraction=0.3, **TINY)
+    data = load_data(cfg.dataset, None, False, torch.device("cpu"))
+    total = cfg.epochs * math.ceil(data.x_train.shape[0] / cfg.batch_size)
+    seen = []
+    for cls in (BP, DFA):
+        orig = cls.step
+
+        def spy(self, *a, _orig=orig, _name=cls.name, **k):
+            seen.append(_name)
+            return _orig(self, *a, **k)
+
+        monkeypatch.setattr(cls, "step", spy)
+    train(cfg, data, log=lambda m: None)
+    k = round(0.3 * total)
+    print(f"warm-up: {total} steps, switch after {k}: {seen.count('dfa')} dfa steps then {seen.count('bp')} bp")
+    assert seen == ["dfa"] * k + ["bp"] * (total - k)
+
+
+def test_warmup_limits_equal_the_methods_alone_bit_for_bit():
+    base = TrainConfig(method="bp", **TINY)
+    data = load_data(base.dataset, None, False, torch.device("cpu"))
+    alone = {m: _weights(train(replace(base, method=m), data, log=lambda s: None)) for m in ("bp", "dfa")}
+    all_warm = _weights(train(replace(base, warmup="dfa", warmup_fraction=1.0), data, log=lambda s: None))
+    none_warm = _weights(train(replace(base, warmup="dfa", warmup_fraction=0.0), data, log=lambda s: None))
+    d1, d0 = (all_warm - alone["dfa"]).abs().max().item(), (none_warm - alone["bp"]).abs().max().item()
+    print(f"warm-up fraction 1 vs dfa alone: max diff {d1:.1e}; fraction 0 vs bp alone: {d0:.1e}")
+    assert d1 == 0.0 and d0 == 0.0
+
+
+def test_warmup_spec_is_checked_and_recorded(tmp_path):
+    from depthaudit.errors import UsageError
+
+    with pytest.raises(UsageError, match="nope"):
+        TrainConfig(warmup="nope")
+    cfg = TrainConfig(method="sb", warmup="dfa", warmup_fraction=0.5, **TINY)
+    data = load_data(cfg.dataset, None, False, torch.device("cpu"))
+    model, method = build(cfg, data)
+    assert method.switch == round(0.5 * 2 * math.ceil(data.x_train.shape[0] / 500))
+    assert cfg.to_dict()["warmup"] == "dfa" and TrainConfig(**TINY).warmup_fraction == 0.2
