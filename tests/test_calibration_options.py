@@ -144,3 +144,17 @@ def test_warmup_spec_is_checked_and_recorded(tmp_path):
     model, method = build(cfg, data)
     assert method.switch == round(0.5 * 2 * math.ceil(data.x_train.shape[0] / 500))
     assert cfg.to_dict()["warmup"] == "dfa" and TrainConfig(**TINY).warmup_fraction == 0.2
+
+
+def test_published_cells_verdict_and_protocol_gate():
+    from depthaudit.report.published_audit import TABLE1, is_protocol, verdict
+
+    # hand-computed: SB 0.205 ± 0.039 → tolerance 0.078; BP 0.615 ± 0.004 → tolerance 2 pp
+    assert verdict(0.205 + 0.078, TABLE1["sb"]) == "reproduced"
+    assert verdict(0.205 + 0.079, TABLE1["sb"]) == "not (+7.9 pp)"
+    assert verdict(0.595, TABLE1["bp"]) == "reproduced" and verdict(0.594, TABLE1["bp"]).startswith("not (-2.1")
+    assert verdict(None, TABLE1["bp"]) == "—"
+    base = {"dataset": "cifar10", "arch": "resmlp", "variant": "ref", "d_hidden": 256, "num_blocks": 4,
+            "augment": "crop+flip", "batch_size": 128, "lr": 0.001, "weight_decay": 0.01, "epochs": 100}
+    assert is_protocol(base, 100) and not is_protocol(base, 30)
+    assert not is_protocol({**base, "lr": 0.002}, 100) and not is_protocol({**base, "augment": "none"}, 100)

@@ -200,7 +200,16 @@ def audit_markdown(report: dict, figures: dict[str, str]) -> str:
     for title, body in _sections(report, _table_md):
         parts += [f"## {title}", "", body, ""]
     parts += ["Margins are signed distances to the threshold, positive on the passing side "
-              "(decades for D1/D2, percentage points for D3).", "", "## Figures", ""]
+              "(decades for D1/D2, percentage points for D3).", ""]
+    from .published_audit import table1_md  # (a module of published figures; card.py imports it only here)
+
+    t1 = table1_md(report)
+    if t1:
+        parts += ["## Beside the published Table 1", "",
+                  "This audit's configuration is the published protocol's (CIFAR-10, reference ResMLP, 100 epochs, no "
+                  "penalty). Published: 3 seeds, mean ± std (ddof 1); a cell is reproduced within max(2 std, 2 pp).",
+                  "", t1, ""]
+    parts += ["## Figures", ""]
     parts += [f"![{k}]({v})" for k, v in figures.items()]
     parts += ["", "## Definitions", ""] + [f"- **{k}**: {v}" for k, v in report["definitions"].items()]
     parts += ["", "## Provenance", "",

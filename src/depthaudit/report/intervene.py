@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from ..io import save_figure  # noqa: E402
 from .card import fmt_ms  # noqa: E402
+from .published_audit import section5_md  # noqa: E402
 
 
 def intervention_md(res: dict) -> str:
@@ -90,8 +91,11 @@ def intervention_doc(res: dict, table: str) -> str:
     """The intervention's Markdown page: title (form, λ grid, configuration, budget), table and figure."""
     base = next(iter(res["audits"].values()))["config"]["base"]
     grid = ", ".join(f"{x:g}" for x in res["lambdas"])
+    s5 = section5_md(res)
+    beside = (f"## Beside the published §5\n\nThe study's 30-epoch cells (3 seeds, mean ± std, ddof 1); a cell is "
+              f"reproduced within max(2 std, 2 pp).\n\n{s5}\n\n") if s5 else ""
     return (f"# Scale-penalty intervention ({res['penalty_form']} form, λ ∈ {grid}; {base['dataset']} {base['arch']} "
-            f"d={base['d_hidden']} L={base['num_blocks']}, {base['epochs']} epochs)\n\n{table}\n\n"
+            f"d={base['d_hidden']} L={base['num_blocks']}, {base['epochs']} epochs)\n\n{table}\n\n{beside}"
             f"## Reading, per method\n\n{reading_md(res)}\n\n![checks vs λ](intervention.png)\n")
 
 
