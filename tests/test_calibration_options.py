@@ -158,3 +158,21 @@ def test_published_cells_verdict_and_protocol_gate():
             "augment": "crop+flip", "batch_size": 128, "lr": 0.001, "weight_decay": 0.01, "epochs": 100}
     assert is_protocol(base, 100) and not is_protocol(base, 30)
     assert not is_protocol({**base, "lr": 0.002}, 100) and not is_protocol({**base, "augment": "none"}, 100)
+
+
+def test_claim_figure_reads_every_stored_row_and_draws(tmp_path):
+    from pathlib import Path
+
+    from depthaudit.report.claim import main, points, published_points
+
+    folder = Path(__file__).resolve().parents[1] / "docs" / "results" / "intervene_e30"
+    pts = points(folder)
+    import json
+
+    doc = json.loads((folder / "intervention.json").read_text())
+    want = [(r["method"], d["lambda"], d["test_acc"]["mean"]) for r in doc["rows"] for d in r["by_lambda"]]
+    assert [(p["label"], p["lambda"], p["acc"]) for p in pts] == want and len(pts) == 12
+    assert {(p["label"], p["lambda"]) for p in published_points()} >= {("sb", 0.0), ("sb", 0.01), ("cb", 0.01)}
+    assert main([str(tmp_path / "claim.png"), str(folder)]) == 0
+    assert (tmp_path / "claim.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([str(tmp_path / "x.png")]) == 2

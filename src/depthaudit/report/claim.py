@@ -1,0 +1,100 @@
+"""The study's second claim as one figure: test accuracy against the credit cosine Γ across methods and penalties.
+
+The claim (issue 34): a valid cosine does not predict depth utility. Every stored audit (``report.json``) and
+intervention (``intervention.json``) named on the command line gives one point per row (and per λ): its mean test
+accuracy against its headline Γ (mean over layers); the study's published points (Table 1 and §5, where it quotes
+both numbers) are drawn beside them as hollow markers. Run::
+
+    python -m depthaudit.report.claim OUT.png DIR [DIR ...]
+
+and it prints the points it drew (one line each) beside writing the figure (atomically).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ..io import save_figure  # noqa: E402
+from .published_audit import SECTION5, SECTION5_COS, TABLE1, TABLE1_GAMMA  # noqa: E402
+
+FAMILIES = ("bp", "fa", "dfa", "sb", "cb", "ep", "other")
+
+
+def family(label: str) -> str:
+    """``fa-stream:identity`` → ``fa``; a name no family claims → ``other``."""
+    name = label.split(":")[0]
+    fam = "fa" if name.startswith("fa") else name
+    return fam if fam in FAMILIES else "other"
+
+
+def points(folder: Path) -> list[dict]:
+    """One point per row (and λ) of the audit and intervention files in ``folder``: label, λ, epochs, acc, Γ."""
+    out = []
+    rep, itv = folder / "report.json", folder / "intervention.json"
+    if rep.is_file():
+        doc = json.loads(rep.read_text(encoding="utf-8"))
+        base = doc["config"]["base"]
+        for m in doc["methods"]:
+            out.append({"label": m["method"], "lambda": base.get("scale_penalty", 0.0), "epochs": base["epochs"],
+                        "acc": m["standard_pair"]["test_acc"]["mean"],
+                        "gamma": m["standard_pair"]["aggregate_cosine_mean_per_layer"]["mean"], "source": str(folder)})
+    if itv.is_file():
+        doc = json.loads(itv.read_text(encoding="utf-8"))
+        epochs = next(iter(doc["audits"].values()))["config"]["base"]["epochs"]
+        for r in doc["rows"]:
+            for d in r["by_lambda"]:
+                out.append({"label": r["method"], "lambda": d["lambda"], "epochs": epochs,
+                            "acc": d["test_acc"]["mean"], "gamma": d["cos_mean"]["mean"], "source": str(folder)})
+    return [p for p in out if p["acc"] is not None and p["gamma"] is not None]
+
+
+def published_points() -> list[dict]:
+    """The study's (accuracy, Γ) pairs where it quotes both: Table 1's bridges, §5's penalised cells."""
+    pts = [{"label": m, "lambda": 0.0, "epochs": 100, "acc": TABLE1[m][0], "gamma": g} for m, g in TABLE1_GAMMA.items()]
+    pts += [{"label": m, "lambda": lam, "epochs": 30, "acc": SECTION5[(m, lam)][0], "gamma": c[0]}
+            for (m, lam), c in SECTION5_COS.items()]
+    return pts
+
+
+def claim_figure(ours: list[dict], path: Path) -> None:
+    """Accuracy against Γ: ours filled (λ = 0 circles, λ > 0 squares), the published hollow, one colour per family."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    colours = dict(zip(FAMILIES, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+    for pts, hollow in ((ours, False), (published_points(), True)):
+        for p in pts:
+            c = colours[family(p["label"])]
+            ax.scatter(p["gamma"], p["acc"], marker="o" if p["lambda"] == 0 else "s", s=42,
+                       facecolors="none" if hollow else c, edgecolors=c, linewidths=1.4, zorder=3)
+            lam = "" if p["lambda"] == 0 else f" λ={p['lambda']:g}"
+            ax.annotate(f"{p['label']}{lam}{' (pub)' if hollow else ''}, {p['epochs']} ep", (p["gamma"], p["acc"]),
+                        fontsize=5.5,
+                        xytext=(3, 2), textcoords="offset points", color=c)
+    ax.set_xlabel("headline credit cosine Γ (mean over layers)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("Does a valid cosine predict accuracy? filled: ours · hollow: published", fontsize=9)
+    ax.grid(alpha=0.3)
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``OUT.png DIR [DIR …]``: the figure from every audit/intervention folder given; prints each point."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 2:
+        print("usage: python -m depthaudit.report.claim OUT.png DIR [DIR ...]", file=sys.stderr)
+        return 2
+    ours = [p for d in argv[1:] for p in points(Path(d))]
+    for p in ours:
+        print(f"{p['label']:36s} λ={p['lambda']:<7g} {p['epochs']:>3} ep  acc {p['acc']:.3f}  Γ {p['gamma']:.3f}  "
+              f"({p['source']})")
+    claim_figure(ours, Path(argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
