@@ -16,6 +16,7 @@ from . import COMMANDS
 from .args import (
     add_train_args,
     audit_args,
+    building,
     config_from_args,
     dedup_note,
     out_arg,
@@ -37,16 +38,12 @@ def _audit_config(a: argparse.Namespace):
     a.seeds = a.seeds or list(AuditConfig.seeds)
     base = config_from_args(a)
     check_output_dir(a.out, subdirs=("runs",))
-    if a.stop_on_flag and a.track_every not in (None, 1):
-        raise UsageError("--stop-on-flag needs the monitor every epoch; drop --track-every or set it to 1")
-    if base.num_blocks < 1:
-        raise UsageError("--num-blocks 0: the audit measures residual blocks; give at least 1")
-    shallow = shallow_blocks(a, base.num_blocks)
     if a.fresh_b_draws is not None and not a.functional:
         print("depthaudit: note: --fresh-b-draws has no effect without --functional", file=sys.stderr)
     dedup_note(a.seeds, "--seeds")
-    return AuditConfig(base=base, **given(a, AuditConfig), thresholds=Thresholds(**given(a, Thresholds)),
-                       shallow_blocks=shallow)
+    with building(a):  # every rule is the config's own (the Python API builds the same one)
+        return AuditConfig(base=base, **given(a, AuditConfig), thresholds=Thresholds(**given(a, Thresholds)),
+                           shallow_blocks=shallow_blocks(a))
 
 
 def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
