@@ -7,7 +7,7 @@ import pytest
 
 from depthaudit.commands import build_parser
 from depthaudit.config import TrainConfig
-from depthaudit.errors import ConfigError, UsageError
+from depthaudit.errors import ConfigError
 from depthaudit.executors import SweepOptions
 from depthaudit.experiments.audit import AuditConfig
 from depthaudit.experiments.grow import GrowConfig

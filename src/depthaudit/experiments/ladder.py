@@ -39,9 +39,10 @@ class LadderConfig:
         n = self.base.num_blocks
         ks = tuple(range(n + 1)) if self.k_values is None else tuple(dict.fromkeys(self.k_values))
         bad = [k for k in ks if not 0 <= k <= n]
-        if bad or not ks:
-            raise refuse(self, f"{{k_values}} {list(bad or ks)}: each k must be in 0..{n} ({{num_blocks}}); give at "
-                         "least one")
+        if not ks:
+            raise refuse(self, f"{{k_values}} is empty; give rungs in 0..{n}")
+        if bad:
+            raise refuse(self, f"{{k_values}} {bad}: each k must be in 0..{n} ({{num_blocks}})")
         object.__setattr__(self, "k_values", ks)
 
     def to_dict(self) -> dict:

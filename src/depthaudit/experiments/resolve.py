@@ -23,8 +23,8 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
     """``cfg`` (frozen, being built) in its resolved form, or a :class:`ConfigError`.
 
     Field types and ranges checked; ``methods`` parsed (and each row's options checked against ``base``),
-    ``seeds`` counted once and the base's seed the first of them; ``base.epochs`` >= 1 (0 would make trained equal frozen);
-    ``shallow_blocks`` < the base's blocks.
+    ``seeds`` counted once and the base's seed the first of them; ``base.epochs`` >= 1 (0 would make trained
+    equal frozen); ``shallow_blocks`` < the base's blocks.
     """
     from ..methods import parse_method_spec
 
