@@ -48,6 +48,9 @@ SAME = [  # (command, CLI flags, the API function, the config built in Python wi
      lambda: SaturationConfig(family="resmlp", dataset="mnist1d", extra=[0, 2])),
     ("grow", ["--family", "resmlp", "--dataset", "mnist1d", "--extra", "2"], "grow",
      lambda: GrowConfig(family="resmlp", dataset="mnist1d", extra=2)),
+    ("probes", [*BASE_FLAGS, "--method", "fa:head=exact", "--alphas", "0", "1", "0", "--seeds", "4"], "probes",
+     lambda: da.ProbesConfig(base=da.TrainConfig(**BASE).with_method("fa:head=exact"), alphas=[0, 1, 0],
+                             seeds=[4])),
 ]
 
 
@@ -81,6 +84,7 @@ REFUSED = [  # (CLI argv, the Python construction, the field named)
      lambda: da.AuditConfig(base=da.TrainConfig(num_blocks=2), shallow_blocks=2), "shallow_blocks"),
     (["ladder", "--num_blocks", "2", "--k_values", "0", "5"],
      lambda: da.LadderConfig(base=da.TrainConfig(num_blocks=2), k_values=(0, 5)), "k_values"),
+    (["probes", "--method", "bp"], lambda: da.ProbesConfig(base=da.TrainConfig(method="bp")), "method"),
     (["ladder", "--epochs", "0"], lambda: da.LadderConfig(base=da.TrainConfig(epochs=0)), "epochs"),
     (["train", "--epochs", "20", "--stop-after", "30"], lambda: da.TrainConfig(epochs=20, stop_after=30),
      "stop_after"),

@@ -32,6 +32,7 @@ from .experiments.ladder import LadderConfig
 
 if TYPE_CHECKING:
     from .experiments.grow import GrowConfig
+    from .experiments.probes import ProbesConfig
     from .experiments.saturation import SaturationConfig
 
 
@@ -266,6 +267,27 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
         write_json(tmp / "intervention.json", res)
         write_text(tmp / "intervention.md", md)
     return Result(out / "intervention.json", res, table, md, [out / "intervention.png"])
+
+
+@_api_call
+def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
+           replace_report: bool = False, argv: list[str] | None = None) -> Result:
+    """The toward-BP probes of one method (ours): credit mix over ``config.alphas``, BP warm start.
+
+    Writes ``out/probes_{method}.json``/``.md`` and ``credit_mix_{method}.png``; the card is the Markdown.
+    """
+    from .experiments.probes import run_probes
+    from .io import check_output_dir
+
+    out = Path(out)
+    check_output_dir(out, subdirs=("warm_start",))
+    data = _data(config.base, data)
+    check_probe_fits(config.probe_batch_size, data)
+    opts = _sweep(sweep, out, config.base.device)
+    res, md = run_probes(config, out, data, opts, _log(progress), argv or ["depthaudit.probes"], replace_report)
+    if md is None:  # a cell listing or one cell: the sweep's status, no report
+        return Result.stopped_sweep(out, res)
+    return Result(out / f"probes_{config.tag}.json", res, md, md, [out / f"credit_mix_{config.tag}.png"])
 
 
 @_api_call
