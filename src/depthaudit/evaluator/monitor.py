@@ -91,10 +91,10 @@ class TrainingMonitor:
     def __init__(self, model: ResidualModel, batches, credit="capture", reference="auto", schedule=None,
                  thresholds: Thresholds | None = None, stop_on_flag: bool = False, loss_fn=None,
                  eps: float | None = None, d1_stat: str = "median", eval_mode: bool = True, name: str = "method",
-                 log=_stderr):
+                 log=_stderr, device=None):
         self.thresholds = thresholds or Thresholds()
         eps = self.thresholds.eps if eps is None else eps
-        self.evaluator = CreditEvaluator(model, batches, credit, reference, loss_fn, eps, d1_stat, eval_mode)
+        self.evaluator = CreditEvaluator(model, batches, credit, reference, loss_fn, eps, d1_stat, eval_mode, device)
         if schedule is not None and not callable(schedule):
             raise UsageError(f"schedule={schedule!r}: pass a function schedule(step) -> bool, e.g. "
                              "lambda step: step % 100 == 0")
