@@ -26,6 +26,8 @@ def _rows(report: dict) -> list[list[str]]:
             rows.append([m["method"], *["diverged"] * 6, f"DIVERGED ({dv['excluded_seeds']} of {dv['n_seeds']} seeds)"])
             continue
         verdict = "FLAG " + ",".join(m["flags"]) if m["flags"] else "PASS"
+        if ck["D3"]["status"] == "NOT MEASURED":  # a monitor's card without a frozen twin: D1 and D2 only
+            verdict += " (D3 not measured)"
         if dv.get("excluded_seeds"):
             verdict += f"; {dv['excluded_seeds']} of {dv['n_seeds']} seeds DIVERGED, excluded"
         rows.append([m["method"], fmt_ms(sp["test_acc"]), fmt_ms(sp["aggregate_cosine_mean_per_layer"]),
