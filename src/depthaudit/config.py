@@ -195,11 +195,12 @@ class TrainConfig:
         Where the data was read from (``data_dir``, ``download``) does not count: the same data moved or
         given by a relative path is the same run; stores that reuse runs check the data's hash instead.
         """
-        try:
-            other = TrainConfig.from_dict(stored)
-        except (TypeError, UsageError):
-            return False
-        return replace(other, data_dir=self.data_dir, download=self.download) == self
+        with nothing_trains():  # a run stored from a GPU is compared, never run, here
+            try:
+                other = replace(TrainConfig.from_dict(stored), data_dir=self.data_dir, download=self.download)
+            except (TypeError, UsageError):
+                return False
+        return other == self
 
     def trainable(self) -> tuple[int, ...]:
         """1-based indices of the blocks that train (see :func:`trainable_blocks`)."""
