@@ -55,3 +55,28 @@ def test_d2_cell_at_its_threshold(g):
     print(g, _check(c, ".2e"))
     limit = TH.ref_factor * TH.eps
     assert (float(v) < limit) == (c["status"] == "FLAG") and (float(m) < 0) == (c["status"] == "FLAG")
+
+
+def test_report_without_the_plugin_of_a_section_says_the_section_needs_it(tmp_path, capsys):
+    import json
+
+    import depthaudit as da
+    from depthaudit.cli import main
+    from depthaudit.diagnostics import MEASUREMENT_KEY
+    from depthaudit.stores import seal, unsealed
+
+    out = tmp_path / "a"
+    cfg = da.AuditConfig(base=da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1), methods="bp",
+                         seeds=(1,), probe_batches=1, probe_batch_size=32)
+    res = da.audit(cfg, out, progress=False)
+    assert main(["report", str(out)]) == 0
+    assert "plug-in" not in capsys.readouterr().err  # every quantity rendered: nothing to say
+    slug = res.record["methods"][0]["runs"]["trained"][0]
+    path = out / "runs" / slug / "result.json"
+    rec = unsealed(json.loads(path.read_text()))
+    rec["history"][-1][MEASUREMENT_KEY]["my_plugin_quantity"] = {"x": 1.0}  # as a plug-in's diagnostic stores it
+    path.write_text(json.dumps(seal(rec)))
+    assert main(["report", str(out)]) == 0
+    err = capsys.readouterr().err
+    print(err)
+    assert "the runs measured my_plugin_quantity" in err and "--plugin" in err

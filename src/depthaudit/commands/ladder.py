@@ -131,6 +131,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
     """Render what one folder holds; returns how many results it found."""
     from ..io import write_json, write_text
     from ..report import audit_markdown, audit_terminal
+    from ..report.card import unrendered
     from ..report.figures import audit_figures
     from ..report.ladder import ladder_report
     from ..stores import FileStore, check_folder_records, rebuild_file_store
@@ -180,6 +181,11 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         write_json(d / "report.json", report)
         write_text(d / "report.md", md)
         print(text)
+        missing = unrendered(report, d / "runs")  # a plug-in's quantities: said, not dropped silently
+        if missing:
+            print(f"depthaudit: note: {d / 'report.json'}: the runs measured {', '.join(missing)}, which no loaded "
+                  "diagnostic renders; their sections need the plug-in that registered them: rerun with "
+                  "--plugin MODULE", file=sys.stderr)
         found += 1
     from ..report.saturation import grow_figure, grow_md, grow_title, saturation_figure, saturation_md, saturation_title
 

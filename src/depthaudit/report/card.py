@@ -229,3 +229,28 @@ def audit_markdown(report: dict, figures: dict[str, str]) -> str:
               f"torch {prov['torch']}, {prov['device']}; data {prov['data']['source']} "
               f"(sha256 {prov['data']['sha256'][:16]}…); started {prov['started_at']}.", ""]
     return "\n".join(parts)
+
+
+def unrendered(report: dict, runs_dir) -> list[str]:
+    """Quantities the audit's runs measured that no registered diagnostic renders: a plug-in's, not loaded here.
+
+    Read from the trained runs' own records (``runs_dir/<slug>/result.json``; an unreadable one is skipped, the
+    report command names damaged records itself). Their sections need that plug-in (``--plugin``).
+    """
+    import json
+    from pathlib import Path
+
+    from ..diagnostics import DIAGNOSTICS, INIT_MEASUREMENT_KEY, MEASUREMENT_KEY
+
+    names: set[str] = set()
+    for m in report.get("methods") or []:
+        for slug in (m.get("runs") or {}).get("trained") or []:
+            try:
+                rec = json.loads((Path(runs_dir) / slug / "result.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            for h in rec.get("history") or []:
+                names.update((h.get(MEASUREMENT_KEY) or {}) if isinstance(h, dict) else ())
+            names.update(rec.get(INIT_MEASUREMENT_KEY) or {})
+    return sorted(n for n in names if n not in DIAGNOSTICS)
+
