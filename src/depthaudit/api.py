@@ -314,8 +314,9 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     family.check_recipe(specs[0].cfg, data)
     store = family.saturation_store(config, out, name, sha)
     opts = sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs"))
+    log = _log(progress)  # run_log too: a pretrained model's passes take minutes each, each stage is said
     status = run_sweep(specs, store, data=family.sweep_data(data) if opts.jobs == 1 else None,
-                       argv=argv or ["depthaudit.saturation"], opts=opts, log=_log(progress))
+                       argv=argv or ["depthaudit.saturation"], opts=opts, log=log, run_log=log)
     if not status.complete:
         return Result.stopped_sweep(store.path, status)
     if config.importance is not None or config.grow_steps:  # (hf: the depth-importance and growth tables)
