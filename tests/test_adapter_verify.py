@@ -103,6 +103,7 @@ def test_batches_the_model_cannot_take_are_refused_in_one_line():
     _refused(_model(), _batches(dtype=torch.float64), match="probe batch 0: x is float64 but the model's parameters "
              "are float32")
     _refused(_model(), [(x, y.float()) for x, y in _batches()], match="labels y are float32")
+    _refused(_model(), [(x, y.int()) for x, y in _batches()], match=r"labels y are int32; .* pass y.long\(\)")
     _refused(_model(), [(x, y + C) for x, y in _batches()], match="labels span 3..5 but the model has 3 classes")
     _refused(_model(), [(torch.randn(B, 7), y) for _, y in _batches()], match=r"x of shape \(16, 7\) does not fit")
 

@@ -276,18 +276,47 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
 
     Writes ``out/probes_{method}.json``/``.md`` and ``credit_mix_{method}.png``; the card is the Markdown.
     """
-    from .experiments.probes import run_probes
-    from .io import check_output_dir
+    from .experiments.toward_bp import bp_warm_start, credit_mix_sweep
+    from .io import check_output_dir, staged, write_json, write_text
+    from .report.toward_bp import credit_mix_figure, credit_mix_md, warm_start_md
+    from .runner import fitted_probe_batches
+    from .stores import claim_folder, still_owner
+    from .sweep import SweepStatus
 
     out = Path(out)
     check_output_dir(out, subdirs=("warm_start",))
-    data = _data(config.base, data)
+    base, tag, log, argv = config.base, config.tag, _log(progress), argv or ["depthaudit.probes"]
+    data = _data(base, data)
     check_probe_fits(config.probe_batch_size, data)
-    opts = _sweep(sweep, out, config.base.device)
-    res, md = run_probes(config, out, data, opts, _log(progress), argv or ["depthaudit.probes"], replace_report)
-    if md is None:  # a cell listing or one cell: the sweep's status, no report
-        return Result.stopped_sweep(out, res)
-    return Result(out / f"probes_{config.tag}.json", res, md, md, [out / f"credit_mix_{config.tag}.png"])
+    opts = _sweep(sweep, out, base.device)
+    plan = (fitted_probe_batches(data, config.probe_batches, config.probe_batch_size), config.probe_batch_size)
+    ident = config.identity(plan, data.sha256)
+    claim = None
+    if not opts.list_cells and opts.cell is None and not opts.stored_only:  # this method's report in OUT belongs
+        # to one configuration: claimed under the folder's lock before anything trains (another method's probes
+        # sit beside it); --stored-only trains nothing and claims once every cell is found
+        claim = claim_folder(out, "probes", ident, replace_report, name=f"probes_{tag}.identity.json")
+    cb = credit_mix_sweep(base, base.method, list(config.alphas), config.seeds, out, data, data.sha256, plan,
+                          log=log, argv=argv, opts=opts)
+    if isinstance(cb, SweepStatus):  # a cell listing or one cell: the sweep did what was asked, no report
+        return Result.stopped_sweep(out, cb)
+    parts = [f"# Probes (ours): {config.label}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
+             f"{base.epochs} epochs, seeds {list(config.seeds)}", "", "## Credit mix (ours)", "", credit_mix_md(cb), "",
+             f"![credit mix](credit_mix_{tag}.png)", ""]
+    res = {"credit_mix": cb}
+    if config.pre_epochs > 0:
+        res["warm_start"] = bp_warm_start(base, base.method, config.pre_epochs, config.seeds, out, data, plan,
+                                          log=log, argv=argv)
+        parts += [f"## BP warm start (ours; BP for {config.pre_epochs} epochs, then {base.epochs} more)", "",
+                  warm_start_md(res["warm_start"]), ""]
+    if claim is None and opts.stored_only:
+        claim = claim_folder(out, "probes", ident, replace_report, name=f"probes_{tag}.identity.json")
+    md = "\n".join(parts)
+    with still_owner(out, claim), staged(out) as tmp:  # JSON, table and figure: all of them or none
+        credit_mix_figure(cb, tmp / f"credit_mix_{tag}.png")
+        write_json(tmp / f"probes_{tag}.json", res)
+        write_text(tmp / f"probes_{tag}.md", md)
+    return Result(out / f"probes_{tag}.json", res, md, md, [out / f"credit_mix_{tag}.png"])
 
 
 @_api_call
@@ -474,7 +503,7 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
 
 
 def _comparable_base(d: dict[str, Any]) -> dict[str, Any]:
-    """A stored base config in today's form (0.2's flat option fields read back into ``method_options``)."""
+    """A stored base config in today's form (the records' flat option fields read back into ``method_options``)."""
     try:
         return TrainConfig.from_dict(d).to_dict()
     except (TypeError, UsageError):

@@ -8,7 +8,7 @@ from typing import Any
 
 from .errors import ConfigError, UsageError
 from .fields import arg, check_ranges, check_types, refuse
-from .seeds import derive_seed  # noqa: F401  (re-exported: its home before 0.3)
+from .seeds import derive_seed  # noqa: F401  (re-exported: loop, runner, batched and scripts import it from here)
 
 DEFAULT_EPOCHS = 20  # the budget of a dataset that registers none
 
@@ -134,9 +134,9 @@ class TrainConfig:
     def identity_dict(self) -> dict[str, Any]:
         """The dict that names this run in stores (folder hashes, file identities), stable across versions.
 
-        Options that 0.2 kept as flat fields (``fa_head``, ``ep_beta``, …) are written back in that form, every
-        one (at its default when this method does not read it), so runs stored before the options moved into
-        ``method_options`` keep their names; only options without such a field stay under ``method_options``.
+        Options the stores' records (``depthaudit.train.v1`` configs) hold as flat fields (``fa_head``,
+        ``ep_beta``, …) are written back in that form, every one (at its default when this method does not read
+        it), so stored runs keep their names; only options without such a field stay under ``method_options``.
         """
         from .methods.specs import legacy_fields
 
@@ -146,13 +146,13 @@ class TrainConfig:
         for f, (_, key, _) in legacy_fields().items():
             if key in opts and _legacy_owner(self.method, f):
                 flat[f] = opts.pop(key)
-        order = list(d)  # 0.2's field order: the options stood after warm_start
+        order = list(d)  # the stored records' field order: the flat options stand after warm_start
         at = order.index("warm_start") + 1
         out = {k: d[k] for k in order[:at]} | flat | {k: d[k] for k in order[at:]}
         from .methods import METHODS
         from .methods.options import declared
 
-        # an option with no 0.2 field names the run only when set away from its default (older names stay)
+        # an option with no flat field names the run only when set away from its default (stored names stay)
         decl = declared(METHODS.get(self.method)) if self.method in METHODS else {}
         opts = {k: v for k, v in opts.items() if k not in decl or v != decl[k].default}
         if opts:
@@ -177,7 +177,7 @@ class TrainConfig:
         d = {RENAMED.get(k, k): v for k, v in d.items()}
         opts = dict(d.get("method_options") or {})
         method = d.get("method", "bp")
-        for f, (_, key, _) in legacy_fields().items():  # 0.2's flat option fields → the method's own options
+        for f, (_, key, _) in legacy_fields().items():  # the records' flat option fields → the method's own options
             if f in d and key not in opts and _legacy_owner(method, f):
                 opts[key] = d[f]
         d["method_options"] = opts
@@ -208,7 +208,7 @@ class TrainConfig:
 
 
 def _legacy_owner(method: str, flat: str) -> bool:
-    """Whether ``method`` declares an option stored as the 0.2 flat field ``flat``."""
+    """Whether ``method`` declares an option the stores' records hold as the flat field ``flat``."""
     from .methods import METHODS
     from .methods.options import declared
 
@@ -217,8 +217,8 @@ def _legacy_owner(method: str, flat: str) -> bool:
 
 # what a stored config that lacks a field ran with (fields added after 0.1.0)
 LEGACY: dict[str, Any] = {"variant": "v0.1", "augment": "none", "stop_after": None, "penalty_form": "rel"}
-# fields stored under an earlier name (0.2's toward-BP experiment fields were renamed so none collides with the
-# protocol's methods)
+# fields some stored records hold under an earlier name (the toward-BP experiment fields were renamed so none
+# collides with the protocol's methods)
 RENAMED: dict[str, str] = {"bridge_alpha": "credit_mix", "init_checkpoint": "warm_start"}
 
 

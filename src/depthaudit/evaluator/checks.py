@@ -43,7 +43,7 @@ def check_fit(model, batches: list, loss_fn, forward_states) -> None:
         return  # a loss of the caller's own reads its own targets
     classes = logits.shape[-1]
     for i, (_, y) in enumerate(batches):
-        if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+        if y.dtype != torch.long:  # (F.cross_entropy takes int64 class indices only)
             raise UsageError(f"probe batch {i}: labels y are {str(y.dtype).removeprefix('torch.')}; cross-entropy "
                              "needs class indices: pass y.long() (or your own loss_fn=)")
         if y.dim() != 1 or y.shape[0] != x.shape[0]:

@@ -1,11 +1,10 @@
 """``depthaudit probes`` (ours): the toward-BP experiments of one method, as one config that resolves itself.
 
-:class:`ProbesConfig` is what the CLI builds from its flags and what :func:`depthaudit.probes` takes; the runs are
-:mod:`.toward_bp`'s (credit-mix α sweep, BP warm start).
+:class:`ProbesConfig` is what the CLI builds from its flags and what :func:`depthaudit.probes` takes (which runs
+:mod:`.toward_bp`'s credit-mix α sweep and BP warm start, and writes the report).
 """
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..config import TrainConfig
 from ..fields import arg, probe_batch_size_field, probe_batches_field, refuse, seeds_field
@@ -57,42 +56,3 @@ class ProbesConfig:
         ident = {k: v for k, v in base.items() if k not in ("seed", "device", "data_dir", "download")}
         return {**ident, "method": self.label, "alphas": list(self.alphas), "seeds": list(self.seeds),
                 "pre_epochs": self.pre_epochs, "probe": list(probe_plan), "data_sha256": data_sha256}
-
-
-def run_probes(cfg: ProbesConfig, out: Path, data, opts, log, argv, replace_report: bool = False):
-    """The probes into ``out``: ``(record, markdown)``, or the sweep's status when it stopped short (a cell)."""
-    from ..io import staged, write_json, write_text
-    from ..report.toward_bp import credit_mix_figure, credit_mix_md, warm_start_md
-    from ..runner import fitted_probe_batches
-    from ..stores import claim_folder, still_owner
-    from ..sweep import SweepStatus
-    from .toward_bp import bp_warm_start, credit_mix_sweep
-
-    base, tag = cfg.base, cfg.tag
-    probe_plan = (fitted_probe_batches(data, cfg.probe_batches, cfg.probe_batch_size), cfg.probe_batch_size)
-    ident = cfg.identity(probe_plan, data.sha256)
-    claim = None
-    if not opts.list_cells and opts.cell is None and not opts.stored_only:  # this method's report in OUT belongs
-        # to one configuration: claimed under the folder's lock before anything trains (another method's probes
-        # sit beside it); --stored-only trains nothing and claims once every cell is found
-        claim = claim_folder(out, "probes", ident, replace_report, name=f"probes_{tag}.identity.json")
-    cb = credit_mix_sweep(base, base.method, list(cfg.alphas), cfg.seeds, out, data, data.sha256, probe_plan,
-                          log=log, argv=argv, opts=opts)
-    if isinstance(cb, SweepStatus):  # a cell listing or one cell: the sweep did what was asked
-        return cb, None
-    parts = [f"# Probes (ours): {cfg.label}, {base.dataset} {base.arch} d={base.d_hidden} "
-             f"L={base.num_blocks}, {base.epochs} epochs, seeds {list(cfg.seeds)}", "", "## Credit mix (ours)", "",
-             credit_mix_md(cb), "", f"![credit mix](credit_mix_{tag}.png)", ""]
-    res = {"credit_mix": cb}
-    if cfg.pre_epochs > 0:
-        sb = bp_warm_start(base, base.method, cfg.pre_epochs, cfg.seeds, out, data, probe_plan, log=log, argv=argv)
-        res["warm_start"] = sb
-        parts += [f"## BP warm start (ours; BP for {cfg.pre_epochs} epochs, then {base.epochs} more)", "",
-                  warm_start_md(sb), ""]
-    if claim is None and opts.stored_only:
-        claim = claim_folder(out, "probes", ident, replace_report, name=f"probes_{tag}.identity.json")
-    with still_owner(out, claim), staged(out) as tmp:  # JSON, table and figure: all of them or none
-        credit_mix_figure(cb, tmp / f"credit_mix_{tag}.png")
-        write_json(tmp / f"probes_{tag}.json", res)
-        write_text(tmp / f"probes_{tag}.md", "\n".join(parts))
-    return res, "\n".join(parts)
