@@ -124,11 +124,8 @@ def forward_states(model: ResidualModel, x: torch.Tensor):
     h = model.embed(x)
     if not h.requires_grad:  # a frozen embedding: the stream still needs a graph for the credits
         h = h.detach().requires_grad_()
-    states = [h]
-    for blk in model.blocks:
-        h = h + blk(h)
-        states.append(h)
-    return model.readout(h), states
+    states = model.stream(h)
+    return model.readout(states[-1]), states
 
 
 def _loss(loss_fn, logits, y):
