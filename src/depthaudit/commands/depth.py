@@ -12,14 +12,16 @@ from pathlib import Path
 
 from ..io import check_output_dir
 from . import COMMANDS
-from .args import building, dedup_note, out_arg, remember_sweep, sweep_args, sweep_options
+from .args import dedup_note, out_arg, remember_sweep, sweep_args, sweep_options
 from .parser import add_fields, given
 
 
 def depth_config(cls, a: argparse.Namespace):
-    """The config ``cls`` of the flags given (the one place a depth command's config is built; it resolves itself)."""
-    with building(a):
-        return cls(**given(a, cls))
+    """The config ``cls`` of the flags given (the one place a depth command's config is built; it resolves itself).
+
+    Its data loads on its device even to list cells, so ``--device cuda`` is refused here without CUDA.
+    """
+    return cls(**given(a, cls))
 
 
 def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
