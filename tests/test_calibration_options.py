@@ -91,7 +91,7 @@ def test_penalty_reduction_scales_the_penalty_by_its_stated_factor(reduction, fa
 def test_penalty_reduction_is_checked_and_canonical_without_a_penalty():
     from depthaudit.errors import UsageError
 
-    with pytest.raises(UsageError, match="--penalty-reduction 'mean' not known"):
+    with pytest.raises(UsageError, match="penalty.reduction 'mean' not known"):
         TrainConfig(scale_penalty=0.1, penalty_reduction="mean")
     assert TrainConfig(penalty_reduction="element").penalty_reduction == "example"  # λ = 0: moot
     assert TrainConfig(scale_penalty=0.1, penalty_reduction="element").penalty_reduction == "element"

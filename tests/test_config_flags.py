@@ -7,7 +7,7 @@ import pytest
 
 from depthaudit.commands import build_parser
 from depthaudit.config import TrainConfig
-from depthaudit.errors import UsageError
+from depthaudit.errors import ConfigError
 from depthaudit.executors import SweepOptions
 from depthaudit.experiments.audit import AuditConfig
 from depthaudit.experiments.grow import GrowConfig
@@ -77,17 +77,20 @@ def test_each_range_is_one_declaration_for_the_parser_and_the_config(cls, f, cap
     assert len(err.strip().splitlines()) == 1, err
     ok = [cmd, flag_name(f), str(kind(lo + 1)), "--out" if cmd != "ladder" else "--output_dir", "unused"]
     assert getattr(build_parser(ok).parse_args(ok), f.name) in (kind(lo + 1), (kind(lo + 1),), [kind(lo + 1)])
-    if cls is TrainConfig:  # the same declaration refuses the value from Python
-        with pytest.raises(UsageError, match=flag_name(f)):
+    if cls is TrainConfig:  # the same declaration refuses the value from Python, naming the keyword there
+        with pytest.raises(ConfigError, match=f"^{f.name} ") as exc:
             TrainConfig(**{f.name: kind(bad)})
+        assert exc.value.for_cli().startswith(flag_name(f)), exc.value.for_cli()
     if cls is AuditConfig:
         seq = f.name in ("seeds",)
-        with pytest.raises(UsageError, match=flag_name(f)):
+        with pytest.raises(ConfigError, match=f"^{f.name} ") as exc:
             AuditConfig(base=TrainConfig(), **{f.name: (kind(bad),) if seq else kind(bad)})
+        assert exc.value.for_cli().startswith(flag_name(f)), exc.value.for_cli()
     if cls in (SaturationConfig, GrowConfig):  # the depth configs too
         seq = "tuple" in str(f.type)
-        with pytest.raises(UsageError, match=flag_name(f)):
+        with pytest.raises(ConfigError, match=f"^{f.name} ") as exc:
             cls(**{f.name: (kind(bad),) if seq else kind(bad)})
+        assert exc.value.for_cli().startswith(flag_name(f)), exc.value.for_cli()
 
 
 def test_flags_not_given_take_the_dataclass_defaults():

@@ -7,16 +7,14 @@ from dataclasses import dataclass, fields
 
 import pytest
 
-import depthaudit as da
 import depthaudit.experiments.saturation as saturation_module
 from depthaudit.cli import main
 from depthaudit.commands import build_parser
-from depthaudit.errors import UsageError
+from depthaudit.errors import ConfigError
 from depthaudit.experiments.grow import GrowConfig, GrowRun
 from depthaudit.experiments.pretrained import PretrainedRun
 from depthaudit.experiments.saturation import MEASURE, SaturationConfig, SaturationRun
 from depthaudit.fields import arg
-from depthaudit.sweep import SweepOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,9 +44,10 @@ def test_a_field_added_to_the_config_is_a_flag_with_its_help_range_and_group(mon
 
     for argv, want in ((["--probe-stride", "5"], 5), (["--probe_stride", "4"], 4), ([], 3)):
         full = ["saturation", *argv, "--out", "unused"]
-        assert depth_config(WithNewOption, build_parser(full).parse_args(full), "cpu").probe_stride == want
-    with pytest.raises(UsageError, match="--probe-stride must be >= 2, got 1"):  # the same range from Python
+        assert depth_config(WithNewOption, build_parser(full).parse_args(full)).probe_stride == want
+    with pytest.raises(ConfigError, match="^probe_stride must be >= 2, got 1") as exc:  # the same range, in Python
         WithNewOption(probe_stride=1)
+    assert exc.value.for_cli() == "--probe-stride must be >= 2, got 1"
 
 
 BAD = [
@@ -88,8 +87,9 @@ def test_the_same_ranges_refuse_a_config_built_in_python():
                           (GrowConfig, {"extra": 0}, "--extra"),
                           (GrowConfig, {"insert_at": (0, 1)}, "--insert-at"),
                           (GrowConfig, {"weight_decay": -1.0}, "--weight-decay")):
-        with pytest.raises(UsageError, match=flag):
+        with pytest.raises(ConfigError, match=f"^{flag[2:].replace('-', '_')} ") as exc:  # Python: the keyword
             cls(**kw)
+        assert exc.value.for_cli().startswith(flag)  # the CLI: the flag
 
 
 def test_old_spellings_and_the_documented_ones_parse():
@@ -109,11 +109,11 @@ def test_flags_not_given_are_the_dataclass_defaults_and_repeats_are_kept_where_t
 
     for cmd, cls in (("saturation", SaturationConfig), ("grow", GrowConfig)):
         argv = [cmd, "--out", "unused"]
-        assert depth_config(cls, build_parser(argv).parse_args(argv), "cpu") == cls()
+        assert depth_config(cls, build_parser(argv).parse_args(argv)) == cls()
     argv = ["grow", "--extra", "2", "--insert-at", "1", "1", "--out", "unused"]  # two blocks at epoch 1
-    assert depth_config(GrowConfig, build_parser(argv).parse_args(argv), "cpu").insert_at == (1, 1)
+    assert depth_config(GrowConfig, build_parser(argv).parse_args(argv)).insert_at == (1, 1)
     argv = ["saturation", "--extra", "0", "3", "0", "--out", "unused"]  # a depth twice is one depth
-    assert depth_config(SaturationConfig, build_parser(argv).parse_args(argv), "cpu").extra == (0, 3)
+    assert depth_config(SaturationConfig, build_parser(argv).parse_args(argv)).extra == (0, 3)
 
 
 def test_help_is_grouped_shows_defaults_and_fits_a_screen(capsys):
@@ -160,12 +160,12 @@ def test_a_cell_is_its_config_plus_what_varies():
 def test_epochs_and_stop_after_mean_the_same_from_python_and_the_shell(tmp_path, capsys):
     # no --epochs: the dataset's budget (the text families': 20), checked against --stop-after before any data
     # (a cell listing: were the check missing, nothing would train)
-    listing = SweepOptions(list_cells=True)
-    for cfg in (SaturationConfig(family="gpt", epochs=3, stop_after=4), GrowConfig(dataset="mnist1d", stop_after=21),
-                SaturationConfig(dataset="cifar10", stop_after=101)):
-        with pytest.raises(UsageError, match=r"--stop-after must be in 1\.\.--epochs \((3|20|100)\)"):
-            (da.grow if isinstance(cfg, GrowConfig) else da.saturation)(cfg, tmp_path / "p", sweep=listing,
-                                                                        progress=False)
+    # the config refuses it where it is built (the API never sees it)
+    for make in (lambda: SaturationConfig(family="gpt", epochs=3, stop_after=4),
+                 lambda: GrowConfig(dataset="mnist1d", stop_after=21),
+                 lambda: SaturationConfig(dataset="cifar10", stop_after=101)):
+        with pytest.raises(ConfigError, match=r"^stop_after must be in 1\.\.epochs \((3|20|100)\)"):
+            make()
     assert main(["saturation", "--family", "gpt", "--stop-after", "21", "--list-cells", "--out",
                  str(tmp_path / "c")]) == 2
     assert "--stop-after must be in 1..--epochs (20), got 21" in capsys.readouterr().err

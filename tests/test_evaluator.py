@@ -521,7 +521,7 @@ def test_bad_inputs_get_one_clear_error_naming_the_fix():
     with pytest.raises(UsageError, match="fraction"):
         mon.report(test_acc=55.0, frozen_acc=0.4)
     with pytest.raises(UsageError, match="frozen_twin"):
-        mon.report(test_acc=0.5, frozen_acc=None)
+        mon.report(test_acc=0.5, frozen_acc=4.0)
 
 
 def test_capture_credits_is_the_per_example_convention():
@@ -610,3 +610,22 @@ def test_biotorch_sign_symmetry_captured_equals_depthaudit_usf_and_weight_replac
     BioModule(model, mode="fa", layer_config={"type": "fa", "options": opts})
     with pytest.raises(RuntimeError, match="replaced trainable parameters"):
         CreditEvaluator(model, batches)()
+
+
+def test_a_card_without_a_frozen_twin_reports_gamma_d1_d2_and_marks_d3_not_measured(tmp_path):
+    model = build_model("resmlp", (40,), 10, 16, 2, None, 0)
+    mon = TrainingMonitor(model, _batches(), log=None, name="mine")
+    assert "0 measurements so far" in mon._repr_markdown_()  # in Jupyter before the report
+    mon.step(0)
+    report = mon.report(test_acc=0.5)
+    m = report["methods"][0]
+    print(mon.card())
+    assert m["checks"]["D3"]["status"] == "NOT MEASURED" and m["checks"]["D3"]["value"] is None
+    assert "D3" not in m["flags"] and m["checks"]["D1"]["status"] in ("PASS", "FLAG")
+    assert "— NOT MEASURED (—)" in mon.card()
+    mon.write(tmp_path / "out")
+    schema = json.loads(files("depthaudit.report").joinpath("audit.schema.json").read_text())
+    jsonschema.validate(json.loads((tmp_path / "out" / "report.json").read_text()), schema)
+    md, page = mon._repr_markdown_(), mon._repr_html_()
+    assert md.startswith("# depthaudit audit") and "NOT MEASURED" in md  # Jupyter: the card, like Result
+    assert page.startswith("<pre>") and page.count("<img src=\"data:image/png;base64,") == 3  # figures inline

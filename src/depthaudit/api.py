@@ -18,19 +18,21 @@ environment variable ``DEPTHAUDIT_PROGRESS=0`` the bars alone (``=1`` forces the
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import html
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import TrainConfig
-from .errors import UsageError
+from .config import TrainConfig, nothing_trains
+from .errors import ConfigError, UsageError
 from .experiments.audit import AuditConfig
 from .experiments.ladder import LadderConfig
 
 if TYPE_CHECKING:
     from .experiments.grow import GrowConfig
+    from .experiments.probes import ProbesConfig
     from .experiments.saturation import SaturationConfig
 
 
@@ -85,8 +87,10 @@ def _api_call(fn):
 
         cpu = torch.get_rng_state()
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        sweep = kwargs.get("sweep")  # a sweep that trains nothing: its configs may name a device this machine lacks
+        idle = sweep is not None and (sweep.list_cells or sweep.stored_only)
         try:
-            with bars(kwargs.get("progress", True)):
+            with bars(kwargs.get("progress", True)), nothing_trains() if idle else contextlib.nullcontext():
                 return fn(*args, **kwargs)
         finally:
             torch.set_rng_state(cpu)
@@ -105,21 +109,6 @@ def _data(cfg: TrainConfig, data):
     if device.type == "cuda" and not torch.cuda.is_available():  # listing or reporting GPU runs: nothing trains
         device = torch.device("cpu")
     return data if data is not None else load_data(cfg.dataset, cfg.data_dir, cfg.download, device)
-
-
-def _methods(methods) -> tuple:
-    """Each entry parsed once into its canonical :class:`~depthaudit.methods.MethodSpec` (duplicates counted once)."""
-    from .methods import parse_spec
-
-    if isinstance(methods, str):
-        methods = (methods,)
-    return tuple(dict.fromkeys(parse_spec(m) for m in methods))
-
-
-def _audit_form(config: AuditConfig) -> AuditConfig:
-    """Specs parsed, seeds deduplicated, and the base's seed the first of them (as the CLI builds it)."""
-    seeds = tuple(dict.fromkeys(config.seeds))
-    return replace(config, methods=_methods(config.methods), seeds=seeds, base=replace(config.base, seed=seeds[0]))
 
 
 def _sweep(sweep, out: Path, device: str):
@@ -171,8 +160,7 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
     from .stores import claim_folder, still_owner
     from .sweep import pick_cell
 
-    config = _audit_form(config)
-    out = Path(out)
+    out = Path(out)  # (the config resolved itself when built: specs parsed, seeds once, every rule checked)
     check_output_dir(out, subdirs=("runs",))
     same_audit(out, config, replace_report)
     base = config.base
@@ -215,11 +203,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
     from .runner import fitted_probe_batches
     from .sweep import pick_cell, run_sweep
 
-    config = replace(config, methods=_methods(config.methods))
-    base = config.base
-    bad = [k for k in config.k_values if k < 0 or k > base.num_blocks]
-    if bad:
-        raise UsageError(f"--k_values {bad}: each k must be in 0..{base.num_blocks} (--num_blocks)")
+    base = config.base  # (resolved when built: k-values 0..L by default, each checked)
     out = Path(out)
     check_output_dir(out, "--output_dir")
     opts = _sweep(sweep, out, base.device)
@@ -256,10 +240,9 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     from .runner import fitted_probe_batches
     from .stores import claim_folder, still_owner
 
-    config = _audit_form(config)
     lambdas = list(dict.fromkeys(float(x) for x in lambdas))
     if any(not x >= 0 for x in lambdas):
-        raise UsageError(f"--lambdas must be >= 0, got {lambdas}")
+        raise ConfigError(f"{{lambdas}} must be >= 0, got {lambdas}")
     out = Path(out)
     check_output_dir(out, subdirs=("runs",))
     data = _data(config.base, data)
@@ -287,6 +270,56 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
 
 
 @_api_call
+def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
+           replace_report: bool = False, argv: list[str] | None = None) -> Result:
+    """The toward-BP probes of one method (ours): credit mix over ``config.alphas``, BP warm start.
+
+    Writes ``out/probes_{method}.json``/``.md`` and ``credit_mix_{method}.png``; the card is the Markdown.
+    """
+    from .experiments.toward_bp import bp_warm_start, credit_mix_sweep
+    from .io import check_output_dir, staged, write_json, write_text
+    from .report.toward_bp import credit_mix_figure, credit_mix_md, warm_start_md
+    from .runner import fitted_probe_batches
+    from .stores import claim_folder, still_owner
+    from .sweep import SweepStatus
+
+    out = Path(out)
+    check_output_dir(out, subdirs=("warm_start",))
+    base, tag, log, argv = config.base, config.tag, _log(progress), argv or ["depthaudit.probes"]
+    data = _data(base, data)
+    check_probe_fits(config.probe_batch_size, data)
+    opts = _sweep(sweep, out, base.device)
+    plan = (fitted_probe_batches(data, config.probe_batches, config.probe_batch_size), config.probe_batch_size)
+    ident = config.identity(plan, data.sha256)
+    claim = None
+    if not opts.list_cells and opts.cell is None and not opts.stored_only:  # this method's report in OUT belongs
+        # to one configuration: claimed under the folder's lock before anything trains (another method's probes
+        # sit beside it); --stored-only trains nothing and claims once every cell is found
+        claim = claim_folder(out, "probes", ident, replace_report, name=f"probes_{tag}.identity.json")
+    cb = credit_mix_sweep(base, base.method, list(config.alphas), config.seeds, out, data, data.sha256, plan,
+                          log=log, argv=argv, opts=opts)
+    if isinstance(cb, SweepStatus):  # a cell listing or one cell: the sweep did what was asked, no report
+        return Result.stopped_sweep(out, cb)
+    parts = [f"# Probes (ours): {config.label}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
+             f"{base.epochs} epochs, seeds {list(config.seeds)}", "", "## Credit mix (ours)", "", credit_mix_md(cb), "",
+             f"![credit mix](credit_mix_{tag}.png)", ""]
+    res = {"credit_mix": cb}
+    if config.pre_epochs > 0:
+        res["warm_start"] = bp_warm_start(base, base.method, config.pre_epochs, config.seeds, out, data, plan,
+                                          log=log, argv=argv)
+        parts += [f"## BP warm start (ours; BP for {config.pre_epochs} epochs, then {base.epochs} more)", "",
+                  warm_start_md(res["warm_start"]), ""]
+    if claim is None and opts.stored_only:
+        claim = claim_folder(out, "probes", ident, replace_report, name=f"probes_{tag}.identity.json")
+    md = "\n".join(parts)
+    with still_owner(out, claim), staged(out) as tmp:  # JSON, table and figure: all of them or none
+        credit_mix_figure(cb, tmp / f"credit_mix_{tag}.png")
+        write_json(tmp / f"probes_{tag}.json", res)
+        write_text(tmp / f"probes_{tag}.md", md)
+    return Result(out / f"probes_{tag}.json", res, md, md, [out / f"credit_mix_{tag}.png"])
+
+
+@_api_call
 def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
                argv: list[str] | None = None) -> Result:
     """A depth sweep: AG, AGmax, V and the gradient-matched insertion at every candidate, per depth.
@@ -303,18 +336,16 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     family = FAMILIES.get(config.family)
     out = Path(out)
     check_output_dir(out)
-    config = _with_budget(config, family)
-    config = family.resolve(config, "saturation")
+    config = family.resolve(config, "saturation")  # (the config resolved its budget and checked its rules)
     family.check(config, "saturation")
-    if not family.pretrained and not config.extra:  # (each value's range: SaturationConfig's declarations)
-        raise UsageError("--extra: give at least one number of extra blocks")
     data, name, sha = family.load(config, "saturation", data)
     specs = config.specs()
     family.check_recipe(specs[0].cfg, data)
     store = family.saturation_store(config, out, name, sha)
     opts = sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs"))
+    log = _log(progress)  # run_log too: a pretrained model's passes take minutes each, each stage is said
     status = run_sweep(specs, store, data=family.sweep_data(data) if opts.jobs == 1 else None,
-                       argv=argv or ["depthaudit.saturation"], opts=opts, log=_log(progress))
+                       argv=argv or ["depthaudit.saturation"], opts=opts, log=log, run_log=log)
     if not status.complete:
         return Result.stopped_sweep(store.path, status)
     if config.importance is not None or config.grow_steps:  # (hf: the depth-importance and growth tables)
@@ -340,22 +371,10 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
     from .stores import FileStore, RunSpec
     from .sweep import SweepOptions, run_sweep
 
-    family = FAMILIES.get(config.family)
-    if not family.growable:
-        able = ", ".join(n for n in FAMILIES.names() if FAMILIES.get(n).growable)
-        raise UsageError(f"--family {config.family}: grow cannot grow it; use one of {able}")
+    family = FAMILIES.get(config.family)  # (the config resolved its budget and schedule and checked its rules)
     out = Path(out)
     check_output_dir(out)
-    config = _with_budget(config, family)
-    if config.epochs < 1:
-        raise UsageError("--epochs must be >= 1 for grow (insertions happen at epoch starts)")
     sched = config.schedule()
-    last = config.stop_after or config.epochs  # --stop-after: the first epochs of the same run, insertions included
-    bad = any(not 1 <= e <= last for e in sched) or list(sched) != sorted(sched)
-    if len(sched) != config.extra or bad:
-        raise UsageError(f"--insert-at needs {config.extra} non-decreasing epochs in 1..{last} (one per extra block)"
-                         + ("" if config.insert_at else f"; the default schedule {list(sched)} reaches past "
-                            "--stop-after"))
     config = family.resolve(config, "grow")
     family.check(config, "grow")
     data, _, _ = family.load(config, "grow", data)
@@ -373,23 +392,6 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
     if not status.complete:
         return Result.stopped_sweep(store.path, status)
     return _depth_result(store, "grow")
-
-
-def _with_budget(config, family):
-    """``config`` with its budget, as every command's ``--epochs``, and its ``--stop-after`` checked.
-
-    ``epochs=None`` is the dataset's (CIFAR 100, others 20; text :data:`~depthaudit.config.DEFAULT_EPOCHS`);
-    ``stop_after`` trains the first N epochs of it (1..epochs).
-    """
-    from .config import DEFAULT_EPOCHS
-    from .data import DATASETS
-
-    if config.epochs is None:
-        budget = DEFAULT_EPOCHS if family.reads_text else DATASETS.meta(config.dataset).get("epochs", DEFAULT_EPOCHS)
-        config = replace(config, epochs=budget)
-    if config.stop_after is not None and not config.stop_after <= config.epochs:
-        raise UsageError(f"--stop-after must be in 1..--epochs ({config.epochs}), got {config.stop_after}")
-    return config
 
 
 def _depth_result(store, kind: str, low_signal: float = 5e-3) -> Result:
@@ -419,14 +421,19 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
     from .runner import probe_batch
 
     if config.num_blocks < 1:
-        raise UsageError("--num-blocks 0: the identity check measures residual blocks; give at least 1")
+        raise ConfigError("{num_blocks} 0: the identity check measures residual blocks; give at least 1")
+    seeds = list(dict.fromkeys(seeds))
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+        raise ConfigError(f"{{seeds}} must be one or more seeds >= 0 (e.g. 42), got {seeds}")
+    for name, v, lo in (("probe_batches", probe_batches, 1), ("probe_batch_size", probe_batch_size, 2)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+            raise ConfigError(f"{{{name}}} must be an integer >= {lo}, got {v!r}")
     data = _data(config, data)
     check_probe_fits(probe_batch_size, data)
-    seeds = list(dict.fromkeys(seeds))
     n = probe_batches * probe_batch_size
     if n > data.x_test.shape[0]:
-        raise UsageError(f"--probe-batches {probe_batches} × --probe-batch-size {probe_batch_size} = {n} exceeds the "
-                         f"{data.x_test.shape[0]} held-out examples of {config.dataset}; ask for fewer")
+        raise ConfigError(f"{{probe_batches}} {probe_batches} × {{probe_batch_size}} {probe_batch_size} = {n} exceeds "
+                          f"the {data.x_test.shape[0]} held-out examples of {config.dataset}; ask for fewer")
     x, y = probe_batch(data, seeds[0], n)
     res = identity_over_seeds(config, data.input_shape, data.num_classes, seeds, x, y, probe_batch_size)
     res["summary"] = identity_summary(res["per_seed"], config.num_blocks)
@@ -464,7 +471,7 @@ def check_probe_fits(batch_size: int, data) -> None:
     """A probe batch must fit the held-out split (checked once the data is loaded, before any run starts)."""
     n = data.x_test.shape[0]
     if batch_size > n:
-        raise UsageError(f"--probe-batch-size {batch_size} exceeds the {n} held-out examples; use at most {n}")
+        raise ConfigError(f"{{probe_batch_size}} {batch_size} exceeds the {n} held-out examples; use at most {n}")
 
 
 def audit_identity(acfg: AuditConfig, data_sha256: str) -> dict:
@@ -496,7 +503,7 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
 
 
 def _comparable_base(d: dict[str, Any]) -> dict[str, Any]:
-    """A stored base config in today's form (0.2's flat option fields read back into ``method_options``)."""
+    """A stored base config in today's form (the records' flat option fields read back into ``method_options``)."""
     try:
         return TrainConfig.from_dict(d).to_dict()
     except (TypeError, UsageError):

@@ -12,7 +12,7 @@ import sys
 import threading
 
 from .commands import build_parser
-from .errors import UsageError
+from .errors import UsageError, cli_message
 from .plugins import HALF_WRITTEN, import_plugins_in, plugin_blame
 
 # what a report prints that an ASCII (or Latin-1, …) terminal cannot: the closest plain spelling
@@ -131,7 +131,7 @@ def _main(argv: list[str]) -> int:
             return exc.code if isinstance(exc.code, int) else 2
         return args.func(args, argv)
     except UsageError as exc:
-        print(f"depthaudit: error: {exc}", file=sys.stderr)
+        print(f"depthaudit: error: {cli_message(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         remove_in_flight()

@@ -1,12 +1,14 @@
 """The frozen run configuration: built once by the CLI, passed down, serialised into every result."""
 
+import contextlib
+import contextvars
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from .errors import UsageError
-from .fields import arg, check_ranges
-from .seeds import derive_seed  # noqa: F401  (re-exported: its home before 0.3)
+from .errors import ConfigError, UsageError
+from .fields import arg, check_ranges, check_types, refuse
+from .seeds import derive_seed  # noqa: F401  (re-exported: loop, runner, batched and scripts import it from here)
 
 DEFAULT_EPOCHS = 20  # the budget of a dataset that registers none
 
@@ -84,15 +86,16 @@ class TrainConfig:
                                  choices=("example", "element", "example-vs-sum", "element-vs-sum"),
                                  advanced=True, training=True)
     seed: int = arg(42, help="seed (init, feedback, shuffle)", lo=0, hi=2**63 - 1, per_run=True)
-    device: str = arg("cpu", help="cpu | cuda | cuda:N | auto = cuda if available", metavar="DEV",
-                      default_text="auto")
+    device: str = arg("auto", help="cpu | cuda | cuda:N | auto = cuda if available", metavar="DEV")
 
     def __post_init__(self):
         from .data.augment import AUGMENTS
         from .models.resmlp import DEFAULT_RATIO, VARIANTS
 
+        check_types(self)  # d_hidden='8', 8.5 or True: refused here, not deep inside torch
+        object.__setattr__(self, "device", resolve_device(self.device))
         if self.variant not in VARIANTS:
-            raise UsageError(f"--variant {self.variant!r} not known; use one of {', '.join(VARIANTS)}")
+            raise refuse(self, f"{{variant}} {self.variant!r} not known; use one of {', '.join(VARIANTS)}")
         if self.mlp_ratio is None:  # resolved here so every stored config names the expansion it ran
             object.__setattr__(self, "mlp_ratio", 4 if self.arch == "vit" else DEFAULT_RATIO[self.variant])
         if self.augment == "auto":
@@ -100,28 +103,28 @@ class TrainConfig:
 
             object.__setattr__(self, "augment", DATASETS.meta(self.dataset).get("augment", "none"))
         if self.augment not in AUGMENTS:
-            raise UsageError(f"--augment {self.augment!r} not known; use one of auto, {', '.join(AUGMENTS)}")
+            raise refuse(self, f"{{augment}} {self.augment!r} not known; use one of auto, {', '.join(AUGMENTS)}")
         if self.epochs is None:  # the budget: the dataset's own (CIFAR: the protocol's 100), else 20
             from .data import DATASETS
 
             object.__setattr__(self, "epochs", DATASETS.meta(self.dataset).get("epochs", DEFAULT_EPOCHS))
         check_ranges(self)  # every field's declared range (the CLI's parser applies the same ones)
         if self.stop_after is not None and not 1 <= self.stop_after <= self.epochs:
-            raise UsageError(f"--stop-after must be in 1..--epochs ({self.epochs}), got {self.stop_after}")
+            raise refuse(self, f"{{stop_after}} must be in 1..{{epochs}} ({self.epochs}), got {self.stop_after}")
         trainable_blocks(self.train_blocks, self.num_blocks)  # validates the spelling and k
         if self.warm_start and not os.path.isfile(self.warm_start):
             inside = os.path.join(self.warm_start, "checkpoint.pt")
             if os.path.isdir(self.warm_start):
-                raise UsageError(f"--warm-start {self.warm_start}: is a folder; give the checkpoint file in it"
-                                 + (f" ({inside})" if os.path.isfile(inside) else ""))
-            raise UsageError(f"--warm-start {self.warm_start}: no such file; give a checkpoint.pt path")
+                raise refuse(self, f"{{warm_start}} {self.warm_start}: is a folder; give the checkpoint file in it"
+                             + (f" ({inside})" if os.path.isfile(inside) else ""))
+            raise refuse(self, f"{{warm_start}} {self.warm_start}: no such file; give a checkpoint.pt path")
         if self.penalty_form not in ("abs", "rel"):  # (the API's path; the CLI's parser refuses it first)
-            raise UsageError(f"--penalty-form {self.penalty_form!r} not known; use abs or rel")
+            raise refuse(self, f"{{penalty_form}} {self.penalty_form!r} not known; use abs or rel")
         from .recipe import PENALTY_REDUCTIONS
 
         if self.penalty_reduction not in PENALTY_REDUCTIONS:  # (the API's path; the parser refuses it first)
-            raise UsageError(f"--penalty-reduction {self.penalty_reduction!r} not known; use one of "
-                             f"{', '.join(PENALTY_REDUCTIONS)}")
+            raise refuse(self, f"{{penalty_reduction}} {self.penalty_reduction!r} not known; use one of "
+                         f"{', '.join(PENALTY_REDUCTIONS)}")
         if self.scale_penalty == 0:  # the form of a zero penalty is meaningless: one canonical value
             object.__setattr__(self, "penalty_form", "abs")
             object.__setattr__(self, "penalty_reduction", "example")
@@ -153,9 +156,9 @@ class TrainConfig:
     def identity_dict(self) -> dict[str, Any]:
         """The dict that names this run in stores (folder hashes, file identities), stable across versions.
 
-        Options that 0.2 kept as flat fields (``fa_head``, ``ep_beta``, …) are written back in that form, every
-        one (at its default when this method does not read it), so runs stored before the options moved into
-        ``method_options`` keep their names; only options without such a field stay under ``method_options``.
+        Options the stores' records (``depthaudit.train.v1`` configs) hold as flat fields (``fa_head``,
+        ``ep_beta``, …) are written back in that form, every one (at its default when this method does not read
+        it), so stored runs keep their names; only options without such a field stay under ``method_options``.
         """
         from .methods.specs import legacy_fields
 
@@ -165,13 +168,13 @@ class TrainConfig:
         for f, (_, key, _) in legacy_fields().items():
             if key in opts and _legacy_owner(self.method, f):
                 flat[f] = opts.pop(key)
-        order = list(d)  # 0.2's field order: the options stood after warm_start
+        order = list(d)  # the stored records' field order: the flat options stand after warm_start
         at = order.index("warm_start") + 1
         out = {k: d[k] for k in order[:at]} | flat | {k: d[k] for k in order[at:]}
         from .methods import METHODS
         from .methods.options import declared
 
-        # an option with no 0.2 field names the run only when set away from its default (older names stay)
+        # an option with no flat field names the run only when set away from its default (stored names stay)
         decl = declared(METHODS.get(self.method)) if self.method in METHODS else {}
         opts = {k: v for k, v in opts.items() if k not in decl or v != decl[k].default}
         if opts:
@@ -196,11 +199,12 @@ class TrainConfig:
         d = {RENAMED.get(k, k): v for k, v in d.items()}
         opts = dict(d.get("method_options") or {})
         method = d.get("method", "bp")
-        for f, (_, key, _) in legacy_fields().items():  # 0.2's flat option fields → the method's own options
+        for f, (_, key, _) in legacy_fields().items():  # the records' flat option fields → the method's own options
             if f in d and key not in opts and _legacy_owner(method, f):
                 opts[key] = d[f]
         d["method_options"] = opts
-        return cls(**{**LEGACY, **{k: v for k, v in d.items() if k in names}})
+        with nothing_trains():  # a run stored from a GPU reads back on a machine without one
+            return cls(**{**LEGACY, **{k: v for k, v in d.items() if k in names}})
 
     @property
     def epochs_run(self) -> int:
@@ -213,11 +217,12 @@ class TrainConfig:
         Where the data was read from (``data_dir``, ``download``) does not count: the same data moved or
         given by a relative path is the same run; stores that reuse runs check the data's hash instead.
         """
-        try:
-            other = TrainConfig.from_dict(stored)
-        except (TypeError, UsageError):
-            return False
-        return replace(other, data_dir=self.data_dir, download=self.download) == self
+        with nothing_trains():  # a run stored from a GPU is compared, never run, here
+            try:
+                other = replace(TrainConfig.from_dict(stored), data_dir=self.data_dir, download=self.download)
+            except (TypeError, UsageError):
+                return False
+        return other == self
 
     def trainable(self) -> tuple[int, ...]:
         """1-based indices of the blocks that train (see :func:`trainable_blocks`)."""
@@ -225,7 +230,7 @@ class TrainConfig:
 
 
 def _legacy_owner(method: str, flat: str) -> bool:
-    """Whether ``method`` declares an option stored as the 0.2 flat field ``flat``."""
+    """Whether ``method`` declares an option the stores' records hold as the flat field ``flat``."""
     from .methods import METHODS
     from .methods.options import declared
 
@@ -234,9 +239,57 @@ def _legacy_owner(method: str, flat: str) -> bool:
 
 # what a stored config that lacks a field ran with (fields added after 0.1.0)
 LEGACY: dict[str, Any] = {"variant": "v0.1", "augment": "none", "stop_after": None, "penalty_form": "rel"}
-# fields stored under an earlier name (0.2's toward-BP experiment fields were renamed so none collides with the
-# protocol's methods)
+# fields some stored records hold under an earlier name (the toward-BP experiment fields were renamed so none
+# collides with the protocol's methods)
 RENAMED: dict[str, str] = {"bridge_alpha": "credit_mix", "init_checkpoint": "warm_start"}
+
+
+_NOTHING_TRAINS = contextvars.ContextVar("depthaudit_nothing_trains", default=False)
+
+
+@contextlib.contextmanager
+def nothing_trains():
+    """Configs built inside name devices without being run on them: ``cuda`` is accepted on a machine without it.
+
+    For reading stored runs and for sweeps that train nothing (``list_cells``, ``stored_only``), so the cells and
+    reports of runs trained on a GPU can be listed and rebuilt anywhere.
+    """
+    token = _NOTHING_TRAINS.set(True)
+    try:
+        yield
+    finally:
+        _NOTHING_TRAINS.reset(token)
+
+
+def resolve_device(spec: str | None) -> str:
+    """``auto`` (or None) → ``cuda:0`` when available else ``cpu``; ``cuda`` → ``cuda:0``.
+
+    An unavailable or unknown device is refused in one line naming ``device`` (before any data loads or file is
+    written).
+
+    Inside :func:`nothing_trains` a ``cuda[:N]`` the machine lacks is accepted (nothing will run on it).
+    """
+    import torch
+
+    spec = spec or "auto"
+    if spec == "auto":
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(spec)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"{{device}} {spec!r} not understood; use cpu, cuda, cuda:N or auto") from None
+    if dev.type == "cuda":
+        idx = dev.index or 0
+        if _NOTHING_TRAINS.get():
+            return f"cuda:{idx}"
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{{device}} {spec}: CUDA is not available here; use {{device=cpu}} (or auto)")
+        if idx >= torch.cuda.device_count():
+            raise ConfigError(f"{{device}} {spec}: only {torch.cuda.device_count()} CUDA device(s) here")
+        return f"cuda:{idx}"
+    if dev.type != "cpu":
+        raise ConfigError(f"{{device}} {spec}: unsupported device type; use cpu, cuda[:N] or auto")
+    return "cpu"
 
 
 def trainable_blocks(spec: str, num_blocks: int) -> tuple[int, ...]:
@@ -253,10 +306,9 @@ def trainable_blocks(spec: str, num_blocks: int) -> tuple[int, ...]:
     if kind in ("last", "first") and k.isdigit():
         k = int(k)
         if k > num_blocks:
-            raise UsageError(
-                f"--train-blocks {spec}: k={k} exceeds --num-blocks {num_blocks}; use k <= {num_blocks}"
-            )
+            raise ConfigError(f"{{train_blocks}} {spec}: k={k} exceeds {{num_blocks}} {num_blocks}; "
+                              f"use k <= {num_blocks}")
         if kind == "last":
             return tuple(range(num_blocks - k + 1, num_blocks + 1))
         return tuple(range(1, k + 1))
-    raise UsageError(f"--train-blocks {spec!r} not understood; use all, none, last:k or first:k")
+    raise ConfigError(f"{{train_blocks}} {spec!r} not understood; use all, none, last:k or first:k")

@@ -290,7 +290,7 @@ def run_groups(groups: list[list[RunSpec]], store, opts: SweepOptions, data=None
             c = g[0].cfg
             what = c.describe() + ", " if hasattr(c, "describe") else ""
             stop = f" (first {c.stop_after})" if getattr(c, "stop_after", None) else ""
-            budget = f", {c.epochs} epochs" if hasattr(c, "epochs") else ""
+            budget = f", {c.epochs} epochs" if hasattr(c, "epochs") and getattr(c, "epoch_budget", True) else ""
             if len(g) == 1:
                 log(f"run {g[0].key}: {what}seed {c.seed}{budget}{stop}")
             else:

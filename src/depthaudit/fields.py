@@ -7,9 +7,11 @@ Python, so a default or a range lives in exactly one place. Imports nothing heav
 """
 
 import math
+import types
+import typing
 from dataclasses import MISSING, field, fields, is_dataclass
 
-from .errors import UsageError
+from .errors import ConfigError
 
 
 def arg(default=MISSING, *, help, group: str | None = None, advanced: bool = False, lo=None, hi=None,
@@ -76,6 +78,12 @@ def out_of_range(value, meta) -> str | None:
     return None
 
 
+def refuse(obj, template: str):
+    """A :class:`ConfigError` of ``template`` whose ``{field}`` names take ``obj``'s declared flags on the CLI."""
+    flags = {f.name: flag_name(f) for f in fields(obj) if f.metadata.get("flag")}
+    return ConfigError(template, flags)
+
+
 def check_ranges(obj) -> None:
     """Refuse a config (or a nested one) holding a number outside its field's declared range: one line."""
     for f in fields(obj):
@@ -88,7 +96,86 @@ def check_ranges(obj) -> None:
         for x in v if isinstance(v, tuple | list) else (v,):
             bad = out_of_range(x, f.metadata)
             if bad:
-                raise UsageError(f"{flag_name(f)} {bad}, got {x}")
+                raise refuse(obj, f"{{{f.name}}} {bad}, got {x}")
+
+
+_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "True or False", dict: "a dict"}
+
+
+def _fits(value, hint):
+    """``(ok, value)``: whether ``value`` is of type ``hint``, and the value as stored.
+
+    An int for a float field is stored as a float and a list as a tuple: what the CLI's parser would have made.
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any:
+        return True, value
+    if origin in (typing.Union, types.UnionType):
+        for h in args:
+            ok, v = _fits(value, h)
+            if ok:
+                return True, v
+        return False, value
+    if hint is type(None):
+        return value is None, value
+    if origin is tuple:
+        if not isinstance(value, tuple | list) or isinstance(value, str):
+            return False, value
+        out = []
+        for x in value:
+            ok, x = _fits(x, args[0])
+            if not ok:
+                return False, value
+            out.append(x)
+        return True, tuple(out)
+    if origin is dict:
+        return isinstance(value, dict), value
+    if hint is bool:
+        return isinstance(value, bool), value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if isinstance(hint, type):
+        return isinstance(value, hint), value
+    return True, value  # (a hint this check does not read: left to the config's own rules)
+
+
+def _kind(hint) -> str:
+    """How a type reads in a refusal: ``an integer``, ``an integer or None``, ``a tuple of integers``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("None" if h is type(None) else _kind(h) for h in args)
+    if origin is tuple:
+        return f"a tuple of {_kind(args[0]).split(' ', 1)[-1]}s"
+    return _KINDS.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def check_types(obj) -> None:
+    """Refuse a field whose value is not of its declared type: one line naming the field, before anything uses it.
+
+    ``d_hidden='8'``, ``8.5`` or ``True`` for an int are refused; ints given for a float field are stored as floats
+    and lists as tuples (what the CLI's parser makes).
+    """
+    hints = typing.get_type_hints(type(obj))
+    for f in fields(obj):
+        hint = hints.get(f.name)
+        if hint is None:
+            continue
+        ok, v = _fits(getattr(obj, f.name), hint)
+        if not ok:
+            raise refuse(obj, f"{{{f.name}}} must be {_kind(hint)}, got {getattr(obj, f.name)!r}")
+        if v is not getattr(obj, f.name):
+            object.__setattr__(obj, f.name, v)
+
+
+def check_seeds(obj, name: str = "seeds") -> None:
+    """A sweep's seeds: at least one, each counted once (a seed twice would double-count it in mean ± std)."""
+    seeds = tuple(dict.fromkeys(getattr(obj, name)))
+    if not seeds:
+        raise refuse(obj, f"{{{name}}} is empty; give at least one seed (e.g. 42)")
+    object.__setattr__(obj, name, seeds)
 
 
 # fields shared by the sweep configs (AuditConfig, LadderConfig): declared once here

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
+from .config import nothing_trains
 from .errors import UsageError
 from .io import finite_json, write_json
 
@@ -416,7 +417,8 @@ class FileStore:
         dev = cfg.get("device")
         if not dev or not hasattr(spec.cfg, "device") or dev == spec.cfg.device:
             return None
-        same = replace(spec.cfg, device=dev).same_as(cfg) and rec.get("tracking") == spec.tracking
+        with nothing_trains():  # the stored device is compared, never run on here
+            same = replace(spec.cfg, device=dev).same_as(cfg) and rec.get("tracking") == spec.tracking
         return dev if same else None
 
     def put(self, spec: RunSpec, rec: dict) -> None:

@@ -5,6 +5,7 @@ decades (log10) for the scale checks D1 and D2, percentage points for D3.
 """
 
 import math
+import re
 import statistics
 from dataclasses import asdict, dataclass
 
@@ -105,6 +106,38 @@ def decision_table(methods: list[dict], chance: float, th: Thresholds) -> dict:
     pr_n = sum(r["protocol_walks_back"] for r in rows)
     return {"chance_acc": chance, "rows": rows, "standard_pair_count": sp_n, "protocol_count": pr_n, "n": n,
             "summary": f"the standard pair walks back {sp_n} of {n} methods; the protocol {pr_n} of {n}"}
+
+
+def agreeing(x: float, fmt: str, agrees) -> str:
+    """``x`` in ``fmt`` (``+.1f``, ``.3g``, ``.2e``), with the digits it takes for the printed number to agree.
+
+    Up to 12 more digits, until the printed number satisfies ``agrees``: a cell never reads as the other side of
+    its threshold.
+    """
+    text = format(x, fmt)
+    m = re.fullmatch(r"([+ ]?)\.(\d+)([fge])", fmt)
+    if m is None or not math.isfinite(x):
+        return text
+    for extra in range(13):
+        text = format(x, f"{m[1]}.{int(m[2]) + extra}{m[3]}")
+        if agrees(float(text)):
+            break
+    return text
+
+
+def check_cells(c: dict, fmt: str) -> tuple[str, str]:
+    """A check's value and margin as printed: ``("+1.95", "-0.05")`` for a D3 gap of 1.95 pp under a 2 pp floor.
+
+    The value shows the digits that keep it on its verdict's side of the threshold (a FLAG under ``value <
+    threshold`` never prints as the threshold itself), the margin those that keep its sign (negative for a FLAG).
+    """
+    flagged = c["status"] == "FLAG"
+    th = c.get("threshold")
+    below = c.get("flag_when", "value < threshold") == "value < threshold"
+    v = "—" if c["value"] is None else format(c["value"], fmt) if th is None else agreeing(
+        c["value"], fmt, lambda p: (p < th if below else p > th) == flagged)
+    m = "—" if c["margin"] is None else agreeing(c["margin"], "+.1f", lambda p: (p < 0) == flagged)
+    return v, m
 
 
 def fmt_ms(ms: dict | None, fmt: str = ".3f") -> str:

@@ -85,16 +85,13 @@ def shallow_args(g) -> None:
                    help="blocks of the shallow baseline; its width matches the parameters (default: 1)")
 
 
-def shallow_blocks(a: argparse.Namespace, num_blocks: int) -> int:
-    """Blocks of the parameter-matched shallow baseline, 0 when not asked for; 1 <= K < L is checked here."""
+def shallow_blocks(a: argparse.Namespace) -> int:
+    """Blocks of the parameter-matched shallow baseline, 0 when not asked for (the config checks 1 <= K < L)."""
     if not a.shallow_baseline:
         if a.shallow_blocks is not None:
             _note("--shallow-blocks has no effect without --shallow-baseline")
         return 0
-    k = 1 if a.shallow_blocks is None else a.shallow_blocks
-    if not k < num_blocks:
-        raise UsageError(f"--shallow-blocks {k}: the shallow baseline needs 1 <= blocks < --num-blocks {num_blocks}")
-    return k
+    return 1 if a.shallow_blocks is None else a.shallow_blocks
 
 
 def sweep_args(p: Parser, stacking: bool = True) -> None:
@@ -168,43 +165,30 @@ def probe_sizes(a: argparse.Namespace, cls) -> tuple[int, int]:
             a.probe_batch_size or field_default(cls, "probe_batch_size"))
 
 
-def resolve_device(spec: str | None, trains: bool = True) -> str:
-    """``auto`` (or not given) → ``cuda`` when available else ``cpu``; an unavailable CUDA device is a UsageError.
+def trains(a: argparse.Namespace) -> bool:
+    """Whether the command trains.
 
-    ``trains=False`` (``--stored-only``, ``--list-cells``: nothing is trained) accepts ``cuda[:N]`` on a machine
-    without it, so the cells and reports of runs trained on a GPU can be listed and rebuilt anywhere.
+    ``--stored-only``, ``--list-cells``: nothing runs, so ``--device cuda`` is accepted on a machine without it
+    (:func:`depthaudit.config.nothing_trains`).
     """
-    import torch
+    return not (getattr(a, "stored_only", False) or getattr(a, "list_cells", False))
 
-    spec = spec or "auto"
-    if spec == "auto":
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(spec)
-    except RuntimeError:
-        raise UsageError(f"--device {spec!r} not understood; use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not trains:
-        return f"cuda:{dev.index or 0}"
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError(f"--device {spec}: CUDA is not available here; use --device cpu")
-        idx = dev.index or 0
-        if idx >= torch.cuda.device_count():
-            raise UsageError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s)")
-        return f"cuda:{idx}"
-    if dev.type != "cpu":
-        raise UsageError(f"--device {spec}: unsupported device type; use cpu or cuda[:N]")
-    return "cpu"
+
+def building(a: argparse.Namespace):
+    """The context a command's configs are built in: :func:`~depthaudit.config.nothing_trains` when nothing trains."""
+    from contextlib import nullcontext
+
+    from ..config import nothing_trains
+
+    return nullcontext() if trains(a) else nothing_trains()
 
 
 def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainConfig:
     """The frozen config, built once here from the flags given (the dataclass fills in every other default).
 
-    ``zero_epochs``: ``--epochs 0`` is meaningful (``train``: record the initial or warm-start weights).
+    ``zero_epochs``: ``--epochs 0`` is meaningful (``train``: record the initial or warm-start weights), said so.
     """
-    if a.epochs == 0 and not zero_epochs:
-        raise UsageError("--epochs 0 trains nothing (trained would equal frozen); give --epochs >= 1")
-    if a.epochs == 0:
+    if a.epochs == 0 and zero_epochs:  # (the sweeps' configs refuse 0: AuditConfig, LadderConfig)
         _note("--epochs 0: nothing is trained; the record and checkpoint hold the initial (or --warm-start) weights")
     from ..data import DATASETS
     from ..methods import parse_method_spec, parse_spec, with_flags
@@ -225,10 +209,10 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
         a.method = a.method_spec.name
     if getattr(a, "seeds", None):
         kw["seed"] = a.seeds[0]
-    trains = not (getattr(a, "stored_only", False) or getattr(a, "list_cells", False))
-    cfg = TrainConfig(**{**kw, "device": resolve_device(a.device, trains=trains)})
-    for m in getattr(a, "methods", None) or ():  # each row's options validated now, before any data loads
-        parse_method_spec(m, cfg)
+    with building(a):
+        cfg = TrainConfig(**kw)
+        for m in getattr(a, "methods", None) or ():  # each row's options validated now, before any data loads
+            parse_method_spec(m, cfg)
     return cfg
 
 

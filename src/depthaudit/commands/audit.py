@@ -4,25 +4,21 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
-from ..api import check_probe_fits
 from ..config import TrainConfig
 from ..errors import UsageError
 from ..experiments.audit import AuditConfig
 from ..io import check_output_dir
-from ..runner import fitted_probe_batches
 from . import COMMANDS
 from .args import (
     add_train_args,
     audit_args,
+    building,
     config_from_args,
     dedup_note,
     out_arg,
     probe_sizes,
     remember_sweep,
     shallow_blocks,
-    stopped,
     sweep_args,
     sweep_options,
 )
@@ -37,16 +33,12 @@ def _audit_config(a: argparse.Namespace):
     a.seeds = a.seeds or list(AuditConfig.seeds)
     base = config_from_args(a)
     check_output_dir(a.out, subdirs=("runs",))
-    if a.stop_on_flag and a.track_every not in (None, 1):
-        raise UsageError("--stop-on-flag needs the monitor every epoch; drop --track-every or set it to 1")
-    if base.num_blocks < 1:
-        raise UsageError("--num-blocks 0: the audit measures residual blocks; give at least 1")
-    shallow = shallow_blocks(a, base.num_blocks)
     if a.fresh_b_draws is not None and not a.functional:
         print("depthaudit: note: --fresh-b-draws has no effect without --functional", file=sys.stderr)
     dedup_note(a.seeds, "--seeds")
-    return AuditConfig(base=base, **given(a, AuditConfig), thresholds=Thresholds(**given(a, Thresholds)),
-                       shallow_blocks=shallow)
+    with building(a):  # every rule is the config's own (the Python API builds the same one)
+        return AuditConfig(base=base, **given(a, AuditConfig), thresholds=Thresholds(**given(a, Thresholds)),
+                           shallow_blocks=shallow_blocks(a))
 
 
 def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
@@ -93,64 +85,23 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
-    """The toward-BP experiments for one method (command name ``probes``): credit-mix α sweep, BP warm start."""
-    from ..data import load_data
-    from ..experiments.toward_bp import bp_warm_start, credit_mix_sweep
-    from ..io import staged, write_json, write_text
-    from ..methods import METHODS, parse_spec
-    from ..report.toward_bp import credit_mix_figure, credit_mix_md, warm_start_md
-    from ..stores import claim_folder, still_owner
-    from ..sweep import SweepStatus
+    """The toward-BP experiments for one method (:func:`depthaudit.probes`): credit-mix α sweep, BP warm start."""
+    from .. import api
+    from ..experiments.probes import ProbesConfig
 
-    name = parse_spec(a.method).name  # a spec (fa:head=exact) as every command takes it; unknown: one line now
-    if METHODS.get(name).exact_credits:
-        raise UsageError(f"--method {a.method}: its credits are already BP's, so mixing toward BP and a BP warm "
-                         "start measure nothing; run them on a method whose credit differs (e.g. fa, dfa)")
     dedup_note(a.alphas, "--alphas")
-    a.alphas = list(dict.fromkeys(a.alphas))
     a.seeds = a.seeds or list(AuditConfig.seeds)
     base = config_from_args(a)
     check_output_dir(a.out, subdirs=("warm_start",))
-    data = load_data(base.dataset, base.data_dir, base.download, torch.device(base.device))
-    nb, bs = probe_sizes(a, AuditConfig)
-    check_probe_fits(bs, data)
+    with building(a):  # every rule is the config's own (the Python API builds the same one)
+        cfg = ProbesConfig(base=base, alphas=tuple(a.alphas), pre_epochs=a.pre_epochs, seeds=tuple(a.seeds),
+                           **given(a, AuditConfig, only=("probe_batches", "probe_batch_size")))
     out = Path(a.out)
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    seeds = tuple(dict.fromkeys(a.seeds))
-    probe_plan = (fitted_probe_batches(data, nb, bs), bs)
     opts = sweep_options(a, out, base.device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
-    tag = a.method_spec.label.replace(":", "_").replace("=", "-").replace(",", "_")  # fa, fa_head-exact: file names
-    ident = {k: v for k, v in base.identity_dict().items() if k not in ("seed", "device", "data_dir", "download")}
-    ident = {**ident, "method": a.method_spec.label, "alphas": a.alphas, "seeds": list(seeds),
-             "pre_epochs": a.pre_epochs, "probe": list(probe_plan), "data_sha256": data.sha256}
-    claim = None
-    if not opts.list_cells and opts.cell is None and not opts.stored_only:  # this method's report in OUT belongs
-        # to one configuration: claimed under the folder's lock before anything trains (another method's probes
-        # sit beside it); --stored-only trains nothing and claims once every cell is found
-        claim = claim_folder(out, "probes", ident, a.replace_report, name=f"probes_{tag}.identity.json")
-    cb = credit_mix_sweep(base, a.method, a.alphas, seeds, out, data, data.sha256, probe_plan, log=log,
-                          argv=["depthaudit", *argv], opts=opts)
-    if isinstance(cb, SweepStatus):  # a cell listing or one cell: the sweep did what was asked
-        return stopped(cb)
-    parts = [f"# Probes (ours): {a.method_spec.label}, {base.dataset} {base.arch} d={base.d_hidden} "
-             f"L={base.num_blocks}, {base.epochs} epochs, seeds {list(seeds)}", "", "## Credit mix (ours)", "",
-             credit_mix_md(cb), "", f"![credit mix](credit_mix_{tag}.png)", ""]
-    res = {"credit_mix": cb}
-    if a.pre_epochs > 0:
-        sb = bp_warm_start(base, a.method, a.pre_epochs, seeds, out, data, probe_plan, log=log,
-                              argv=["depthaudit", *argv])
-        res["warm_start"] = sb
-        parts += [f"## BP warm start (ours; BP for {a.pre_epochs} epochs, then {base.epochs} more)", "",
-                  warm_start_md(sb), ""]
-    if claim is None and opts.stored_only:
-        claim = claim_folder(out, "probes", ident, a.replace_report, name=f"probes_{tag}.identity.json")
-    with still_owner(out, claim), staged(out) as tmp:  # JSON, table and figure: all of them or none
-        credit_mix_figure(cb, tmp / f"credit_mix_{tag}.png")
-        write_json(tmp / f"probes_{tag}.json", res)
-        write_text(tmp / f"probes_{tag}.md", "\n".join(parts))
-    print("\n".join(parts))
+    res = api.probes(cfg, out, sweep=opts, replace_report=a.replace_report, argv=["depthaudit", *argv])
+    print(res.card)
     return 0
 
 

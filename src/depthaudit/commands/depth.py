@@ -12,13 +12,16 @@ from pathlib import Path
 
 from ..io import check_output_dir
 from . import COMMANDS
-from .args import dedup_note, out_arg, remember_sweep, resolve_device, sweep_args, sweep_options
+from .args import dedup_note, out_arg, remember_sweep, sweep_args, sweep_options
 from .parser import add_fields, given
 
 
-def depth_config(cls, a: argparse.Namespace, device: str):
-    """The config ``cls`` of the flags given (the one place a depth command's config is built)."""
-    return cls(**{**given(a, cls), "device": device})
+def depth_config(cls, a: argparse.Namespace):
+    """The config ``cls`` of the flags given (the one place a depth command's config is built; it resolves itself).
+
+    Its data loads on its device even to list cells, so ``--device cuda`` is refused here without CUDA.
+    """
+    return cls(**given(a, cls))
 
 
 def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
@@ -27,17 +30,16 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     from ..experiments.families import FAMILIES
     from ..experiments.saturation import SaturationConfig
 
-    device = resolve_device(a.device)
     check_output_dir(a.out)
     if a.extra:
         dedup_note(a.extra, "--extra")
-    cfg = depth_config(SaturationConfig, a, device)
+    cfg = depth_config(SaturationConfig, a)
     if FAMILIES.get(cfg.family).pretrained:
-        if cfg.continue_steps and cfg.epochs is not None:
+        if cfg.continue_steps and a.epochs is not None:
             _note(f"--epochs is not used by --family {cfg.family} (--continue-steps sets the training)")
     elif cfg.epochs == 0:
         _note("--epochs 0 measures each depth at initialisation (untrained)")
-    return _run(api.saturation, cfg, a, argv, device)
+    return _run(api.saturation, cfg, a, argv)
 
 
 def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
@@ -45,19 +47,18 @@ def cmd_grow(a: argparse.Namespace, argv: list[str]) -> int:
     from .. import api
     from ..experiments.grow import GrowConfig
 
-    device = resolve_device(a.device)
     check_output_dir(a.out)
-    return _run(api.grow, depth_config(GrowConfig, a, device), a, argv, device)
+    return _run(api.grow, depth_config(GrowConfig, a), a, argv)
 
 
 def _note(text: str) -> None:
     print(f"depthaudit: note: {text}", file=sys.stderr)
 
 
-def _run(fn, cfg, a: argparse.Namespace, argv: list[str], device: str) -> int:
+def _run(fn, cfg, a: argparse.Namespace, argv: list[str]) -> int:
     """``fn(cfg)`` into ``--out`` under the sweep flags; print its card (or why it stopped)."""
     out = Path(a.out)
-    opts = sweep_options(a, out, device)
+    opts = sweep_options(a, out, cfg.device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
     res = fn(cfg, out, sweep=opts, argv=["depthaudit", *argv])

@@ -5,12 +5,13 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import UsageError, cli_message
 from ..experiments.ladder import LadderConfig
 from ..io import check_output_dir
 from . import COMMANDS
 from .args import (
     add_train_args,
+    building,
     config_from_args,
     dedup_note,
     out_arg,
@@ -38,12 +39,9 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     check_output_dir(a.output_dir, "--output_dir")
     if a.k_values is not None:
         dedup_note(a.k_values, "--k_values")
-    bad = [k for k in a.k_values or () if k > base.num_blocks]
-    if bad:
-        raise UsageError(f"--k_values {bad}: each k must be in 0..{base.num_blocks} (--num_blocks)")
     dedup_note(a.seeds, "--seeds")
-    lc = LadderConfig(base=base, **{"k_values": tuple(range(base.num_blocks + 1)), **given(a, LadderConfig)},
-                      shallow_blocks=shallow_blocks(a, base.num_blocks))
+    with building(a):  # k-values (default 0..L) and every rule are the config's own
+        lc = LadderConfig(base=base, **given(a, LadderConfig), shallow_blocks=shallow_blocks(a))
     opts = sweep_options(a, a.output_dir, base.device)  # bad sweep flags: one line, before any work
     if opts.cell is not None:
         opts = remember_sweep(opts, a.output_dir, argv)
@@ -76,7 +74,7 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
         except UsageError as exc:
             if sub == d:
                 raise
-            print(f"depthaudit: note: skipped {sub}: {exc}", file=sys.stderr)  # one bad subfolder, not the walk
+            print(f"depthaudit: note: skipped {sub}: {cli_message(exc)}", file=sys.stderr)  # one bad folder, not all
             continue
         if n and sub != d:
             print(f"(from {sub})\n")
@@ -100,7 +98,7 @@ def _assemble_cells(d: Path) -> int:
     try:
         return run_command([*cmd, "--stored-only"])
     except UsageError as exc:  # e.g. cells not finished; or cells added to a folder another command made
-        raise UsageError(f"{exc} (or, to render what the files hold without that command, remove "
+        raise UsageError(f"{cli_message(exc)} (or, to render what the files hold without that command, remove "
                          f"{d / 'sweep.json'})") from None
 
 
@@ -133,6 +131,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
     """Render what one folder holds; returns how many results it found."""
     from ..io import write_json, write_text
     from ..report import audit_markdown, audit_terminal
+    from ..report.card import unrendered
     from ..report.figures import audit_figures
     from ..report.ladder import ladder_report
     from ..stores import FileStore, check_folder_records, rebuild_file_store
@@ -182,6 +181,11 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         write_json(d / "report.json", report)
         write_text(d / "report.md", md)
         print(text)
+        missing = unrendered(report, d / "runs")  # a plug-in's quantities: said, not dropped silently
+        if missing:
+            print(f"depthaudit: note: {d / 'report.json'}: the runs measured {', '.join(missing)}, which no loaded "
+                  "diagnostic renders; their sections need the plug-in that registered them: rerun with "
+                  "--plugin MODULE", file=sys.stderr)
         found += 1
     from ..report.saturation import grow_figure, grow_md, grow_title, saturation_figure, saturation_md, saturation_title
 

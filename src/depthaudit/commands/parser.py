@@ -210,13 +210,15 @@ def _help(text) -> str:
     return text.replace("%", "%%")
 
 
-def given(a: argparse.Namespace, cls) -> dict:
-    """``{field: value}`` of the declared fields of ``cls`` that the command line (or the command) set.
+def given(a: argparse.Namespace, cls, only=None) -> dict:
+    """``{field: value}`` of the declared fields of ``cls`` (``only`` these) that the command line set.
 
     Lists become tuples; a value given twice counts once (``--seeds 1 1``) unless the field declares ``repeats``.
     """
     out = {}
     for f in fields(cls):
+        if only is not None and f.name not in only:
+            continue
         v = getattr(a, f.name, None)
         if "help" in f.metadata and v is not None:
             if isinstance(v, list):  # a value given twice counts once, unless the field keeps repeats

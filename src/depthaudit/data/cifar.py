@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import ConfigError, UsageError
 from .base import DATASETS, ArrayData, cache_dir, cached_arrays, sha256_files
 from .imagefolder import load_image_dir, load_image_zip
 
@@ -61,7 +61,7 @@ def download(url: str, md5: str, archive: Path) -> None:
         urllib.request.urlretrieve(url, tmp)  # noqa: S310 - official URL or a caller's own
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise UsageError(f"download of {url} failed ({exc}); check the connection or use --data-dir") from None
+        raise ConfigError(f"download of {url} failed ({exc}); check the connection or use {{data_dir}}") from None
     got = md5_file(tmp)
     if got != md5:
         tmp.unlink(missing_ok=True)
@@ -110,7 +110,7 @@ def _find_cifar(name: str, data_dir: str | None, download_ok: bool) -> ArrayData
     spec = SOURCES[name]
     root = Path(data_dir).expanduser() if data_dir else cache_dir() / "data"
     if data_dir and not root.exists():
-        raise UsageError(f"--data-dir {root} does not exist; point it at a CIFAR copy or use --download")
+        raise ConfigError(f"{{data_dir}} {root} does not exist; point it at a CIFAR copy or use {{download=True}}")
     if root.is_file() and root.suffix == ".zip":
         return load_image_zip(root, name)
     for folder in (root / spec["folder"], root):
@@ -127,9 +127,9 @@ def _find_cifar(name: str, data_dir: str | None, download_ok: bool) -> ArrayData
     zips = sorted(root.glob("*.zip")) if root.is_dir() else []
     if len(zips) == 1:
         return load_image_zip(zips[0], name)
-    raise UsageError(
+    raise ConfigError(
         f"no {name} found in {root} (looked for {spec['folder']}/, {spec['archive']}, train/+test/, "
-        f"or one .zip); pass --data-dir DIR, add --download when online, or use --dataset mnist1d")
+        f"or one .zip); pass {{data_dir=DIR}}, add {{download=True}} when online, or use {{dataset=mnist1d}}")
 
 
 def load_cifar(name: str, data_dir: str | None, download_ok: bool) -> ArrayData:
@@ -142,9 +142,9 @@ def load_cifar(name: str, data_dir: str | None, download_ok: bool) -> ArrayData:
     want = SOURCES[name]["classes"]
     shape = tuple(data.x_train.shape[1:])
     if data.num_classes != want or shape not in ((32, 32, 3), (3, 32, 32)):
-        raise UsageError(f"--dataset {name} expects 32×32 RGB images of {want} classes; {data.source} holds "
-                         f"{data.num_classes} classes of shape {shape}; point --data-dir at a {name} copy, or use "
-                         "--dataset imagefolder")
+        raise ConfigError(f"{{dataset}} {name} expects 32×32 RGB images of {want} classes; {data.source} holds "
+                          f"{data.num_classes} classes of shape {shape}; point {{data_dir}} at a {name} copy, or use "
+                          "{dataset=imagefolder}")
     return data
 
 

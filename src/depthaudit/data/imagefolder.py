@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from ..errors import UsageError
+from ..errors import ConfigError, UsageError
 from .base import DATASETS, ArrayData, cached_arrays, sha256_file, sha256_files
 
 EXTS = (".png", ".jpg", ".jpeg", ".bmp")
@@ -74,7 +74,7 @@ def load_image_zip(path: Path, name: str, size: int | None = None) -> ArrayData:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
     except (zipfile.BadZipFile, OSError) as exc:
-        raise UsageError(f"{path}: not a readable zip ({exc}); re-copy it or point --data-dir elsewhere") from None
+        raise ConfigError(f"{path}: not a readable zip ({exc}); re-copy it or point {{data_dir}} elsewhere") from None
 
     def build() -> ArrayData:
         with zipfile.ZipFile(path) as zf:
@@ -104,8 +104,8 @@ def load_image_dir(root: Path, name: str, size: int | None = None) -> ArrayData:
 def _load_tree(data_dir, name: str, size: int | None) -> ArrayData:
     """A ``train/<class>/``, ``test/<class>/`` image tree (plain or one .zip); ``size``: resized, centre-cropped."""
     if not data_dir:
-        raise UsageError(f"--dataset {name} needs --data-dir DIR (a folder or .zip with train/<class>/ and "
-                         "test/<class>/ images)")
+        raise ConfigError(f"{{dataset}} {name} needs {{data_dir=DIR}} (a folder or .zip with train/<class>/ and "
+                          "test/<class>/ images)")
     root = Path(data_dir).expanduser()
     if root.is_file() and root.suffix == ".zip":
         return load_image_zip(root, name, size)
@@ -114,7 +114,7 @@ def _load_tree(data_dir, name: str, size: int | None) -> ArrayData:
     zips = sorted(root.glob("*.zip")) if root.is_dir() else []
     if len(zips) == 1:
         return load_image_zip(zips[0], name, size)
-    raise UsageError(f"--data-dir {root}: no train/ and test/ folders, nor one .zip holding them")
+    raise ConfigError(f"{{data_dir}} {root}: no train/ and test/ folders, nor one .zip holding them")
 
 
 @DATASETS.register("imagefolder", augment="crop+flip")

@@ -25,6 +25,7 @@ exactly 1: Block Influence and angular distance exactly 0.
 """
 
 import math
+import time
 
 import numpy as np
 import torch
@@ -125,13 +126,20 @@ def removal_losses(model, layers, batches, sets, log=None) -> tuple[np.ndarray, 
     """
     from ..models.hf import skip_layers
 
+    todo = list(dict.fromkeys(tuple(sorted(s)) for s in sets))
+    t0 = time.perf_counter()
     base = window_losses(model, batches).cpu().numpy()
+    per = time.perf_counter() - t0  # one pass: what each removal costs
+    if log:
+        log(f"  removal passes: the intact model took {per:.0f} s; {len(todo)} removals to go "
+            f"(~{per * len(todo):.0f} s)")
     out = {}
-    for k, blocks in enumerate(dict.fromkeys(tuple(sorted(s)) for s in sets)):
+    for k, blocks in enumerate(todo):
         with skip_layers(layers, [b - 1 for b in blocks]):
             out[blocks] = window_losses(model, batches).cpu().numpy()
-        if log and (k + 1) % 5 == 0:
-            log(f"  removal passes: {k + 1}/{len(sets)}")
+        if log:  # every pass: a real-LM pass takes minutes, and silence reads as a hang
+            left = (time.perf_counter() - t0) / (k + 2) * (len(todo) - k - 1)
+            log(f"  removal pass {k + 1}/{len(todo)} (blocks {', '.join(map(str, blocks))}) done; ~{left:.0f} s left")
     return base, out
 
 

@@ -29,9 +29,7 @@ from .credit_cosine import standard_cosines
 
 def loss_from(model, pos: int, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Per-example loss ``ℓ_b`` (B,) when the stream is set to ``h`` at position ``pos`` (0..L)."""
-    for blk in model.blocks[pos:]:
-        h = h + blk(h)
-    return F.cross_entropy(model.readout(h), y, reduction="none")
+    return F.cross_entropy(model.readout(model.stream(h, pos)[-1]), y, reduction="none")
 
 
 def pearson(a: torch.Tensor, b: torch.Tensor) -> float:

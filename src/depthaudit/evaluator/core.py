@@ -45,6 +45,7 @@ from ..diagnostics.base import EPS, Snapshot, registered, robust_cosine
 from ..errors import UsageError
 from ..methods.base import CreditMethod
 from ..models.base import ResidualModel
+from .checks import check_fit, place_batches
 
 # standard layers whose subclasses (biotorch's FA/sign-symmetry layers, …) get their base forward in the BP twin
 STANDARD_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Bilinear, nn.Embedding, nn.LayerNorm,
@@ -123,11 +124,8 @@ def forward_states(model: ResidualModel, x: torch.Tensor):
     h = model.embed(x)
     if not h.requires_grad:  # a frozen embedding: the stream still needs a graph for the credits
         h = h.detach().requires_grad_()
-    states = [h]
-    for blk in model.blocks:
-        h = h + blk(h)
-        states.append(h)
-    return model.readout(h), states
+    states = model.stream(h)
+    return model.readout(states[-1]), states
 
 
 def _loss(loss_fn, logits, y):
@@ -258,6 +256,13 @@ class CreditEvaluator:
         eps: the standard cosine's floor (1e-8).
         d1_stat: ``"median"`` (the reference) or ``"mean"`` per-example stream norm.
         eval_mode: measure in eval mode (restored afterwards).
+        device: where the probe batches go (default: the device of the model's parameters).
+
+    When built, the evaluator refuses in one line probe batches the model cannot take (dtype, feature shape,
+    labels outside the classes) and, for a ``ResidualAdapter``, a description that is not the network
+    (:meth:`~depthaudit.models.ResidualAdapter.verify`: logits equal to the network's own forward on the first probe
+    batch within a relative 1e-4, and every block of the form ``h + f(h)``); ``verified`` holds that check's
+    ``logits_max_diff``.
 
     Calling the evaluator returns the CLI tracker's measurement dict (``credit_cosine``, ``robust_cosine``,
     ``stream``, ``reference``; ``update_cosine`` for a ``CreditMethod``) plus ``evaluator``: where the credit and
@@ -271,8 +276,9 @@ class CreditEvaluator:
     """
 
     def __init__(self, model: ResidualModel, batches, credit="capture", reference="auto", loss_fn=None,
-                 eps: float = EPS, d1_stat: str = "median", eval_mode: bool = True):
-        self.model, self.batches = _check_model(model), _check_batches(batches)
+                 eps: float = EPS, d1_stat: str = "median", eval_mode: bool = True, device=None):
+        self.model = _check_model(model)
+        self.batches = place_batches(_check_batches(batches), self.model, device)
         if not (credit == "capture" or callable(credit) or isinstance(credit, CreditMethod)):
             raise UsageError(f"credit={credit!r}: use 'capture', a callable credit(states, logits, y) -> [c_0..c_L], "
                              "or a depthaudit CreditMethod")
@@ -286,6 +292,10 @@ class CreditEvaluator:
             raise UsageError(f"d1_stat={d1_stat!r}: use median (the reference) or mean")
         self.credit, self.reference, self.loss_fn = credit, reference, loss_fn
         self.eps, self.d1_stat, self.eval_mode = eps, d1_stat, eval_mode
+        with untouched(self.model):  # the batches fit, and the model described is the network trained
+            check_fit(self.model, self.batches, loss_fn, forward_states)
+            verify = getattr(self.model, "verify", None)  # (a ResidualAdapter: its own forward to match)
+            self.verified = verify(self.batches[0][0]) if callable(verify) else None
         # every registered diagnostic, as the CLI's tracker plans it for every measurement (no functional ones)
         plan = {"every": 1, "d1_stat": d1_stat, "functional": None}
         self.diagnostics = [d for cls in registered() if (d := cls.from_plan(plan)) is not None]

@@ -59,6 +59,9 @@ def frozen_twin(net: nn.Module, blocks: str | None = None) -> nn.Module:
     return twin
 
 
+NOT_MEASURED = "NOT MEASURED"  # D3's status on a card made without a frozen twin
+
+
 def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -91,10 +94,10 @@ class TrainingMonitor:
     def __init__(self, model: ResidualModel, batches, credit="capture", reference="auto", schedule=None,
                  thresholds: Thresholds | None = None, stop_on_flag: bool = False, loss_fn=None,
                  eps: float | None = None, d1_stat: str = "median", eval_mode: bool = True, name: str = "method",
-                 log=_stderr):
+                 log=_stderr, device=None):
         self.thresholds = thresholds or Thresholds()
         eps = self.thresholds.eps if eps is None else eps
-        self.evaluator = CreditEvaluator(model, batches, credit, reference, loss_fn, eps, d1_stat, eval_mode)
+        self.evaluator = CreditEvaluator(model, batches, credit, reference, loss_fn, eps, d1_stat, eval_mode, device)
         if schedule is not None and not callable(schedule):
             raise UsageError(f"schedule={schedule!r}: pass a function schedule(step) -> bool, e.g. "
                              "lambda step: step % 100 == 0")
@@ -105,6 +108,7 @@ class TrainingMonitor:
         self.log = log
         self.history: list[dict] = []
         self._report: dict | None = None
+        self._out: Path | None = None
         self.identity = self._identity()
 
     @property
@@ -150,13 +154,15 @@ class TrainingMonitor:
             return "diverged"
         return "stopped_flagged" if self.should_stop else "ok"
 
-    def report(self, test_acc: float, frozen_acc: float, *, status: str | None = None, budget: int | None = None,
-               dataset: str = "user data", arch: str | None = None, seed: int = 0, argv=None) -> dict:
+    def report(self, test_acc: float, frozen_acc: float | None = None, *, status: str | None = None,
+               budget: int | None = None, dataset: str = "user data", arch: str | None = None, seed: int = 0,
+               argv=None) -> dict:
         """The audit report (``report.json``'s content) of this run against its frozen twin's run.
 
         Args:
             test_acc: the trained model's test accuracy (a fraction), from your own evaluation.
-            frozen_acc: the test accuracy of :func:`frozen_twin`'s copy trained by the same loop (D3).
+            frozen_acc: the test accuracy of :func:`frozen_twin`'s copy trained by the same loop (D3); None (no
+                frozen twin trained): the card reports Γ, D1 and D2 alone, D3 marked not measured.
             status: ``ok``, ``diverged`` or ``stopped_flagged``; default: ``diverged`` when the accuracy or the
                 last D1/D2 values are not finite, ``stopped_flagged`` when the monitor asked to stop.
             budget: the planned number of steps (for "compute saved"); default: the last measured step.
@@ -171,7 +177,8 @@ class TrainingMonitor:
         if not self.history:
             raise UsageError("the monitor has measured nothing yet; call mon.step(step) in your loop (or "
                              "mon.step(0, force=True) once) before asking for the report")
-        test_acc, frozen_acc = _scalar(test_acc), _scalar(frozen_acc)
+        no_twin = frozen_acc is None
+        test_acc, frozen_acc = _scalar(test_acc), math.nan if no_twin else _scalar(frozen_acc)
         for what, v in (("test_acc", test_acc), ("frozen_acc", frozen_acc)):
             if not (isinstance(v, (int, float)) and (not math.isfinite(v) or 0 <= v <= 1)):
                 fix = " (train frozen_twin(…)'s copy with the same loop for D3)" if what == "frozen_acc" else ""
@@ -189,10 +196,15 @@ class TrainingMonitor:
                    "final": {"test_acc": nan(test_acc), "epochs_completed": last,
                              "stopped_at_epoch": last if status == "stopped_flagged" else None},
                    "stored_as": "your training loop"}
-        frozen = {"status": "ok" if _finite(frozen_acc) else "diverged", "config": cfg, "history": [],
+        frozen = {"status": "ok" if _finite(frozen_acc) or no_twin else "diverged", "config": cfg, "history": [],
                   "final": {"test_acc": nan(frozen_acc), "epochs_completed": None, "stopped_at_epoch": None},
                   "stored_as": "your training loop on frozen_twin"}
         summary = summarise_method(self.name, [trained], [frozen], th)
+        if no_twin:  # D3 needs the frozen twin's accuracy: not measured, never a FLAG or a PASS
+            summary["checks"]["D3"].update(value=None, margin=None, std=None, n=0, flagged_seeds=0,
+                                           status=NOT_MEASURED)
+            summary["flags"] = [f for f in summary["flags"] if f != "D3"]
+            summary["frozen_test_acc"] = {"mean": None, "std": None, "n": 0}
         x0, y0 = ev.batches[0]
         base = {"dataset": dataset, "augment": "none", "arch": arch or type(self.model).__name__, "variant": "user",
                 "d_hidden": _width(self.model, x0), "num_blocks": L, "mlp_ratio": None,
@@ -226,6 +238,28 @@ class TrainingMonitor:
         with untouched(self.model), torch.no_grad():
             return self.model(x[:1]).shape[-1]
 
+    def _repr_markdown_(self) -> str:
+        """In Jupyter, the monitor displays its card (once reported) or what it has measured so far."""
+        if self._report is None:
+            return (f"TrainingMonitor of `{self.name}`: {len(self.history)} measurements so far; call "
+                    "`mon.report(test_acc=…, frozen_acc=…)` for the card")
+        from ..report import audit_markdown
+
+        return audit_markdown(self._report, {})
+
+    def _repr_html_(self) -> str:
+        """The card as Jupyter shows ``Result``'s (preformatted), with the figures inline once :meth:`write` ran."""
+        import base64
+        import html
+
+        if self._report is None:
+            return f"<p>{html.escape(self._repr_markdown_())}</p>"
+        figs = self._report.get("figures") or {}
+        paths = [Path(self._out) / f for f in (figs.values() if isinstance(figs, dict) else figs)] if self._out else []
+        imgs = "".join(f'<div><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}" '
+                       'style="max-width:100%"></div>' for p in paths if p.is_file())
+        return f"<pre>{html.escape(self.card())}</pre>{imgs}"
+
     def card(self, report: dict | None = None) -> str:
         """The terminal report card, as ``depthaudit audit`` prints it."""
         from ..report import audit_terminal
@@ -247,6 +281,7 @@ class TrainingMonitor:
         report = self._need(report)
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
+        self._out = out  # (the figures Jupyter shows inline)
         report["figures"] = audit_figures(report, out)
         write_json(out / "report.json", report)
         write_text(out / "report.md", audit_markdown(report, report["figures"]))

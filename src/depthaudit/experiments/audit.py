@@ -12,11 +12,11 @@ from ..diagnostics import INIT_MEASUREMENT_KEY, MEASUREMENT_KEY, ReferenceNorm, 
 from ..diagnostics.identity import identity_over_seeds
 from ..fields import (
     arg,
-    check_ranges,
     d1_stat_field,
     methods_field,
     probe_batch_size_field,
     probe_batches_field,
+    refuse,
     seeds_field,
 )
 from ..methods import parse_method_spec
@@ -24,6 +24,7 @@ from ..provenance import provenance
 from ..runner import probe_batch, run_slug, tracking_plan
 from ..sweep import FolderStore, RunSpec, SweepStatus, run_sweep
 from ..verdicts import Thresholds, accuracy_gap_pp, check_d1, check_d2, check_d3, decision_table, mean_std
+from .resolve import resolve_sweep
 
 SCHEMA = "depthaudit.audit.v2"
 
@@ -49,7 +50,11 @@ class AuditConfig:
     shallow_blocks: int = 0  # > 0: also train the parameter-matched shallow baseline with this many blocks (ours)
 
     def __post_init__(self):
-        check_ranges(self)
+        resolve_sweep(self)  # types, ranges, methods parsed and checked, seeds once (the base's seed the first), ...
+        if self.base.num_blocks < 1:
+            raise refuse(self, "{num_blocks} 0: the audit measures residual blocks; give at least 1")
+        if self.stop_on_flag and self.track_every != 1:
+            raise refuse(self, "{stop_on_flag=True} needs the monitor every epoch; drop {track_every} or set it to 1")
 
     def to_dict(self) -> dict:
         """JSON-able (the base config nested)."""

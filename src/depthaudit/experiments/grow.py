@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..fields import arg, check_ranges, like
+from ..config import resolve_device
+from ..fields import arg, check_ranges, check_types, like, refuse
 from .cell import Cell
 from .families import FAMILIES
-from .saturation import SaturationConfig, family_batches, family_help, family_names, family_widths
+from .saturation import SaturationConfig, family_batches, family_help, family_names, family_widths, resolve_budget
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +68,21 @@ class GrowConfig:
     def __post_init__(self):
         if self.insert_at is not None:
             object.__setattr__(self, "insert_at", tuple(self.insert_at))
+        check_types(self)  # extra='3', 3.5 or True: refused here, not deep inside torch
+        object.__setattr__(self, "device", resolve_device(self.device))
         check_ranges(self)  # every field's declared range (the CLI's parser applies the same ones)
+        if not FAMILIES.get(self.family).growable:
+            able = ", ".join(n for n in FAMILIES.names() if FAMILIES.get(n).growable)
+            raise refuse(self, f"{{family}} {self.family}: grow cannot grow it; use one of {able}")
+        resolve_budget(self)
+        if self.epochs < 1:
+            raise refuse(self, "{epochs} must be >= 1 for grow (insertions happen at epoch starts)")
+        sched = self.schedule()
+        last = self.stop_after or self.epochs  # stop_after: the first epochs of the same run, insertions included
+        if len(sched) != self.extra or any(not 1 <= e <= last for e in sched) or list(sched) != sorted(sched):
+            raise refuse(self, f"{{insert_at}} needs {self.extra} non-decreasing epochs in 1..{last} (one per extra "
+                         "block)" + ("" if self.insert_at else f"; the default schedule {list(sched)} reaches past "
+                                     "{stop_after}"))
 
     def schedule(self) -> tuple[int, ...]:
         """The insertion epochs (given, or :func:`default_schedule`)."""

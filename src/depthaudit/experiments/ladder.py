@@ -9,11 +9,12 @@ from pathlib import Path
 
 from ..config import LEGACY, TrainConfig
 from ..diagnostics import MEASUREMENT_KEY, CreditCosine, ReferenceNorm, StreamNorms
-from ..fields import arg, check_ranges, methods_field, probe_batch_size_field, probe_batches_field, seeds_field
+from ..fields import arg, methods_field, probe_batch_size_field, probe_batches_field, refuse, seeds_field
 from ..methods import parse_method_spec
 from ..runner import tracking_plan
 from ..sweep import FileStore, RunSpec
 from ..verdicts import Thresholds, mean_std
+from .resolve import resolve_sweep
 
 SCHEMA = "depthaudit.ladder.v1"
 
@@ -24,7 +25,7 @@ class LadderConfig:
 
     base: TrainConfig
     methods: tuple[str, ...] = methods_field()
-    k_values: tuple[int, ...] = arg((0, 1, 2, 3, 4), help="rungs k", lo=0, flag="k_values", aliases=("--k-values",),
+    k_values: tuple[int, ...] | None = arg(None, help="rungs k", lo=0, flag="k_values", aliases=("--k-values",),
                                     metavar="K", group="ladder", default_text="0..num_blocks")
     seeds: tuple[int, ...] = seeds_field((42, 123, 456))
     probe_batches: int = probe_batches_field()
@@ -34,7 +35,15 @@ class LadderConfig:
     shallow_blocks: int = 0  # > 0: also the parameter-matched shallow model per method and seed (ours)
 
     def __post_init__(self):
-        check_ranges(self)
+        resolve_sweep(self)  # types, ranges, methods parsed and checked, seeds once (the base's seed the first), ...
+        n = self.base.num_blocks
+        ks = tuple(range(n + 1)) if self.k_values is None else tuple(dict.fromkeys(self.k_values))
+        bad = [k for k in ks if not 0 <= k <= n]
+        if not ks:
+            raise refuse(self, f"{{k_values}} is empty; give rungs in 0..{n}")
+        if bad:
+            raise refuse(self, f"{{k_values}} {bad}: each k must be in 0..{n} ({{num_blocks}})")
+        object.__setattr__(self, "k_values", ks)
 
     def to_dict(self) -> dict:
         """JSON-able."""

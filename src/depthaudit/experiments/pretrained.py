@@ -36,11 +36,16 @@ class PretrainedRun(Cell):
             "low_signal", "mlp_ratio", "seed", "device", "importance", "bootstrap", "grow_steps", "grow_lr",
             "grow_train")
 
+    epoch_budget = False  # a pretrained model is measured (continued only by --continue-steps): no epochs
+
     def describe(self) -> str:
-        """One line for listings."""
+        """One line for listings and the run's announcement: the model and what is done to it."""
         rev = f"@{self.revision}" if self.revision else ""
-        more = f", +{self.continue_steps} steps" if self.continue_steps else ""
-        return f"{self.model}{rev}{more}"
+        more = (f", continued {self.continue_steps} AdamW steps, then measured" if self.continue_steps
+                else ", measured as loaded (nothing trained)")
+        extra = (", depth importance" if self.importance is not None else "") + (
+            f", growth {self.grow_steps} steps" if self.grow_steps else "")
+        return f"{self.model}{rev}{more}{extra}"
 
     def same_as(self, stored: dict) -> bool:
         """Equality with a stored config (fields added later: what that version ran)."""
@@ -150,8 +155,11 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
     if status == "diverged":
         rec.update(signal=None, final={"test_loss": None, "test_acc": None})
         return rec
+    log(f"  {cfg.model}: held-out loss over {x_te.shape[0]} windows of {x_te.shape[1]} tokens")
     loss, acc = evaluate(model, x_te, y_te, cfg.batch_size, lm_loss)
     d = int(hf.config.hidden_size)
+    log(f"  {cfg.model}: AG and V at the {len(model.layers) + 1} boundaries over {len(batches)} batches "
+        f"(loss {loss:.4f})")
     t1 = time.perf_counter()
     scores = None
     if cfg.importance is not None:
@@ -170,6 +178,8 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
         from ..depth.importance import depth_importance
 
         t1 = time.perf_counter()
+        log(f"  {cfg.model}: depth importance: one forward pass over the windows per removal (AG took "
+            f"{timing['signal_s']:.0f} s)")
         rec["importance"] = depth_importance(model, model.layers, batches, scores, sig, (1, *cfg.importance),
                                              cfg.bootstrap, derive_seed(cfg.seed, "bootstrap") % 2**31, log)
         timing["importance_s"] = round(time.perf_counter() - t1, 3)

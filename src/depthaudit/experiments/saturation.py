@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..config import TrainConfig
+from ..config import DEFAULT_EPOCHS, TrainConfig, resolve_device
 from ..depth.growth import activation_gradients, credit_signal, separated_test
-from ..fields import arg, check_ranges, like
+from ..fields import arg, check_ranges, check_types, like, refuse
 from ..provenance import provenance
 from ..seeds import derive_seed
 from .cell import Cell
@@ -54,6 +54,22 @@ def family_batches(growable: bool = False):
         return "; ".join([str(base), *other])
 
     return text
+
+
+def resolve_budget(cfg) -> None:
+    """A depth config's budget, as every command's ``epochs``, and its ``stop_after`` checked (cfg being built).
+
+    ``epochs=None`` is the dataset's (CIFAR 100, others 20; a text family :data:`~depthaudit.config.DEFAULT_EPOCHS`);
+    ``stop_after`` trains the first N epochs of it (1..epochs).
+    """
+    from ..data import DATASETS
+
+    if cfg.epochs is None:
+        text = FAMILIES.get(cfg.family).reads_text
+        budget = DEFAULT_EPOCHS if text else DATASETS.meta(cfg.dataset).get("epochs", DEFAULT_EPOCHS)
+        object.__setattr__(cfg, "epochs", budget)
+    if cfg.stop_after is not None and not cfg.stop_after <= cfg.epochs:
+        raise refuse(cfg, f"{{stop_after}} must be in 1..{{epochs}} ({cfg.epochs}), got {cfg.stop_after}")
 
 
 MODEL, RECIPE, MEASURE, HF = "model", "data and recipe", "measurement", "pretrained models (--family hf)"
@@ -130,7 +146,12 @@ class SaturationConfig:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.importance is not None:
             object.__setattr__(self, "importance", tuple(self.importance))
+        check_types(self)  # d_hidden='8', 8.5 or True: refused here, not deep inside torch
+        object.__setattr__(self, "device", resolve_device(self.device))
         check_ranges(self)  # every field's declared range (the CLI's parser applies the same ones)
+        resolve_budget(self)
+        if not FAMILIES.get(self.family).pretrained and not self.extra:
+            raise refuse(self, "{extra}: give at least one number of extra blocks")
 
     def run(self, extra: int) -> "SaturationRun":
         """The run of depth base + ``extra`` (the one place a :class:`SaturationRun` is built from a sweep)."""

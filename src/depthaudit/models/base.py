@@ -30,13 +30,21 @@ class ResidualModel(nn.Module):
 
     def forward(self, x: torch.Tensor, return_states: bool = False):
         """Logits, or ``(logits, [h_0, …, h_L])`` when ``return_states``."""
-        h = self.embed(x)
+        states = self.stream(self.embed(x))
+        logits = self.readout(states[-1])
+        return (logits, states) if return_states else logits
+
+    def stream(self, h: torch.Tensor, start: int = 0) -> list[torch.Tensor]:
+        """``[h_start, …, h_L]`` from ``h`` at position ``start``: ``h_l = h_{l-1} + f_l(h_{l-1})``.
+
+        The one walk of the residual stream (the forward, the evaluator, the functional diagnostics); the
+        training recipe's trace cuts the stream before every block instead (``recipe.trace_forward``).
+        """
         states = [h]
-        for blk in self.blocks:
+        for blk in self.blocks[start:]:
             h = h + blk(h)
             states.append(h)
-        logits = self.readout(h)
-        return (logits, states) if return_states else logits
+        return states
 
     def groups(self) -> dict[str, list[nn.Parameter]]:
         """Parameter groups that get one independent optimizer each: embed, block1..L, readout."""

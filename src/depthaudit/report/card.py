@@ -4,7 +4,7 @@ The per-layer and functional sections are the diagnostics' own (:meth:`Diagnosti
 """
 
 from ..diagnostics import registered
-from ..verdicts import fmt_ms
+from ..verdicts import check_cells, fmt_ms
 
 __all__ = ["audit_markdown", "audit_terminal", "fmt_ms"]
 
@@ -12,9 +12,7 @@ __all__ = ["audit_markdown", "audit_terminal", "fmt_ms"]
 
 
 def _check(c: dict, fmt: str) -> str:
-    v = "—" if c["value"] is None else format(c["value"], fmt)
-    m = c["margin"]
-    m = "—" if m is None else f"{m:+.1f}"
+    v, m = check_cells(c, fmt)  # enough digits that neither contradicts the status
     return f"{v} {c['status']} ({m})"
 
 
@@ -28,6 +26,8 @@ def _rows(report: dict) -> list[list[str]]:
             rows.append([m["method"], *["diverged"] * 6, f"DIVERGED ({dv['excluded_seeds']} of {dv['n_seeds']} seeds)"])
             continue
         verdict = "FLAG " + ",".join(m["flags"]) if m["flags"] else "PASS"
+        if ck["D3"]["status"] == "NOT MEASURED":  # a monitor's card without a frozen twin: D1 and D2 only
+            verdict += " (D3 not measured)"
         if dv.get("excluded_seeds"):
             verdict += f"; {dv['excluded_seeds']} of {dv['n_seeds']} seeds DIVERGED, excluded"
         rows.append([m["method"], fmt_ms(sp["test_acc"]), fmt_ms(sp["aggregate_cosine_mean_per_layer"]),
@@ -114,15 +114,28 @@ def _title(report: dict) -> str:
     ep = f"{b['epochs']} epochs" if b.get("stop_after") is None else f"first {b['stop_after']} of {b['epochs']} epochs"
     probe = (f"probe {c['probe_batches']}×{c['probe_batch_size']}" if "probe_batches" in c
              else f"probe batch {c.get('probe_size')}")
-    fam = []  # the FA variants, named wherever they apply
-    if any(m in ("fa", "usf", "frsf", "brsf", "kp") for m in c["methods"]):
-        fam.append(f"fa head {b.get('fa_head', 'feedback')}")
-    if "fa-stream" in c["methods"]:
-        fam.append("fa-stream " + (f"c+c·Bᵀ, s={b.get('fa_stream_scale', 1.0):g}" if b.get("fa_stream_identity")
-                                   else "c·Bᵀ (no identity)"))
+    fam = [_row_options(r["method"]) for r in report.get("methods") or []]  # each row's own, never the base's
     return (f"depthaudit audit — {b['dataset']} (augment {b.get('augment', 'none')}), {b['arch']} "
             f"({b.get('variant', 'v0.1')}) d={b['d_hidden']} L={b['num_blocks']}, {ep}, seeds {c['seeds']}, {probe}"
-            + "".join(f"; {f}" for f in fam))
+            + "".join(f"; {f}" for f in fam if f))
+
+
+def _row_options(label: str) -> str | None:
+    """The options a row ran with that its label does not spell (those at their defaults): ``fa: head feedback``.
+
+    Read from the row's own label (``fa:head=exact`` states its head; ``fa-stream`` runs without the identity),
+    never from the base config; None for a method without options or one not registered here.
+    """
+    from ..methods import METHODS
+    from ..methods.options import declared
+
+    name, _, given = label.partition(":")
+    if name not in METHODS:
+        return None
+    stated = {part.partition("=")[0].strip() for part in given.split(",") if part.strip()}
+    fmt = lambda v: ("yes" if v else "no") if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else v  # noqa: E731
+    rest = [f"{k} {fmt(o.default)}" for k, o in declared(METHODS.get(name)).items() if k not in stated]
+    return f"{label}: {', '.join(rest)}" if rest else None
 
 
 def _sections(report: dict, table) -> list[tuple[str, str]]:
@@ -146,12 +159,20 @@ def _sections(report: dict, table) -> list[tuple[str, str]]:
          + (" vs parameter-matched shallow model (ours)" if _shallow(report) else ""),
          table(["method", "trained", "frozen", "gap pp", *_shallow_head(report)] + (["diverged"] if excl else []),
                [[m["method"], fmt_ms(m["trained_test_acc"]), fmt_ms(m["frozen_test_acc"]),
-                 fmt_ms({"mean": m["checks"]["D3"]["value"], "std": m["checks"]["D3"]["std"]}, "+.1f"),
+                 _gap_ms(m["checks"]["D3"]),
                  *_shallow_cells(m)] + ([_excluded(m)] if excl else []) for m in report["methods"]])
          + _shallow_note(report)),
         ("Frozen-init identity check (at initialisation, probe batch, over seeds)",
          table(["quantity", "mean ± std"], id_rows)),
     ]
+
+
+def _gap_ms(c: dict) -> str:
+    """The D3 gap as mean ± std, the mean with the digits its verdict needs (:func:`check_cells`)."""
+    if c["value"] is None:
+        return "—"
+    v = check_cells(c, "+.1f")[0]
+    return v if c.get("std") is None else f"{v} ± {c['std']:.{max(1, len(v.partition('.')[2]))}f}"
 
 
 def _shallow(report: dict) -> dict | None:
@@ -217,3 +238,28 @@ def audit_markdown(report: dict, figures: dict[str, str]) -> str:
               f"torch {prov['torch']}, {prov['device']}; data {prov['data']['source']} "
               f"(sha256 {prov['data']['sha256'][:16]}…); started {prov['started_at']}.", ""]
     return "\n".join(parts)
+
+
+def unrendered(report: dict, runs_dir) -> list[str]:
+    """Quantities the audit's runs measured that no registered diagnostic renders: a plug-in's, not loaded here.
+
+    Read from the trained runs' own records (``runs_dir/<slug>/result.json``; an unreadable one is skipped, the
+    report command names damaged records itself). Their sections need that plug-in (``--plugin``).
+    """
+    import json
+    from pathlib import Path
+
+    from ..diagnostics import DIAGNOSTICS, INIT_MEASUREMENT_KEY, MEASUREMENT_KEY
+
+    names: set[str] = set()
+    for m in report.get("methods") or []:
+        for slug in (m.get("runs") or {}).get("trained") or []:
+            try:
+                rec = json.loads((Path(runs_dir) / slug / "result.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            for h in rec.get("history") or []:
+                names.update((h.get(MEASUREMENT_KEY) or {}) if isinstance(h, dict) else ())
+            names.update(rec.get(INIT_MEASUREMENT_KEY) or {})
+    return sorted(n for n in names if n not in DIAGNOSTICS)
+

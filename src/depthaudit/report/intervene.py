@@ -8,6 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ..io import save_figure  # noqa: E402
+from ..verdicts import check_cells  # noqa: E402
 from .card import fmt_ms  # noqa: E402
 from .published_audit import section5_md  # noqa: E402
 
@@ -15,7 +16,7 @@ from .published_audit import section5_md  # noqa: E402
 def intervention_md(res: dict) -> str:
     """Per method and λ: D1, D2, D3, accuracy, mean cosine Γ, per-layer Γ_l."""
     def chk(c, fmt):
-        return f"{format(c['value'], fmt) if c['value'] is not None else '—'} {c['status']}"
+        return f"{check_cells(c, fmt)[0]} {c['status']}"  # the digits that keep the value on its verdict's side
 
     out = ["| method | λ | D1 ρ | D2 ‖g_L‖ | D3 gap pp | test acc | Γ mean/layer | per-layer Γ_l, l=0..L |",
            "|---|---|---|---|---|---|---|---|"]

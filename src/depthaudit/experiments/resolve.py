@@ -1,0 +1,51 @@
+"""The rules every sweep config (audit, ladder, probes) owns, applied where the config is built.
+
+Each front end (the CLI's flags, the Python API's keywords) only constructs the config; the config resolves its
+defaults and refuses what cannot run here, in one line naming the field as the caller wrote it
+(:class:`~depthaudit.errors.ConfigError`).
+"""
+
+from dataclasses import replace
+
+from ..fields import check_ranges, check_seeds, check_types, refuse
+
+
+def resolve_methods(methods) -> tuple:
+    """Each entry parsed once into its canonical :class:`~depthaudit.methods.MethodSpec` (duplicates counted once)."""
+    from ..methods import parse_spec
+
+    if isinstance(methods, str):
+        methods = (methods,)
+    return tuple(dict.fromkeys(parse_spec(m) for m in methods))
+
+
+def resolve_sweep(cfg, *, methods: bool = True) -> None:
+    """``cfg`` (frozen, being built) in its resolved form, or a :class:`ConfigError`.
+
+    Field types and ranges checked; ``methods`` parsed (and each row's options checked against ``base``),
+    ``seeds`` counted once and the base's seed the first of them; ``base.epochs`` >= 1 (0 would make trained
+    equal frozen); ``shallow_blocks`` < the base's blocks.
+    """
+    from ..methods import parse_method_spec
+
+    if isinstance(getattr(cfg, "methods", None), str):
+        object.__setattr__(cfg, "methods", (cfg.methods,))
+    check_types(cfg)
+    check_ranges(cfg)  # every field's declared range (the CLI's parser applies the same ones)
+    check_seeds(cfg)
+    base = cfg.base
+    if base.epochs < 1:
+        raise refuse(cfg, "{epochs} 0 trains nothing (trained would equal frozen); give {epochs} >= 1")
+    if base.seed != cfg.seeds[0]:
+        object.__setattr__(cfg, "base", replace(base, seed=cfg.seeds[0]))
+    if methods:
+        specs = resolve_methods(cfg.methods)
+        if not specs:
+            raise refuse(cfg, "{methods} is empty; give at least one credit method (e.g. bp)")
+        for m in specs:  # each row's options checked now, before any data loads
+            parse_method_spec(m, cfg.base)
+        object.__setattr__(cfg, "methods", specs)
+    k = getattr(cfg, "shallow_blocks", 0)
+    if k and not 1 <= k < base.num_blocks:
+        raise refuse(cfg, f"{{shallow_blocks}} {k}: the shallow baseline needs 1 <= blocks < {{num_blocks}} "
+                     f"{base.num_blocks}")
