@@ -67,7 +67,7 @@ def _out_of_memory(exc: BaseException) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; bad input prints one line and returns 2, an interrupt one line and 130."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv_given, argv = argv, list(sys.argv[1:] if argv is None else argv)
     import os
 
     for name in ("stdout", "stderr"):  # started with that descriptor closed (`>&-`): results still go to files
@@ -83,13 +83,25 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     except BrokenPipeError:
         return _reader_gone()
-    except OSError as exc:  # the last of the output could not be written (stdout on a full disk, /dev/full)
-        print(f"depthaudit: error: cannot write the standard output ({exc.strerror or exc}); the files are written",
-              file=sys.stderr)
+    except OSError as exc:  # only the final flush of the standard output (stdout on a full disk, /dev/full)
+        print(f"depthaudit: error: cannot write the standard output ({exc.strerror or exc})", file=sys.stderr)
+        _silence_stdout()
         return 2
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
+        if argv_given is None:  # the process ends here: a second Ctrl-C while workers are joined stays quiet
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _silence_stdout() -> None:
+    """Point the standard output at /dev/null: what is left in its buffer must not fail again at interpreter exit."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (a test's capture)
 
 
 # Exit status when whoever reads our output stops reading (`depthaudit … | head -1`): 141 = 128 + SIGPIPE, the
@@ -141,18 +153,51 @@ def _main(argv: list[str]) -> int:
     except BrokenPipeError:
         raise  # the reader went away (`| head`): main ends quietly
     except Exception as exc:
-        line = environment_error(exc) or _out_of_memory(exc) or plugin_blame(exc)
+        line = _stdout_error(exc) or environment_error(exc) or _out_of_memory(exc) or plugin_blame(exc) \
+            or path_error(exc)
         if line is not None and isinstance(exc, OSError) and exc.filename is not None:
             from .data.base import cache_dir
 
-            if str(exc.filename).startswith(str(cache_dir())):
+            cache, where = str(cache_dir()), str(exc.filename)
+            if where.startswith(cache) or cache.startswith(where.rstrip("/") + "/"):
                 line += " (it is the data cache: set DEPTHAUDIT_CACHE_DIR to a writable folder)"
         if line is not None:
             print(f"depthaudit: error: {line} {HALF_WRITTEN}", file=sys.stderr)
             return 2
+        import traceback
+
         print("depthaudit: internal error (a bug, not your input): please report it with the traceback below",
               file=sys.stderr)
-        raise
+        traceback.print_exc()  # here, not by a re-raise: what follows can never be mistaken for another error
+        return 1
+
+
+def _stdout_error(exc: BaseException) -> str | None:
+    """One line when writing the standard output itself failed (a full disk, /dev/full); else None."""
+    if not isinstance(exc, OSError) or exc.filename is not None:
+        return None  # every file depthaudit writes names itself (io._atomic): an unnamed write is stdout's or a log's
+    import traceback
+
+    last = (traceback.extract_tb(exc.__traceback__)[-1:] or [None])[0]
+    printed = last is not None and (last.line or "").startswith("print(") and "file=" not in (last.line or "")
+    try:
+        sys.stdout.flush()
+    except OSError:
+        printed = True
+    if not printed:
+        return None
+    _silence_stdout()
+    return f"cannot write the standard output ({exc.strerror or exc})"
+
+
+def path_error(exc: BaseException) -> str | None:
+    """One line for any other ``OSError`` about a named path (a missing folder, a path under /proc, …); else None."""
+    if not isinstance(exc, OSError) or exc.filename is None:
+        return None
+    import os
+
+    why = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+    return f"{exc.filename}: {why}; check that path, or choose another location"
 
 
 if __name__ == "__main__":

@@ -125,6 +125,10 @@ def _staged(d: Path):
 
     with tempfile.TemporaryDirectory(dir=d, prefix=".render-") as tmp:
         yield Path(tmp)
+        from ..io import check_replaceable
+
+        for f in Path(tmp).iterdir():  # nothing replaced unless every file can be
+            check_replaceable(d / f.name)
         for f in Path(tmp).iterdir():
             os.replace(f, d / f.name)
 
