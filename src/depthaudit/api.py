@@ -114,6 +114,8 @@ def _methods(methods) -> tuple:
 
     if isinstance(methods, str):
         methods = (methods,)
+    if not methods:  # refused here, before any folder is claimed or store opened
+        raise UsageError("methods: an empty list; give at least one credit method (e.g. methods=('bp', 'fa'))")
     return tuple(dict.fromkeys(parse_spec(m) for m in methods))
 
 

@@ -45,7 +45,11 @@ def plain_terminal() -> None:
                 pass
 
 
+SIGNALLED: list[int] = []  # the signals (SIGINT, SIGTERM) this process received: an interrupt without one was raised
+
+
 def _term_to_interrupt(signum, frame):
+    SIGNALLED.append(signum)
     raise KeyboardInterrupt
 
 
@@ -74,9 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(sys, name) is None:
             setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as we do)
     plain_terminal()
-    old_term = None
+    old_term = old_int = None
+    SIGNALLED.clear()
     if threading.current_thread() is threading.main_thread():
         old_term = signal.signal(signal.SIGTERM, _term_to_interrupt)  # SIGTERM stops like Ctrl-C: cleanly
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (one ignored by the shell stays so)
+            old_int = signal.signal(signal.SIGINT, _term_to_interrupt)  # Ctrl-C as before, but remembered
     try:
         rc = _main(argv)
         sys.stdout.flush()  # a pipe closed early breaks here, not in Python's exit flush
@@ -90,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
+        if old_int is not None:
+            signal.signal(signal.SIGINT, old_int)
         if argv_given is None:  # the process ends here: a second Ctrl-C while workers are joined stays quiet
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -145,8 +154,19 @@ def _main(argv: list[str]) -> int:
     except UsageError as exc:
         print(f"depthaudit: error: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:  # not the parser's (returned above): code that called sys.exit() mid-command
+        line = _plugin_ended(exc)
+        if line is None:
+            raise
+        remove_in_flight()
+        print(f"depthaudit: error: {line} {HALF_WRITTEN}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as exc:
         remove_in_flight()
+        line = None if SIGNALLED else _plugin_ended(exc)  # no Ctrl-C, no SIGTERM: a plug-in raised it
+        if line is not None:
+            print(f"depthaudit: error: {line} {HALF_WRITTEN}", file=sys.stderr)
+            return 2
         print(f"depthaudit: {str(exc) or 'interrupted; finished runs are stored, nothing half-written was left'}",
               file=sys.stderr)
         return 130
@@ -170,6 +190,20 @@ def _main(argv: list[str]) -> int:
               file=sys.stderr)
         traceback.print_exc()  # here, not by a re-raise: what follows can never be mistaken for another error
         return 1
+
+
+def _plugin_ended(exc: BaseException) -> str | None:
+    """One line when a plug-in's own code raised ``SystemExit`` or ``KeyboardInterrupt`` (here or as the context of
+    the sweep's :class:`~depthaudit.errors.Interrupted`); else None."""
+    seen = exc
+    while seen is not None:
+        line = plugin_blame(seen, own_code=True)
+        if line is not None:
+            what = f"called sys.exit({seen.code})" if isinstance(seen, SystemExit) else "raised KeyboardInterrupt"
+            return (f"{line.split(' raised ')[0]} {what} at {line.split(' at ', 1)[1].split(';')[0]}; a plug-in must "
+                    "not end or interrupt the command: raise an exception instead; fix the plug-in")
+        seen = seen.__context__
+    return None
 
 
 def _stdout_error(exc: BaseException) -> str | None:
