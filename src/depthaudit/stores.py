@@ -665,7 +665,8 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
             diff = (["kind"] if old.get("kind") != kind else []) + identity_diff(old.get("identity") or {},
                                                                                  claim["identity"])
             if diff:
-                over = f", or {take_over_flag} to take it over (the runs of both are kept)" if take_over_flag else ""
+                kept = "its result is replaced" if kind == "train" else "the runs of both are kept"
+                over = f", or {take_over_flag} to take it over ({kept})" if take_over_flag else ""
                 raise UsageError(f"{folder} belongs to another {old.get('kind', 'sweep')} (differs in "
                                  f"{', '.join(diff[:6])}); use another {flag}{over}")
         if old != claim:
