@@ -134,8 +134,8 @@ def test_a_record_whose_seal_was_removed_is_never_reused(ladders, tmp_path, caps
     assert _accs(out)["fa/k1/s1"] != 0.97
 
 
-def test_a_store_older_than_seals_still_loads(ladders, tmp_path, capsys):
-    """No record sealed (as a version before seals wrote them): read as they are, reused, rendered."""
+def test_a_store_older_than_seals_still_loads_and_is_resealed(ladders, tmp_path, capsys):
+    """No record sealed (as a version before seals wrote them): read, reused, rendered, and sealed by the rerun."""
     out = _copy(ladders / "a", tmp_path / "o")
     for p in (out / RUNS).glob("fa*.json"):
         rec = json.loads(p.read_text())
@@ -143,6 +143,9 @@ def test_a_store_older_than_seals_still_loads(ladders, tmp_path, capsys):
     assert main(["report", str(out)]) == 0
     assert main([*LADDER, "--out", str(out)]) == 0
     assert "2 of 2 runs already finished" in capsys.readouterr().err
+    for p in (out / RUNS).glob("fa*.json"):  # re-sealed with their place: a later edit or move shows
+        rec = json.loads(p.read_text())
+        assert SEAL in rec and rec["stored_in"]["key"] == p.stem.replace("%2F", "/")
 
 
 @pytest.fixture(scope="module")

@@ -193,8 +193,10 @@ def _main(argv: list[str]) -> int:
 
 
 def _plugin_ended(exc: BaseException) -> str | None:
-    """One line when a plug-in's own code raised ``SystemExit`` or ``KeyboardInterrupt`` (here or as the context of
-    the sweep's :class:`~depthaudit.errors.Interrupted`); else None."""
+    """One line when a plug-in's own code raised ``SystemExit`` or ``KeyboardInterrupt``; else None.
+
+    The exception may be the context of the sweep's :class:`~depthaudit.errors.Interrupted`: the chain is walked.
+    """
     seen = exc
     while seen is not None:
         line = plugin_blame(seen, own_code=True)

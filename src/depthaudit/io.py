@@ -48,7 +48,7 @@ def environment_error(exc: BaseException) -> str | None:
 
 
 def not_a_file(path: Path) -> str | None:
-    """What stands at ``path`` if it is not a regular file (nor absent, nor a link to one): a FIFO, a device, …"""
+    """What stands at ``path`` if it is not a regular file (nor absent, nor a link to one): a FIFO, a device…."""
     try:
         st = os.stat(path)  # through a link: a link to a FIFO is refused too (replacing the link would not be)
     except OSError:

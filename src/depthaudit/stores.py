@@ -449,7 +449,8 @@ class FileStore:
         """Take this store for this identity, under the lock, before anything trains.
 
         Refuses (one line) a store another configuration holds, even one that claimed it a moment ago;
-        writes the identity marker in ``.runs`` and the JSON (assembled from the records already there).
+        writes the identity marker in ``.runs`` and the JSON (assembled from the records already there). In a
+        store older than seals, every intact record in its place is re-sealed (with its place) now, once.
         """
         with file_lock(self.path.with_suffix(".lock")):
             doc, marker = self._read_owner()
@@ -457,7 +458,20 @@ class FileStore:
             if marker is None:
                 write_json(self.runs_dir / IDENTITY_FILE, {"schema": self.schema, "identity": self.identity,
                                                            **self.meta})
+            if not self.sealed():
+                self._reseal()
             self._assemble_locked(doc)
+
+    def _reseal(self) -> None:
+        """Seal (with its place) every intact, unsealed record file that stands in its place (a pre-seal store)."""
+        where = {"schema": self.schema, "identity": self.identity}
+        for p in sorted(self.runs_dir.glob("*.json")) if self.runs_dir.is_dir() else []:
+            rec, bad = read_record(p)
+            key = unquote(p.stem)
+            if p.name != IDENTITY_FILE and rec is not None and SEAL not in rec \
+                    and not placement_problem(rec, key, self.schema, self.identity, self.defaults):
+                write_json(p, seal({**rec, STORED_IN: {"key": key, **where}}))
+                self._sealed = True
 
     # -- runs -------------------------------------------------------------------------------------------------
 
@@ -479,7 +493,7 @@ class FileStore:
         return self._sealed
 
     def problem(self, key: str, rec: dict, copy: bool = False) -> str | None:
-        """Why an intact record (a record file's, or with ``copy`` the JSON's unsealed copy) cannot stand under ``key``."""
+        """Why an intact record (a record file's; ``copy``: the JSON's unsealed copy) cannot stand under ``key``."""
         return placement_problem(rec, key, self.schema, self.identity, self.defaults,
                                  sealed_store=not copy and self.sealed())
 
@@ -522,8 +536,10 @@ class FileStore:
         return dev if same else None
 
     def put(self, spec: RunSpec, rec: dict) -> None:
-        """Write the run's own record file (sealed, with its key and this store's identity), then re-assemble the JSON
-        from every record (under a lock)."""
+        """Write the run's own record file, then re-assemble the JSON from every record (under a lock).
+
+        The record is sealed with its key and this store's identity (:data:`STORED_IN`).
+        """
         where = {"key": spec.key, "schema": self.schema, "identity": self.identity}
         write_json(self._run_path(spec.key), seal({**rec, STORED_IN: where}))
         self._sealed = True
