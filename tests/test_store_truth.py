@@ -260,3 +260,16 @@ def test_two_trainings_into_one_folder_one_trains_the_other_is_refused_before_tr
     rc = subprocess.run([*train, "--epochs", "1", "--lr", "0.002"], cwd=tmp_path, env=_env(tmp_path),
                         capture_output=True, text=True, timeout=300)
     assert rc.returncode == 2 and "belongs to another train (differs in epochs, lr)" in rc.stderr, rc.stderr
+
+
+def test_runs_swapped_in_a_ladder_file_without_records_are_refused(ladders, tmp_path, capsys):
+    """As an older version left it (the runs only in the JSON): the key still says what each run must be."""
+    out = _copy(ladders / "a", tmp_path / "o")
+    shutil.rmtree(out / RUNS)
+    doc = json.loads((out / FILE).read_text())
+    doc["runs"]["fa/k0/s1"], doc["runs"]["fa/k1/s1"] = doc["runs"]["fa/k1/s1"], doc["runs"]["fa/k0/s1"]
+    (out / FILE).write_text(json.dumps(doc))
+    assert main(["report", str(out)]) == 2
+    err = _one_error(capsys.readouterr().err)
+    print(err)
+    assert "run 'fa/k0/s1'" in err and "differs in: train_blocks" in err

@@ -306,8 +306,11 @@ def check_ladder_doc(path: Path, doc: dict) -> None:
     ident, runs = doc.get("identity"), doc.get("runs")
     ok = isinstance(ident, dict) and all(k in ident for k in ("dataset", "arch", "d_hidden", "num_blocks", "epochs"))
     ok = ok and isinstance(runs, dict)
+    from ..experiments.ladder import placed_in_ladder
+
     for key, rec in (runs or {}).items() if ok else ():
-        bad = record_problem(rec)
+        bad = record_problem(rec) or (placed_in_ladder(ident, key, rec.get("config") or {})
+                                      if isinstance(rec.get("config"), dict) else None)
         if bad:
             raise UsageError(f"{path}: run {key!r} is malformed ({bad}); rerun the ladder command that wrote it "
                              "(that run trains again, the others are reused)")
