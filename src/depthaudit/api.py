@@ -173,6 +173,7 @@ def claim_training(out: Path, config: TrainConfig, force: bool):
     """
     from .stores import claim_folder, file_lock
 
+    made = not out.exists()
     with file_lock(out / ".train.lock", wait=False) as held:
         if not held:
             raise UsageError(f"{out} is being written by another depthaudit train right now; wait for it to end, "
@@ -180,8 +181,17 @@ def claim_training(out: Path, config: TrainConfig, force: bool):
         if (out / "result.json").exists() and not force:
             raise UsageError(f"{out}/result.json already exists; pass --force (force=True) to overwrite or choose "
                              "another output folder")
+        had_claim = (out / "identity.json").exists()
         claim_folder(out, "train", config.identity_dict(), take_over=force, take_over_flag="--force")
-        yield
+        try:
+            yield
+        except BaseException:  # nothing trained was kept: the claim goes too (a folder it made is removed)
+            if not (out / "result.json").exists():
+                for f in ([] if had_claim else ["identity.json"]) + [".lock", ".train.lock"]:
+                    (out / f).unlink(missing_ok=True)
+                if made and not any(out.iterdir()):
+                    out.rmdir()
+            raise
 
 
 @_api_call

@@ -257,7 +257,8 @@ DEFINITIONS = {
 }
 
 
-_OVER_EVERY_SEED = ("status", "diverged", "n_seeds", "epochs_completed", "monitor")  # diverged seeds count here too
+# counted over every seed, diverged ones too (the records a report names are only the finished pairs): not compared
+_OVER_EVERY_SEED = ("status", "diverged", "n_seeds", "epochs_completed", "monitor")
 
 
 def _same(a, b) -> bool:
@@ -293,11 +294,12 @@ def report_mismatch(report: dict, runs_root: Path) -> str | None:
             continue
         fresh = summarise_method(m["method"], [unsealed(r) for r in recs["trained"]],
                                  [unsealed(r) for r in recs["frozen"]], th)
-        every = not (m.get("diverged") or {}).get("excluded_seeds")
-        for k, v in fresh.items():
-            if k != "runs" and (every or k not in _OVER_EVERY_SEED) and not _same(v, m.get(k)):
+        for k, v in fresh.items():  # (a key an earlier version did not write is not compared)
+            if k != "runs" and k not in _OVER_EVERY_SEED and k in m and not _same(v, m[k]):
                 return f"method {m['method']}'s {k!r} is not what its run records give"
         again.append({**m, **{k: v for k, v in fresh.items() if k != "runs"}})
+    if "decision" not in report:  # (an earlier version's report: no decision table to check)
+        return None
     chance = ((report.get("provenance") or {}).get("data") or {}).get("num_classes")
     chance = 1.0 / chance if isinstance(chance, int) and chance > 0 else report["decision"]["chance_acc"]
     if not _same(decision_table(again, chance, th), report["decision"]):
