@@ -274,3 +274,20 @@ def test_runs_swapped_in_a_ladder_file_without_records_are_refused(ladders, tmp_
     err = _one_error(capsys.readouterr().err)
     print(err)
     assert "run 'fa/k0/s1'" in err and "differs in: train_blocks" in err
+
+
+def test_a_fifo_in_place_of_a_record_or_a_ladder_file_is_refused_never_read(ladders, tmp_path):
+    """A FIFO is never opened (a read would block for ever): named in one line, in a real process."""
+    out = _copy(ladders / "a", tmp_path / "o")
+    (out / RUNS / K1).unlink()
+    os.mkfifo(out / RUNS / K1)
+    report = [sys.executable, "-m", "depthaudit", "report", "o"]
+    p = subprocess.run(report, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    print(p.returncode, p.stderr)
+    assert p.returncode == 2 and "is not a regular file" in _one_error(p.stderr)
+    (out / FILE).unlink()
+    os.mkfifo(out / FILE)
+    p = subprocess.run(report, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    print(p.returncode, p.stderr)
+    assert p.returncode == 2 and "is a FIFO (named pipe), not a results file" in _one_error(p.stderr)
+    assert stat.S_ISFIFO(os.stat(out / FILE).st_mode) and stat.S_ISFIFO(os.stat(out / RUNS / K1).st_mode)

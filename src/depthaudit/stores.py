@@ -64,8 +64,14 @@ def _finite_float(text: str) -> float:
 def read_strict(path: Path) -> Any:
     """A JSON file, refusing what depthaudit never writes (``NaN``, ``Infinity``, overflowing numbers).
 
-    Raises ``ValueError`` (``json.JSONDecodeError`` included) or ``OSError`` (unreadable).
+    Raises ``ValueError`` (``json.JSONDecodeError`` included) or ``OSError`` (unreadable). A FIFO or a device is
+    never opened (a read would block, or never end): ``ValueError``.
     """
+    from .io import not_a_file
+
+    what = not_a_file(Path(path))
+    if what:
+        raise ValueError(f"it is {what}, not a file")
     return json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_reject_constant,
                       parse_float=_finite_float)
 
@@ -163,7 +169,7 @@ def _not_own_file(path: Path) -> str | None:
     if stat.S_ISLNK(st.st_mode):
         return f"is a symbolic link (to {os.readlink(path)}), not a record written here"
     if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file (a FIFO, socket or device), not a record written here"
+        return "is not a regular file (a folder, FIFO, socket or device), not a record written here"
     return None
 
 
@@ -319,7 +325,7 @@ class FolderStore:
         """Whether this store's records are sealed (any of them is): then one without a seal is refused."""
         if self._sealed is None:
             self._sealed = self.root.is_dir() and any(_has_seal(p) for p in self.root.glob("*/result.json")
-                                                      if not p.is_symlink())
+                                                      if _not_own_file(p) is None)
         return self._sealed
 
     def path(self, spec: RunSpec) -> Path:
@@ -489,7 +495,8 @@ class FileStore:
         """Whether this store's records are sealed (any record file is): then one without a seal is refused."""
         if self._sealed is None:
             self._sealed = self.runs_dir.is_dir() and any(
-                _has_seal(p) for p in self.runs_dir.glob("*.json") if p.name != IDENTITY_FILE and not p.is_symlink())
+                _has_seal(p) for p in self.runs_dir.glob("*.json")
+                if p.name != IDENTITY_FILE and _not_own_file(p) is None)
         return self._sealed
 
     def problem(self, key: str, rec: dict, copy: bool = False) -> str | None:

@@ -277,6 +277,10 @@ def read_json_doc(path: Path, runs: bool = False) -> dict:
     """A results file as a dict; a damaged or foreign file is one line naming it (``runs``: needs a runs table)."""
     import json
 
+    from ..io import not_a_file
+
+    if not_a_file(Path(path)):
+        raise UsageError(f"{path}: is {not_a_file(Path(path))}, not a results file; move it away")
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
