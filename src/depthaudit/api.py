@@ -21,6 +21,7 @@ import base64
 import contextlib
 import functools
 import html
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,15 +138,47 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
         read_checkpoint(config.warm_start)
     data = _data(config, data)
     Stepper(config, data, *build(config, data))  # model, warm start and augmentation fit the data: refused here
-    log = _log(progress)
-    log(f"depthaudit train: {config.method} on {config.arch} d={config.d_hidden} L={config.num_blocks} "
-        f"train_blocks={config.train_blocks}, {config.dataset} ({data.x_train.shape[0]} train), "
-        f"{config.epochs} epochs on {config.device}")
-    run = train_run(config, data, log=log)
-    record = result_record(config, data, run, argv or ["depthaudit.train"])
-    save_run(out, record, run, checkpoint=checkpoint)
+    with claim_training(out, config, force):  # before it trains: a second training into ``out`` is refused
+        log = _log(progress)
+        log(f"depthaudit train: {config.method} on {config.arch} d={config.d_hidden} L={config.num_blocks} "
+            f"train_blocks={config.train_blocks}, {config.dataset} ({data.x_train.shape[0]} train), "
+            f"{config.epochs} epochs on {config.device}")
+        run = train_run(config, data, log=log)
+        record = result_record(config, data, run, argv or ["depthaudit.train"])
+        save_run(out, record, run, checkpoint=checkpoint)
     card = f"{run.status}: final test_acc {run.final['test_acc']}  → {out / 'result.json'}"
     return Result(out / "result.json", record, card)
+
+
+@contextmanager
+def claim_training(out: Path, config: TrainConfig, force: bool):
+    """Hold ``out`` for one training: a second one into it (any config) is refused in one line before it trains.
+
+    The folder's lock (``out/.train.lock``) is held until the run is written; the folder is claimed for this
+    config (``out/identity.json``, as the sweeps claim theirs), and an existing result is replaced only with
+    ``force``.
+    """
+    from .stores import claim_folder, file_lock
+
+    made = not out.exists()
+    with file_lock(out / ".train.lock", wait=False) as held:
+        if not held:
+            raise UsageError(f"{out} is being written by another depthaudit train right now; wait for it to end, "
+                             "or choose another --out")
+        if (out / "result.json").exists() and not force:
+            raise UsageError(f"{out}/result.json already exists; pass --force (force=True) to overwrite or choose "
+                             "another output folder")
+        had_claim = (out / "identity.json").exists()
+        claim_folder(out, "train", config.identity_dict(), take_over=force, take_over_flag="--force")
+        try:
+            yield
+        except BaseException:  # nothing trained was kept: the claim goes too (a folder it made is removed)
+            if not (out / "result.json").exists():
+                for f in ([] if had_claim else ["identity.json"]) + [".lock", ".train.lock"]:
+                    (out / f).unlink(missing_ok=True)
+                if made and not any(out.iterdir()):
+                    out.rmdir()
+            raise
 
 
 @_api_call

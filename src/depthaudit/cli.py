@@ -45,7 +45,11 @@ def plain_terminal() -> None:
                 pass
 
 
+SIGNALLED: list[int] = []  # the signals (SIGINT, SIGTERM) this process received: an interrupt without one was raised
+
+
 def _term_to_interrupt(signum, frame):
+    SIGNALLED.append(signum)
     raise KeyboardInterrupt
 
 
@@ -67,29 +71,46 @@ def _out_of_memory(exc: BaseException) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; bad input prints one line and returns 2, an interrupt one line and 130."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv_given, argv = argv, list(sys.argv[1:] if argv is None else argv)
     import os
 
     for name in ("stdout", "stderr"):  # started with that descriptor closed (`>&-`): results still go to files
         if getattr(sys, name) is None:
             setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as we do)
     plain_terminal()
-    old_term = None
+    old_term = old_int = None
+    SIGNALLED.clear()
     if threading.current_thread() is threading.main_thread():
         old_term = signal.signal(signal.SIGTERM, _term_to_interrupt)  # SIGTERM stops like Ctrl-C: cleanly
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (one ignored by the shell stays so)
+            old_int = signal.signal(signal.SIGINT, _term_to_interrupt)  # Ctrl-C as before, but remembered
     try:
         rc = _main(argv)
         sys.stdout.flush()  # a pipe closed early breaks here, not in Python's exit flush
         return rc
     except BrokenPipeError:
         return _reader_gone()
-    except OSError as exc:  # the last of the output could not be written (stdout on a full disk, /dev/full)
-        print(f"depthaudit: error: cannot write the standard output ({exc.strerror or exc}); the files are written",
-              file=sys.stderr)
+    except OSError as exc:  # only the final flush of the standard output (stdout on a full disk, /dev/full)
+        print(f"depthaudit: error: cannot write the standard output ({exc.strerror or exc})", file=sys.stderr)
+        _silence_stdout()
         return 2
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
+        if old_int is not None:
+            signal.signal(signal.SIGINT, old_int)
+        if argv_given is None:  # the process ends here: a second Ctrl-C while workers are joined stays quiet
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _silence_stdout() -> None:
+    """Point the standard output at /dev/null: what is left in its buffer must not fail again at interpreter exit."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (a test's capture)
 
 
 # Exit status when whoever reads our output stops reading (`depthaudit … | head -1`): 141 = 128 + SIGPIPE, the
@@ -133,26 +154,86 @@ def _main(argv: list[str]) -> int:
     except UsageError as exc:
         print(f"depthaudit: error: {cli_message(exc)}", file=sys.stderr)
         return 2
+    except SystemExit as exc:  # not the parser's (returned above): code that called sys.exit() mid-command
+        line = _plugin_ended(exc)
+        if line is None:
+            raise
+        remove_in_flight()
+        print(f"depthaudit: error: {line} {HALF_WRITTEN}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as exc:
         remove_in_flight()
+        line = None if SIGNALLED else _plugin_ended(exc)  # no Ctrl-C, no SIGTERM: a plug-in raised it
+        if line is not None:
+            print(f"depthaudit: error: {line} {HALF_WRITTEN}", file=sys.stderr)
+            return 2
         print(f"depthaudit: {str(exc) or 'interrupted; finished runs are stored, nothing half-written was left'}",
               file=sys.stderr)
         return 130
     except BrokenPipeError:
         raise  # the reader went away (`| head`): main ends quietly
     except Exception as exc:
-        line = environment_error(exc) or _out_of_memory(exc) or plugin_blame(exc)
+        line = _stdout_error(exc) or environment_error(exc) or _out_of_memory(exc) or plugin_blame(exc) \
+            or path_error(exc)
         if line is not None and isinstance(exc, OSError) and exc.filename is not None:
             from .data.base import cache_dir
 
-            if str(exc.filename).startswith(str(cache_dir())):
+            cache, where = str(cache_dir()), str(exc.filename)
+            if where.startswith(cache) or cache.startswith(where.rstrip("/") + "/"):
                 line += " (it is the data cache: set DEPTHAUDIT_CACHE_DIR to a writable folder)"
         if line is not None:
             print(f"depthaudit: error: {line} {HALF_WRITTEN}", file=sys.stderr)
             return 2
+        import traceback
+
         print("depthaudit: internal error (a bug, not your input): please report it with the traceback below",
               file=sys.stderr)
-        raise
+        traceback.print_exc()  # here, not by a re-raise: what follows can never be mistaken for another error
+        return 1
+
+
+def _plugin_ended(exc: BaseException) -> str | None:
+    """One line when a plug-in's own code raised ``SystemExit`` or ``KeyboardInterrupt``; else None.
+
+    The exception may be the context of the sweep's :class:`~depthaudit.errors.Interrupted`: the chain is walked.
+    """
+    seen = exc
+    while seen is not None:
+        line = plugin_blame(seen, own_code=True)
+        if line is not None:
+            what = f"called sys.exit({seen.code})" if isinstance(seen, SystemExit) else "raised KeyboardInterrupt"
+            return (f"{line.split(' raised ')[0]} {what} at {line.split(' at ', 1)[1].split(';')[0]}; a plug-in must "
+                    "not end or interrupt the command: raise an exception instead; fix the plug-in")
+        seen = seen.__context__
+    return None
+
+
+def _stdout_error(exc: BaseException) -> str | None:
+    """One line when writing the standard output itself failed (a full disk, /dev/full); else None."""
+    if not isinstance(exc, OSError) or exc.filename is not None:
+        return None  # every file depthaudit writes names itself (io._atomic): an unnamed write is stdout's or a log's
+    import traceback
+
+    last = (traceback.extract_tb(exc.__traceback__)[-1:] or [None])[0]
+    printed = last is not None and (last.line or "").startswith("print(") and "file=" not in (last.line or "")
+    try:
+        sys.stdout.flush()
+    except OSError:
+        printed = True
+    if not printed:
+        return None
+    _silence_stdout()
+    return f"cannot write the standard output ({exc.strerror or exc})"
+
+
+def path_error(exc: BaseException) -> str | None:
+    """One line for any other ``OSError`` about a named path (a missing folder, a path under /proc, …); else None."""
+    if not isinstance(exc, OSError) or exc.filename is None:
+        return None
+    import os
+
+    why = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+    return f"{exc.filename}: {why}; check that path, or choose another location"
 
 
 if __name__ == "__main__":

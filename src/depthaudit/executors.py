@@ -366,7 +366,8 @@ def _local_pool(groups, store, opts: SweepOptions, argv, log):
         except BaseException:
             _stop_pool(pool)
             raise
-        pool.shutdown(wait=True)
+        with _signals_ignored():  # every group is in: a Ctrl-C now must not cut the pool's own cleanup short
+            pool.shutdown(wait=True)
         remaining = [g for i, g in enumerate(remaining) if i not in finished]
         if broken:
             time.sleep(0.5)  # a signal to the whole group killed the worker: let the driver's own arrive first

@@ -4,6 +4,7 @@ import errno
 import json
 import math
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,8 +47,33 @@ def environment_error(exc: BaseException) -> str | None:
     return f"{where}: {exc.strerror or os.strerror(exc.errno)}; {_ENV_ERRNOS[exc.errno]}"
 
 
+def not_a_file(path: Path) -> str | None:
+    """What stands at ``path`` if it is not a regular file (nor absent, nor a link to one): a FIFO, a device…."""
+    try:
+        st = os.stat(path)  # through a link: a link to a FIFO is refused too (replacing the link would not be)
+    except OSError:
+        return None
+    for test, what in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(st.st_mode):
+            return what
+    return None
+
+
+def check_replaceable(path: Path, flag: str | None = None) -> None:
+    """Refuse (one line) to replace what is not a regular file: a result never takes the place of a FIFO or device."""
+    from .errors import UsageError
+
+    what = not_a_file(path)
+    if what:
+        name = f"{flag} {path}" if flag else str(path)
+        raise UsageError(f"{name} is {what}, not a file depthaudit writes; it is left as it is: give a file path "
+                         "(or a folder) that is free, or move it away")
+
+
 def _atomic(path: Path, write) -> None:
     path = Path(path)
+    check_replaceable(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -93,6 +119,8 @@ def staged(folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".render-") as tmp:
         yield Path(tmp)
+        for f in sorted(Path(tmp).rglob("*")):  # nothing replaced unless every file can be
+            check_replaceable(folder / f.relative_to(tmp))
         for f in sorted(Path(tmp).rglob("*")):
             if f.is_file():
                 dest = folder / f.relative_to(tmp)
@@ -118,10 +146,18 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def save_torch(path: Path, obj: Any) -> None:
-    """``torch.save`` with the same atomic replace."""
+    """``torch.save`` with the same atomic replace.
+
+    Serialised in memory first: ``torch.save`` into a file reports a failed write (a full disk) as a bare
+    ``RuntimeError``, whereas writing its bytes here raises the ``OSError`` every other write does (one line).
+    """
+    import io
+
     import torch  # here, not at the top: `depthaudit --help` and the error handler must not import torch
 
-    _atomic(path, lambda fh: torch.save(obj, fh))
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    _atomic(path, lambda fh: fh.write(buf.getbuffer()))
 
 
 def write_text(path: Path, text: str) -> None:
@@ -142,6 +178,9 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
     from .errors import UsageError
 
     p = Path(path)
+    if p.is_symlink() and not p.exists():
+        raise UsageError(f"{flag} {p} is a symbolic link to {os.readlink(p)}, which does not exist; make that folder, "
+                         f"or choose another {flag}")
     for q in (p, *(p / s for s in subdirs)):
         if q.exists() and not q.is_dir():
             raise UsageError(f"{flag} {p}: {q} exists and is not a folder; move it or choose another {flag}")

@@ -60,10 +60,11 @@ def import_plugins_in(argv: list[str]) -> None:
                 dict.fromkeys([*filter(None, os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",")), name]))
 
 
-def plugin_blame(exc: BaseException) -> str | None:
+def plugin_blame(exc: BaseException, own_code: bool = False) -> str | None:
     """One line when a user's plug-in (``--plugin``) raised, or its object was in use where the error arose.
 
-    Names the plug-in, the error and the plug-in's file and line; None when no plug-in is involved.
+    Names the plug-in, the error and the plug-in's file and line; None when no plug-in is involved. ``own_code``:
+    only when a line of the plug-in's own code is in the traceback.
     """
     import inspect
     import os
@@ -83,6 +84,8 @@ def plugin_blame(exc: BaseException) -> str | None:
         if name:
             return (f"plug-in {name} raised {what} at {frame.f_code.co_filename}:{lineno} (in "
                     f"{frame.f_code.co_name}); fix the plug-in")
+    if own_code:
+        return None
     for frame, _ in reversed(frames):  # depthaudit raised while using a plug-in's object: what it returned
         obj = frame.f_locals.get("self")
         name = owner(type(obj).__module__) if obj is not None else None

@@ -33,11 +33,24 @@ def result_record(cfg: TrainConfig, data: DataBundle, run: RunOutput, argv: list
 
 
 def save_run(out: Path, rec: dict, run: RunOutput, checkpoint: bool = True) -> None:
-    """Write ``checkpoint.pt`` (weights + method feedback) then ``result.json``, each atomically."""
+    """Write ``checkpoint.pt`` (weights + method feedback) then ``result.json``, each atomically.
+
+    A checkpoint that cannot be written (a full disk) does not lose the run: ``result.json`` is still written,
+    then the failure is one line saying so.
+    """
+    failed = None
     if checkpoint:
-        save_torch(out / "checkpoint.pt", {"config": rec["config"], "model": run.model.state_dict(),
-                                           "method": run.method.state_dict(), "status": run.status})
+        try:
+            save_torch(out / "checkpoint.pt", {"config": rec["config"], "model": run.model.state_dict(),
+                                               "method": run.method.state_dict(), "status": run.status})
+        except OSError as exc:
+            failed = exc
     write_json(out / "result.json", rec)
+    if failed is not None:
+        from .io import environment_error
+
+        raise UsageError(f"{environment_error(failed) or failed}; the run is kept in {out / 'result.json'}, without "
+                         "its checkpoint (rerun with --force to write both)") from None
 
 
 def run_slug(cfg: TrainConfig, tracking: dict | None = None) -> str:

@@ -14,6 +14,8 @@ import glob
 import hashlib
 import json
 import math
+import os
+import stat
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -63,8 +65,14 @@ def _finite_float(text: str) -> float:
 def read_strict(path: Path) -> Any:
     """A JSON file, refusing what depthaudit never writes (``NaN``, ``Infinity``, overflowing numbers).
 
-    Raises ``ValueError`` (``json.JSONDecodeError`` included) or ``OSError`` (unreadable).
+    Raises ``ValueError`` (``json.JSONDecodeError`` included) or ``OSError`` (unreadable). A FIFO or a device is
+    never opened (a read would block, or never end): ``ValueError``.
     """
+    from .io import not_a_file
+
+    what = not_a_file(Path(path))
+    if what:
+        raise ValueError(f"it is {what}, not a file")
     return json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_reject_constant,
                       parse_float=_finite_float)
 
@@ -83,8 +91,8 @@ def seal(rec: dict) -> dict:
 
 
 def unsealed(rec: dict) -> dict:
-    """The record without its seal (what experiments and the assembled files hold)."""
-    return {k: v for k, v in rec.items() if k != SEAL}
+    """The record without its seal and its place (what experiments and the assembled files hold)."""
+    return {k: v for k, v in rec.items() if k not in (SEAL, STORED_IN)}
 
 
 def record_problem(rec: Any) -> str | None:
@@ -111,7 +119,7 @@ def record_problem(rec: Any) -> str | None:
     if status == "ok" and final.get("test_acc") is None and "test_acc" in final:
         return "finished 'ok' without a final test_acc"
     bad = _walk(rec, "")
-    if bad is None and SEAL in rec and rec[SEAL] != _digest(unsealed(rec)):
+    if bad is None and SEAL in rec and rec[SEAL] != _digest({k: v for k, v in rec.items() if k != SEAL}):
         return f"was edited after it was written (its {SEAL} no longer matches its content)"
     return bad
 
@@ -153,8 +161,27 @@ def _number_problem(key: str, v: Any, where: str) -> str | None:
     return None
 
 
+def _not_own_file(path: Path) -> str | None:
+    """Why ``path`` is not a file this store wrote: a symbolic link, a FIFO, a device…; None for a regular file."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None  # absent (or unreadable: the read says so)
+    if stat.S_ISLNK(st.st_mode):
+        return f"is a symbolic link (to {os.readlink(path)}), not a record written here"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a folder, FIFO, socket or device), not a record written here"
+    return None
+
+
 def read_record(path: Path) -> tuple[dict | None, str | None]:
-    """``(record, None)`` if intact, ``(None, problem)`` if damaged, ``(None, None)`` if absent."""
+    """``(record, None)`` if intact, ``(None, problem)`` if damaged, ``(None, None)`` if absent.
+
+    Only a regular file is read: a symbolic link (say, to another run's record) or a FIFO is a problem, not a record.
+    """
+    bad = _not_own_file(Path(path))
+    if bad:
+        return None, bad
     try:
         rec = read_strict(path)
     except FileNotFoundError:
@@ -167,6 +194,57 @@ def read_record(path: Path) -> tuple[dict | None, str | None]:
         return None, f"is not valid JSON ({str(exc).splitlines()[0][:80]})"
     bad = record_problem(rec)
     return (None, bad) if bad else (rec, None)
+
+
+STORED_IN = "stored_in"  # where a record was written: its key and its store's schema and identity (sealed with it)
+# schema -> check(identity, key, config dict) -> problem or None: what a run stored under ``key`` in a store of that
+# identity must have been trained with (the ladder registers its own: method, k and seed from the key)
+EXPECTED: dict[str, Any] = {}
+
+
+def placement_problem(rec: dict, key: str, schema: str | None, identity: dict, defaults: dict | None = None,
+                      sealed_store: bool = False) -> str | None:
+    """Why an intact record cannot stand under ``key`` in a store of ``schema``/``identity``; None when it can.
+
+    A record says where it was written (:data:`STORED_IN`, sealed with it); one moved, copied from a store of another
+    configuration or swapped with another run's is caught by that, and by its own config, data hash and measurement
+    plan (checked against the store's identity and, where the schema registers one in :data:`EXPECTED`, against what
+    its key says). In a store whose records are sealed (``sealed_store``), a record without a seal is refused: its
+    seal was removed, so nothing shows whether it was edited.
+    """
+    if sealed_store and SEAL not in rec:
+        return (f"has no {SEAL} seal though this store's records are sealed (the seal was removed, so an edit "
+                "would not show)")
+    where = rec.get(STORED_IN)
+    if where is not None:
+        if not isinstance(where, dict):
+            return f"'{STORED_IN}' is not an object"
+        if where.get("key") != key:
+            return f"was stored as run {where.get('key')!r}, not {key!r} (moved, copied or swapped on disk)"
+        diff = identity_diff(where.get("identity") or {}, identity, defaults)
+        if where.get("schema") != schema or diff:
+            return (f"was stored in a results file of another configuration (differs in: "
+                    f"{', '.join(diff[:6]) or 'schema'})")
+    sha = identity.get("data_sha256")
+    seen = ((rec.get("provenance") or {}).get("data") or {}).get("sha256")
+    if sha is not None and seen is not None and seen != sha:
+        return "was trained on other data than this store's (its data sha256 differs)"
+    plan = rec.get("tracking")
+    if isinstance(plan, dict):
+        diff = [k for k in ("probe_batches", "probe_batch_size", "eps") if k in identity and k in plan
+                and plan[k] != identity[k]]
+        if diff:
+            return f"was measured under another plan than this store's (differs in: {', '.join(diff)})"
+    check = EXPECTED.get(schema)
+    return check(identity, key, rec.get("config") or {}) if check is not None else None
+
+
+def _has_seal(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return f'"{SEAL}"' in fh.read()
+    except OSError:
+        return False
 
 
 class _Named:
@@ -242,6 +320,14 @@ class FolderStore:
         self.root = Path(root)
         self.data_sha256 = data_sha256  # when given, a stored run is reused only if it saw the same data
         self.named = _Named(log)
+        self._sealed: bool | None = None
+
+    def sealed(self) -> bool:
+        """Whether this store's records are sealed (any of them is): then one without a seal is refused."""
+        if self._sealed is None:
+            self._sealed = self.root.is_dir() and any(_has_seal(p) for p in self.root.glob("*/result.json")
+                                                      if _not_own_file(p) is None)
+        return self._sealed
 
     def path(self, spec: RunSpec) -> Path:
         """Where ``spec``'s result lives."""
@@ -275,6 +361,11 @@ class FolderStore:
                 continue
             if rec is None:
                 continue
+            bad = folder_placement(rec, p.parent.name, self.sealed())
+            if bad:
+                if p == path and not quiet:
+                    self.named(p, bad, "it is not reused: the run trains again")
+                continue
             seen = ((rec.get("provenance") or {}).get("data") or {}).get("sha256")
             if self.data_sha256 is not None and seen != self.data_sha256:
                 continue
@@ -284,8 +375,10 @@ class FolderStore:
         return None
 
     def put(self, spec: RunSpec, rec: dict) -> None:
-        """Store a finished run (sealed: a later hand edit is caught)."""
-        write_json(self.path(spec), seal(rec))
+        """Store a finished run (sealed, with its folder's name: a later hand edit or move is caught)."""
+        path = self.path(spec)
+        write_json(path, seal({**rec, STORED_IN: {"key": path.parent.name}}))
+        self._sealed = True
 
     def assemble(self) -> None:
         """Nothing to assemble: the records are the store."""
@@ -314,6 +407,7 @@ class FileStore:
         self.meta = _jsonable(meta or {})
         self.named = _Named(log)
         self.damaged: dict[str, str] = {}  # record path -> problem, seen by the last read
+        self._sealed: bool | None = None
         self.doc = {"schema": schema, "identity": self.identity, **self.meta, "runs": {}}
         doc, marker = self._read_owner()
         self._check(doc, marker)  # a store of another configuration: refused now, before any work
@@ -362,7 +456,8 @@ class FileStore:
         """Take this store for this identity, under the lock, before anything trains.
 
         Refuses (one line) a store another configuration holds, even one that claimed it a moment ago;
-        writes the identity marker in ``.runs`` and the JSON (assembled from the records already there).
+        writes the identity marker in ``.runs`` and the JSON (assembled from the records already there). In a
+        store older than seals, every intact record in its place is re-sealed (with its place) now, once.
         """
         with file_lock(self.path.with_suffix(".lock")):
             doc, marker = self._read_owner()
@@ -370,7 +465,20 @@ class FileStore:
             if marker is None:
                 write_json(self.runs_dir / IDENTITY_FILE, {"schema": self.schema, "identity": self.identity,
                                                            **self.meta})
+            if not self.sealed():
+                self._reseal()
             self._assemble_locked(doc)
+
+    def _reseal(self) -> None:
+        """Seal (with its place) every intact, unsealed record file that stands in its place (a pre-seal store)."""
+        where = {"schema": self.schema, "identity": self.identity}
+        for p in sorted(self.runs_dir.glob("*.json")) if self.runs_dir.is_dir() else []:
+            rec, bad = read_record(p)
+            key = unquote(p.stem)
+            if p.name != IDENTITY_FILE and rec is not None and SEAL not in rec \
+                    and not placement_problem(rec, key, self.schema, self.identity, self.defaults):
+                write_json(p, seal({**rec, STORED_IN: {"key": key, **where}}))
+                self._sealed = True
 
     # -- runs -------------------------------------------------------------------------------------------------
 
@@ -384,24 +492,39 @@ class FileStore:
     def _matches(self, spec: RunSpec, rec: dict | None) -> bool:
         return bool(rec) and spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking
 
-    def get(self, spec: RunSpec, quiet: bool = False) -> dict | None:
-        """The stored record for ``spec.key`` if it is intact and its config and tracking match.
+    def sealed(self) -> bool:
+        """Whether this store's records are sealed (any record file is): then one without a seal is refused."""
+        if self._sealed is None:
+            self._sealed = self.runs_dir.is_dir() and any(
+                _has_seal(p) for p in self.runs_dir.glob("*.json")
+                if p.name != IDENTITY_FILE and _not_own_file(p) is None)
+        return self._sealed
 
-        The run's own record file wins over the JSON's copy; a damaged record is named (once, unless
+    def problem(self, key: str, rec: dict, copy: bool = False) -> str | None:
+        """Why an intact record (a record file's; ``copy``: the JSON's unsealed copy) cannot stand under ``key``."""
+        return placement_problem(rec, key, self.schema, self.identity, self.defaults,
+                                 sealed_store=not copy and self.sealed())
+
+    def get(self, spec: RunSpec, quiet: bool = False) -> dict | None:
+        """The stored record for ``spec.key`` if it is intact, in its place, and its config and tracking match.
+
+        The run's own record file wins over the JSON's copy; a damaged or misplaced record is named (once, unless
         ``quiet``) and not reused.
         """
         p = self._run_path(spec.key)
         rec, bad = read_record(p)
+        if rec is not None:
+            bad = self.problem(spec.key, rec)
         if bad:
             if not quiet:
                 self.named(p, bad, "it is not reused: the run trains again")
             return None
         if rec is None:
             rec = self.doc["runs"].get(spec.key)
-            if rec is not None and record_problem(rec):
+            bad = rec is not None and (record_problem(rec) or self.problem(spec.key, rec, copy=True))
+            if bad:
                 if not quiet:
-                    self.named(Path(f"{self.path} (run {spec.key})"), record_problem(rec),
-                               "it is not reused: the run trains again")
+                    self.named(Path(f"{self.path} (run {spec.key})"), bad, "it is not reused: the run trains again")
                 return None
         return unsealed(rec) if self._matches(spec, rec) else None
 
@@ -422,8 +545,13 @@ class FileStore:
         return dev if same else None
 
     def put(self, spec: RunSpec, rec: dict) -> None:
-        """Write the run's own (sealed) record file, then re-assemble the JSON from every record (under a lock)."""
-        write_json(self._run_path(spec.key), seal(rec))
+        """Write the run's own record file, then re-assemble the JSON from every record (under a lock).
+
+        The record is sealed with its key and this store's identity (:data:`STORED_IN`).
+        """
+        where = {"key": spec.key, "schema": self.schema, "identity": self.identity}
+        write_json(self._run_path(spec.key), seal({**rec, STORED_IN: where}))
+        self._sealed = True
         self.assemble()
 
     def assemble(self) -> None:
@@ -439,7 +567,7 @@ class FileStore:
         self.damaged = {}
         runs = {}
         for k, rec in ((doc or {}).get("runs") or {}).items():
-            bad = record_problem(rec)
+            bad = record_problem(rec) or self.problem(k, rec, copy=True)
             if bad:  # a copy only the JSON held (an earlier version's file): named, left out, trained again
                 self.damaged[f"{self.path} (run {k})"] = bad
                 self.named(Path(f"{self.path} (run {k})"), bad, "it is left out and not reused: the run trains again")
@@ -461,6 +589,8 @@ class FileStore:
             if p.name == IDENTITY_FILE:
                 continue
             rec, bad = read_record(p)
+            if rec is not None:
+                bad = self.problem(unquote(p.stem), rec)
             if bad:  # left out of the JSON; a sweep names it when it comes to that run (get), report refuses it
                 self.damaged[str(p)] = bad
             elif rec is not None:
@@ -501,11 +631,37 @@ def read_run_files(folder: Path, keys: list[str] | None = None) -> dict[str, dic
     return out
 
 
+def folder_placement(rec: dict, slug: str, sealed_store: bool) -> str | None:
+    """Why an intact record cannot stand in the run folder ``slug`` of a :class:`FolderStore`; None when it can.
+
+    Its readable name (dataset, shape, method, blocks, epochs, seed) must be the one its config gives, and where
+    it says where it was written (:data:`STORED_IN`), that folder; a seal removed in a sealed store is refused.
+    """
+    bad = placement_problem(rec, slug, None, {}, sealed_store=sealed_store) if SEAL not in rec else None
+    where = rec.get(STORED_IN)
+    if bad is None and isinstance(where, dict) and where.get("key") != slug:
+        bad = f"was stored in run folder {where.get('key')!r}, not {slug!r} (moved, copied or swapped on disk)"
+    if bad is None:
+        from .config import TrainConfig
+        from .runner import run_slug
+
+        try:
+            own = run_slug(TrainConfig.from_dict(rec.get("config") or {}), rec.get("tracking"))
+        except (TypeError, ValueError, UsageError):
+            return "holds a config this version cannot read"
+        if own.rsplit("_", 1)[0] != slug.rsplit("_", 1)[0]:
+            bad = f"holds the run {own.rsplit('_', 1)[0]!r}, not the one its folder names (moved or swapped on disk)"
+    return bad
+
+
 def check_folder_records(root: Path, slugs: list[str]) -> None:
-    """Every ``root/<slug>/result.json`` named that exists is intact; else one line naming the first damaged one."""
+    """Every ``root/<slug>/result.json`` named that exists is intact and in its place; else one line naming it."""
+    sealed = FolderStore(root, log=lambda m: None).sealed()
     for slug in slugs:
         p = Path(root) / slug / "result.json"
-        _, bad = read_record(p)
+        rec, bad = read_record(p)
+        if rec is not None:
+            bad = folder_placement(rec, slug, sealed)
         if bad:
             raise UsageError(f"{p} {bad}; rerun the command that wrote this folder: it trains that run again and "
                              "rewrites the report")
@@ -534,7 +690,8 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
             diff = (["kind"] if old.get("kind") != kind else []) + identity_diff(old.get("identity") or {},
                                                                                  claim["identity"])
             if diff:
-                over = f", or {take_over_flag} to take it over (the runs of both are kept)" if take_over_flag else ""
+                kept = "its result is replaced" if kind == "train" else "the runs of both are kept"
+                over = f", or {take_over_flag} to take it over ({kept})" if take_over_flag else ""
                 raise UsageError(f"{folder} belongs to another {old.get('kind', 'sweep')} (differs in "
                                  f"{', '.join(diff[:6])}); use another {flag}{over}")
         if old != claim:

@@ -116,6 +116,9 @@ def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     if a.out and Path(a.out).is_dir():
         raise UsageError(f"--out {a.out} is a folder; give a .json file path")
     if a.out:
+        from ..io import check_replaceable
+
+        check_replaceable(Path(a.out), "--out")
         check_output_dir(Path(a.out).parent or Path("."))
     res = api.identity(base, seeds, probe_batches=nb, probe_batch_size=bs, out=a.out)
     print(res.card)

@@ -123,6 +123,10 @@ def _staged(d: Path):
 
     with tempfile.TemporaryDirectory(dir=d, prefix=".render-") as tmp:
         yield Path(tmp)
+        from ..io import check_replaceable
+
+        for f in Path(tmp).iterdir():  # nothing replaced unless every file can be
+            check_replaceable(d / f.name)
         for f in Path(tmp).iterdir():
             os.replace(f, d / f.name)
 
@@ -174,6 +178,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
                  for slug in ((m.get("runs") or {}).get(kind) or [])]
         slugs += [slug for m in report.get("methods") or [] for slug in (m.get("shallow") or {}).get("runs") or []]
         check_folder_records(d / "runs", slugs)  # a damaged run record behind the report: named, not rendered
+        derived_from_records(d / "report.json", [report], d / "runs")
         with _rendering(d / "report.json"), _staged(d) as tmp:
             figures = audit_figures(report, tmp)
             md, text = audit_markdown(report, figures), audit_terminal(report)
@@ -206,6 +211,12 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         from ..report.intervene import intervention_doc, intervention_figure, intervention_md
 
         res = read_json_doc(d / "intervention.json")
+        with _rendering(d / "intervention.json"):
+            audits = list((res.get("audits") or {}).values())
+            slugs = [slug for a in audits for m in a["methods"] for kind in ("trained", "frozen")
+                     for slug in m["runs"][kind]]
+        check_folder_records(d / "runs", slugs)
+        derived_from_records(d / "intervention.json", audits, d / "runs", res)
         with _rendering(d / "intervention.json"), _staged(d) as tmp:
             intervention_figure(res, tmp / "intervention.png")
             table = intervention_md(res)
@@ -270,6 +281,10 @@ def read_json_doc(path: Path, runs: bool = False) -> dict:
     """A results file as a dict; a damaged or foreign file is one line naming it (``runs``: needs a runs table)."""
     import json
 
+    from ..io import not_a_file
+
+    if not_a_file(Path(path)):
+        raise UsageError(f"{path}: is {not_a_file(Path(path))}, not a results file; move it away")
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -299,8 +314,11 @@ def check_ladder_doc(path: Path, doc: dict) -> None:
     ident, runs = doc.get("identity"), doc.get("runs")
     ok = isinstance(ident, dict) and all(k in ident for k in ("dataset", "arch", "d_hidden", "num_blocks", "epochs"))
     ok = ok and isinstance(runs, dict)
+    from ..experiments.ladder import placed_in_ladder
+
     for key, rec in (runs or {}).items() if ok else ():
-        bad = record_problem(rec)
+        bad = record_problem(rec) or (placed_in_ladder(ident, key, rec.get("config") or {})
+                                      if isinstance(rec.get("config"), dict) else None)
         if bad:
             raise UsageError(f"{path}: run {key!r} is malformed ({bad}); rerun the ladder command that wrote it "
                              "(that run trains again, the others are reused)")
@@ -314,6 +332,25 @@ def check_ladder_doc(path: Path, doc: dict) -> None:
                              "move the file away or rerun the ladder")
     if not ok:
         raise UsageError(f"{path}: not a ladder file (needs identity and runs); pass a folder the ladder wrote")
+
+
+def derived_from_records(path: Path, reports: list[dict], runs_root: Path, intervention: dict | None = None) -> None:
+    """A derived file (``report.json``, ``intervention.json``) must say what its run records say: else one line."""
+    from ..experiments.audit import report_mismatch
+    from ..experiments.intervene import _row
+
+    with _rendering(path):
+        why = next((w for w in (report_mismatch(r, runs_root) for r in reports) if w), None)
+        if why is None and intervention is not None:
+            for row in intervention["rows"]:
+                for cell in row["by_lambda"]:
+                    audit = intervention["audits"][f"{float(cell['lambda']):g}"]
+                    m = next(m for m in audit["methods"] if m["method"] == row["method"])
+                    if {"lambda": cell["lambda"], **_row(m)} != cell:
+                        why = f"its row for {row['method']} at λ={cell['lambda']:g} is not what its audit says"
+    if why:
+        raise UsageError(f"{path}: {why}; it was edited after it was written — rerun the command that wrote it "
+                         "into that folder (finished runs are reused) to write it again from the records")
 
 
 def check_report_doc(path: Path, doc: dict) -> None:

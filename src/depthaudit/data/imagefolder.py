@@ -52,7 +52,7 @@ def _decode(read, splits, where: str, size: int | None = None):
                 try:
                     img = Image.open(io.BytesIO(read(name))).convert("RGB")
                     img = _fit(img, size) if size else img
-                except (UnidentifiedImageError, OSError) as exc:
+                except (UnidentifiedImageError, OSError, Image.DecompressionBombError, ValueError, SyntaxError) as exc:
                     raise UsageError(f"{where}: cannot decode image {name} ({exc}); the copy is corrupt") from None
                 xs.append(np.asarray(img, dtype=np.uint8))
                 ys.append(label)

@@ -260,3 +260,53 @@ DEFINITIONS = {
                 "chance or its aggregate Γ ≤ 0; the protocol walks it back when any of D1/D2/D3 is flagged",
     "monitor": "the first epoch at which D1 / D2 fired during training; compute saved = 1 - epoch / budget",
 }
+
+
+# counted over every seed, diverged ones too (the records a report names are only the finished pairs): not compared
+_OVER_EVERY_SEED = ("status", "diverged", "n_seeds", "epochs_completed", "monitor")
+
+
+def _same(a, b) -> bool:
+    """Equal as JSON values, floats to 1e-9 relative (a report's numbers are the records' arithmetic)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    numbers = (isinstance(x, int | float) and not isinstance(x, bool) for x in (a, b))
+    if all(numbers):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+def report_mismatch(report: dict, runs_root: Path) -> str | None:
+    """Where an audit report's numbers and verdicts differ from its run records (a hand edit); None when they agree.
+
+    Each method's summary is computed again from the records its ``runs`` name (``runs_root/<slug>/result.json``),
+    and the decision table from those summaries; a report whose records are not all at hand is not checked.
+    """
+    from ..stores import read_record, unsealed
+
+    th = Thresholds(**report["thresholds"])
+    again = []
+    for m in report["methods"]:
+        recs = {}
+        for kind in ("trained", "frozen"):
+            recs[kind] = [read_record(Path(runs_root) / slug / "result.json")[0] for slug in m["runs"][kind]]
+        if any(r is None for rs in recs.values() for r in rs):
+            return None  # records moved away: nothing to check against (check_folder_records names damaged ones)
+        if not recs["trained"]:  # every seed diverged: nothing derived from a record
+            again.append(m)
+            continue
+        fresh = summarise_method(m["method"], [unsealed(r) for r in recs["trained"]],
+                                 [unsealed(r) for r in recs["frozen"]], th)
+        for k, v in fresh.items():  # (a key an earlier version did not write is not compared)
+            if k != "runs" and k not in _OVER_EVERY_SEED and k in m and not _same(v, m[k]):
+                return f"method {m['method']}'s {k!r} is not what its run records give"
+        again.append({**m, **{k: v for k, v in fresh.items() if k != "runs"}})
+    if "decision" not in report:  # (an earlier version's report: no decision table to check)
+        return None
+    chance = ((report.get("provenance") or {}).get("data") or {}).get("num_classes")
+    chance = 1.0 / chance if isinstance(chance, int) and chance > 0 else report["decision"]["chance_acc"]
+    if not _same(decision_table(again, chance, th), report["decision"]):
+        return "its decision table is not what its methods' run records give"
+    return None

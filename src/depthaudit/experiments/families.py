@@ -519,7 +519,7 @@ class PretrainedFamily(DepthFamily):
             if is_gguf(m):
                 check_gguf(m, cfg.revision)
             else:
-                check_hf(m, cfg.revision)
+                check_hf(m, cfg.revision, cfg.context)
 
     def load(self, cfg, command: str, data=None):
         from pathlib import Path

@@ -12,6 +12,7 @@ from ..diagnostics import MEASUREMENT_KEY, CreditCosine, ReferenceNorm, StreamNo
 from ..fields import arg, methods_field, probe_batch_size_field, probe_batches_field, refuse, seeds_field
 from ..methods import parse_method_spec
 from ..runner import tracking_plan
+from ..stores import EXPECTED
 from ..sweep import FileStore, RunSpec
 from ..verdicts import Thresholds, mean_std
 from .resolve import resolve_sweep
@@ -97,6 +98,42 @@ def open_store(out_dir: Path, lc: LadderConfig, data_sha256: str) -> FileStore:
     return FileStore(Path(out_dir) / ladder_filename(lc.base), SCHEMA,
                      ladder_identity(lc.base, data_sha256, (lc.probe_batches, lc.probe_batch_size), lc.eps),
                      defaults={**TrainConfig().identity_dict(), **LEGACY})
+
+
+def placed_in_ladder(identity: dict, key: str, config: dict) -> str | None:
+    """Why a run stored under ``key`` (``method/k{k}/s{seed}``) in a ladder of ``identity`` is not that run; else None.
+
+    What the key and the ladder's identity say (method and options, blocks trained, seed, the whole recipe) is what
+    the record's config must hold: a record swapped with another rung's, or copied from a ladder of another ``lr``,
+    is caught here even where it predates the record's own note of its place (:data:`~depthaudit.stores.STORED_IN`).
+    """
+    from dataclasses import fields
+
+    from ..errors import UsageError
+
+    parts = key.split("/")
+    if len(parts) != 3 or not parts[2][1:].lstrip("-").isdigit() or not (parts[1] == "shallow"
+                                                                           or parts[1][1:].isdigit()):
+        return None  # not a rung's key: the ladder file's own check names it
+    names = {f.name for f in fields(TrainConfig)}
+    try:
+        base = TrainConfig.from_dict({k: v for k, v in identity.items() if k in names})
+        want = replace(parse_method_spec(parts[0], base)[1], seed=int(parts[2][1:]))
+        got = TrainConfig.from_dict(config)
+    except (TypeError, ValueError, KeyError, UsageError):
+        return None  # a method or dataset this session does not know (a plug-in's): nothing to compare against
+    skip = {"data_dir", "download", "device"}
+    if parts[1] == "shallow":  # the matched shallow model: its own shape, every block trained
+        skip |= {"num_blocks", "d_hidden", "train_blocks"}
+    else:
+        want = replace(want, train_blocks=blocks_for(int(parts[1][1:]), base.num_blocks))
+    diff = [f for f in sorted(names - skip) if getattr(want, f) != getattr(got, f)]
+    if diff:
+        return f"holds a run of another configuration than its place {key!r} says (differs in: {', '.join(diff[:6])})"
+    return None
+
+
+EXPECTED[SCHEMA] = placed_in_ladder
 
 
 def _final_measurement(rec: dict) -> dict:

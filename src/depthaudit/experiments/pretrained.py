@@ -124,6 +124,9 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
     t0 = time.perf_counter()
     log = log or (lambda m: None)
     hf, tok, source = load_model(cfg.model, cfg.revision, device)
+    from ..models.hf import check_context
+
+    check_context(hf.config, cfg.context, cfg.model)  # (a .gguf's positions are known only now)
     timing = {"load_s": round(time.perf_counter() - t0, 3)}
     vocab = int(hf.config.vocab_size)
     ids, _ = tokens_for(cfg.text, tok, vocab, cfg.model)

@@ -22,19 +22,56 @@ def load_causal_lm(name: str, revision: str | None, device) -> tuple[nn.Module, 
     return model, tok
 
 
-def check_hf(name: str, revision: str | None) -> None:
+def check_hf(name: str, revision: str | None, context: int | None = None) -> None:
     """Refuse a ``--model`` whose configuration cannot be read before any work, so nothing is written.
 
-    No such repo or folder, offline and not cached, no such revision: one line. Reads its config only.
+    No such repo or folder, offline and not cached, no such revision, a truncated ``*.safetensors`` in a local
+    folder, a ``context`` beyond the model's positions: one line. Reads its config and the weights' headers only.
     """
     tf = require_transformers()
     kw = {"revision": revision} if revision else {}
     try:
-        tf.AutoConfig.from_pretrained(name, **kw)
+        config = tf.AutoConfig.from_pretrained(name, **kw)
     except (OSError, ValueError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise UsageError(f"--model {name}{f' --revision {revision}' if revision else ''}: cannot load it ({first}); "
                          "give a Hub model name or a local folder with config.json and weights") from None
+    if os.path.isdir(name):
+        for f in sorted(os.listdir(name)):
+            if f.endswith(".safetensors"):
+                check_safetensors(os.path.join(name, f), name)
+    check_context(config, context, name)
+
+
+def check_context(config, context: int | None, name: str) -> None:
+    """Refuse a ``--context`` longer than the model's positions (one line; else an index error deep in torch)."""
+    limit = next((getattr(config, k) for k in ("max_position_embeddings", "n_positions", "n_ctx")
+                  if isinstance(getattr(config, k, None), int)), None)
+    if context is not None and limit is not None and context > limit:
+        raise UsageError(f"--context {context} exceeds the {limit} positions of --model {name}; give --context "
+                         f"{limit} or less")
+
+
+def check_safetensors(path: str, name: str) -> None:
+    """A ``.safetensors`` file whose header or size is not whole (truncated, damaged): one line naming it."""
+    import json
+    import struct
+
+    size = os.path.getsize(path)
+    try:
+        with open(path, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            if 8 + n > size:
+                raise ValueError("its header runs past the end of the file")
+            header = json.loads(fh.read(n))
+        ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+        need = 8 + n + max(ends, default=0)
+    except (struct.error, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise UsageError(f"--model {name}: {path} is not a whole safetensors file ({str(exc)[:80] or 'bad header'}); "
+                         "it is damaged: copy or download it again") from None
+    if size < need:
+        raise UsageError(f"--model {name}: {path} is truncated ({size} of {need} bytes); copy or download it "
+                         "again") from None
 
 
 def load_model(name: str, revision: str | None, device) -> tuple[nn.Module, object | None, dict]:
@@ -49,7 +86,9 @@ def load_model(name: str, revision: str | None, device) -> tuple[nn.Module, obje
     kw = {"revision": revision} if revision else {}
     try:
         model = tf.AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32, **kw)
-    except (OSError, ValueError) as exc:  # no such repo/folder/revision, no network, not a causal LM
+    except Exception as exc:  # no such repo/folder/revision, no network, not a causal LM, damaged weights
+        if not isinstance(exc, OSError | ValueError) and "safetensor" not in type(exc).__module__.lower():
+            raise
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise UsageError(f"--model {name}{f' --revision {revision}' if revision else ''}: cannot load it ({first}); "
                          "give a Hub model name or a local folder with config.json and weights") from None
