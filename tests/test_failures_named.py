@@ -206,8 +206,8 @@ def test_an_empty_method_list_is_refused_before_the_folder_is_claimed(tmp_path):
     import depthaudit as da
     from depthaudit.errors import UsageError
 
-    cfg = da.AuditConfig(base=da.TrainConfig(dataset="mnist1d", epochs=1, d_hidden=8, num_blocks=1), methods=())
-    with pytest.raises(UsageError, match="an empty list"):
+    with pytest.raises(UsageError, match="methods is empty"):  # the config refuses itself, before any folder
+        cfg = da.AuditConfig(base=da.TrainConfig(dataset="mnist1d", epochs=1, d_hidden=8, num_blocks=1), methods=())
         da.audit(cfg, tmp_path / "o", progress=False)
     assert not (tmp_path / "o").exists()
 
