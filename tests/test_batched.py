@@ -51,7 +51,7 @@ def _alone(cfg, data):
     return model, method, [h["train_loss"] for h in hist]
 
 
-SPECS = ["bp", "fa", "fa:head=exact", "dfa", "usf", "kp", "fa-stream", "fa-stream:identity", "ep:steps=3",
+SPECS = ["bp", "fa", "fa:head=exact", "dfa", "sign-dfa", "drtp", "usf", "kp", "fa-stream", "fa-stream:identity", "ep:steps=3",
          "ep:steps=3,credit=error", "bp+penalty", "fa+lambdas", "fa+rel"]
 
 

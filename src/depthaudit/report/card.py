@@ -115,7 +115,7 @@ def _title(report: dict) -> str:
     probe = (f"probe {c['probe_batches']}×{c['probe_batch_size']}" if "probe_batches" in c
              else f"probe batch {c.get('probe_size')}")
     fam = []  # the FA variants, named wherever they apply
-    if any(m in ("fa", "usf", "frsf", "brsf", "kp") for m in c["methods"]):
+    if any(m in ("fa", "usf", "frsf", "brsf", "kp", "wm", "pfa") for m in c["methods"]):
         fam.append(f"fa head {b.get('fa_head', 'feedback')}")
     if "fa-stream" in c["methods"]:
         fam.append("fa-stream " + (f"c+c·Bᵀ, s={b.get('fa_stream_scale', 1.0):g}" if b.get("fa_stream_identity")
