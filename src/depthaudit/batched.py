@@ -243,7 +243,7 @@ def group_key(cfg: TrainConfig) -> str | None:
     method, model = METHODS.get(cfg.method), MODELS.get(cfg.arch)
     if not (getattr(method, "stackable", False) and getattr(model, "stackable", False)):
         return None
-    if cfg.warm_start or cfg.credit_mix is not None:
+    if cfg.warm_start or cfg.credit_mix is not None or cfg.optimizer != "adamw":  # MaskedAdamW is AdamW only
         return None
     d = replace(cfg, seed=0, train_blocks="all", scale_penalty=0.0).to_dict()
     return repr(sorted(d.items()))
@@ -263,6 +263,9 @@ class StackedStepper:
                  methods: list[CreditMethod], graphs: bool = False):
         cfg = cfgs[0]
         self.cfg, self.data, self.runs = cfg, data, len(cfgs)
+        if cfg.optimizer != "adamw":  # group_key never stacks such runs; a direct caller is told why
+            raise UsageError(f"stacked runs train with AdamW only (MaskedAdamW); --optimizer {cfg.optimizer} runs "
+                             "train one by one (leave --batch-runs off)")
         if cfg.augment != "none" and (data.pad_value is None or data.x_train.dim() != 4):
             raise UsageError(f"--augment {cfg.augment}: {data.name} is not an image dataset; use --augment none")
         self.model = StackedModel(models)

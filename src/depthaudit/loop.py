@@ -70,11 +70,12 @@ def make_optimizer(model: ResidualModel, cfg: TrainConfig) -> torch.optim.Optimi
     On the CPU it is torch's fused AdamW (one kernel per parameter for the whole update), where the default
     would be a Python loop of ~10 ops per parameter: the same update to rounding (``tests/test_train.py``),
     a CIFAR-10 step 17–19 % shorter (``benchmarks/bench_engine.py``). On a GPU, torch's default (multi-tensor).
+    With ``cfg.optimizer = "sgd"``, torch's SGD with momentum instead (:mod:`depthaudit.optim`).
     """
+    from .optim import OPTIMIZERS
+
     params = [p for ps in model.groups().values() if ps and all(p.requires_grad for p in ps) for p in ps]
-    fused = True if params and all(p.device.type == "cpu" for p in params) and cpu_fused_adamw() else None
-    return torch.optim.AdamW([{"params": params, "name": "trainable"}], lr=cfg.lr, weight_decay=cfg.weight_decay,
-                             fused=fused)
+    return OPTIMIZERS.get(cfg.optimizer)(params, cfg.lr, cfg.weight_decay)
 
 
 @functools.lru_cache(maxsize=1)
