@@ -22,7 +22,7 @@ OPTIMIZERS: Registry = Registry("optimizer")
 
 @OPTIMIZERS.register("adamw", lr=1e-3, weight_decay=0.01)
 def adamw(params: list[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """torch's AdamW over ``params`` as one group named ``trainable``; fused on the CPU where available."""
+    """Torch's AdamW over ``params`` as one group named ``trainable``; fused on the CPU where available."""
     from .loop import cpu_fused_adamw
 
     fused = True if params and all(p.device.type == "cpu" for p in params) and cpu_fused_adamw() else None
@@ -31,7 +31,7 @@ def adamw(params: list[torch.nn.Parameter], lr: float, weight_decay: float) -> t
 
 @OPTIMIZERS.register("sgd", lr=0.05, weight_decay=5e-4)
 def sgd(params: list[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """torch's SGD, momentum 0.9, Nesterov off, coupled weight decay, over ``params`` as one group."""
+    """Torch's SGD, momentum 0.9, Nesterov off, coupled weight decay, over ``params`` as one group."""
     return torch.optim.SGD([{"params": params, "name": "trainable"}], lr=lr, momentum=0.9, nesterov=False,
                            weight_decay=weight_decay)
 
