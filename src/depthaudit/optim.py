@@ -6,12 +6,14 @@ and state is its own, so one optimizer is the same as one per group). Each regis
 stored config names the values it ran with). The learning rate follows the recipe's cosine schedule to 0 either way.
 
 * ``adamw`` — the published protocol's: torch's AdamW (β = 0.9, 0.999, ε = 1e-8, decoupled decay), lr 1e-3,
-  weight decay 0.01; on the CPU torch's fused kernel where this torch has one (``loop.cpu_fused_adamw``).
+  weight decay 0.01; on the CPU torch's fused kernel where this torch has one (:func:`cpu_fused_adamw`).
 * ``sgd`` — the field's other optimizer (biotorch's benchmark reports every method under SGD and Adam): torch's
   SGD, momentum 0.9, no Nesterov, dampening 0, *coupled* L2 decay; lr 0.05, weight decay 5e-4 (ours: biotorch's
   schema leaves lr and decay to each config; 0.05 was the best of 0.01/0.05/0.2 for BP on MNIST-1D, see
   docs/protocol.md "Optimizer"). Kolen–Pollack's and product FA's feedback decay reads the same ``lr·wd``.
 """
+
+import functools
 
 import torch
 
@@ -23,8 +25,6 @@ OPTIMIZERS: Registry = Registry("optimizer")
 @OPTIMIZERS.register("adamw", lr=1e-3, weight_decay=0.01)
 def adamw(params: list[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.Optimizer:
     """Torch's AdamW over ``params`` as one group named ``trainable``; fused on the CPU where available."""
-    from .loop import cpu_fused_adamw
-
     fused = True if params and all(p.device.type == "cpu" for p in params) and cpu_fused_adamw() else None
     return torch.optim.AdamW([{"params": params, "name": "trainable"}], lr=lr, weight_decay=weight_decay, fused=fused)
 
@@ -39,3 +39,16 @@ def sgd(params: list[torch.nn.Parameter], lr: float, weight_decay: float) -> tor
 def names() -> list[str]:
     """The registered optimizers (the ``--optimizer`` choices)."""
     return OPTIMIZERS.names()
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_fused_adamw() -> bool:
+    """Whether this torch has the fused AdamW kernel for CPU tensors (torch ≥ 2.4); older ones use the default."""
+    try:
+        t = torch.zeros(1)
+        torch._fused_adamw_([t], [t.clone()], [t.clone()], [t.clone()], [], [torch.ones(())], amsgrad=False,
+                            lr=1e-3, beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8, maximize=False,
+                            grad_scale=None, found_inf=None)
+    except (RuntimeError, NotImplementedError, AttributeError, TypeError):
+        return False
+    return True

@@ -6,9 +6,9 @@ itself, invariant to orthogonal rotations and isotropic scaling of either (the l
 **The BP reference** is a BP-trained twin: the same architecture, config and seed trained with ``bp``, read at
 the same probe inputs. The audit has one whenever ``bp`` is among ``--methods`` (every default audit): after all
 runs finished, each method's trained run (seed s) and BP's trained run (seed s) are loaded from their stored
-``checkpoint.pt`` in the audit's run store and compared on seed s's probe batches (:func:`cka_to_bp`). Without
-a BP run in the audit, no CKA is reported (never against a model trained elsewhere). From Python, pass any
-reference model: ``CKAToBP(reference=model).compute(snapshot)``.
+``checkpoint.pt`` in the audit's run store and compared on seed s's probe batches
+(``experiments.audit.cka_to_bp``). Without a BP run in the audit, no CKA is reported (never against a model
+trained elsewhere). From Python, pass any reference model: ``CKAToBP(reference=model).compute(snapshot)``.
 """
 
 import torch
@@ -41,7 +41,7 @@ class CKAToBP(Diagnostic):
     def from_plan(cls, plan: dict) -> "CKAToBP | None":
         """Scheduled only when the plan carries a reference model (``cka_reference``).
 
-        The audit measures it once, after training, from the stored BP twin (:func:`cka_to_bp`).
+        The audit measures it once, after training, from the stored BP twin (``experiments.audit.cka_to_bp``).
         """
         ref = plan.get("cka_reference")
         return cls(plan["every"], ref) if ref is not None else None
@@ -73,40 +73,3 @@ class CKAToBP(Diagnostic):
         return ("Linear CKA to BP per layer (each method's stream states vs its BP-trained twin's, same seed and probe "
                 "inputs), end of training", table(layer_headers(sub), per_layer_rows(sub, "cka_to_bp")))
 
-
-def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, probe_batch_size) -> dict:
-    """``{method: [mean ± std per layer]}`` from the stored trained runs against BP's of the same seed.
-
-    ``records`` are the audit's run records by ``"<method>/trained/s<seed>"``; each run's ``checkpoint.pt`` sits in
-    ``runs_dir/<its folder>``. Empty when the audit has no ``bp`` or a checkpoint is missing (nothing is guessed).
-    """
-    from ..config import TrainConfig
-    from ..experiments.audit import run_slug_of
-    from ..loop import build
-    from ..runner import probe_batches as draw_probes
-    from .base import Tracker
-
-    if "bp" not in methods:
-        return {}
-
-    def load(rec):
-        path = runs_dir / run_slug_of(rec) / "checkpoint.pt"
-        if not path.is_file():
-            return None
-        cfg = TrainConfig.from_dict({**rec["config"], "device": str(data.x_test.device), "warm_start": None})
-        model, method = build(cfg, data)
-        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["model"])
-        return model.eval(), method
-
-    out = {}
-    for s in seeds:
-        bp = load(records[f"bp/trained/s{s}"])
-        if bp is None:
-            return {}
-        batches = draw_probes(data, s, probe_batches, probe_batch_size)
-        for m in methods:
-            got = load(records[f"{m}/trained/s{s}"])
-            if got is None:
-                return {}
-            out.setdefault(m, []).append(Tracker(batches, [CKAToBP(reference=bp[0])])(0, *got, final=True))
-    return {m: CKAToBP.summarise(v, len(v[0][CKAToBP.name]["per_layer"]) - 1)[CKAToBP.name] for m, v in out.items()}

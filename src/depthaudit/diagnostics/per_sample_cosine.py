@@ -72,8 +72,12 @@ class PerSampleCosine(Diagnostic):
         methods = [m for m in report["methods"] if m.get("per_sample_cosine")]
         if not methods:
             return {}
+        import matplotlib
+
+        matplotlib.use("Agg")  # as every audit figure (report/figures.py)
+        import matplotlib.pyplot as plt
+
         from ..io import save_figure
-        from ..report.figures import plt  # matplotlib on the Agg backend, as every audit figure
 
         L1 = len(methods[0]["per_sample_cosine"])
         fig, axes = plt.subplots(1, L1, figsize=(2.6 * L1, 2.6), sharey=True, squeeze=False)

@@ -221,8 +221,7 @@ def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=No
     th = acfg.thresholds
     methods = [summarise_method(m, [recs[f"{m}/trained/s{s}"] for s in acfg.seeds],
                                 [recs[f"{m}/frozen/s{s}"] for s in acfg.seeds], th) for m in acfg.methods]
-    from ..diagnostics.cka import cka_to_bp  # each method's stream vs its BP twin's, from the stored checkpoints
-
+    # each method's stream vs its BP twin's, from the stored checkpoints
     ckas = cka_to_bp(recs, acfg.methods, acfg.seeds, data, Path(out) / "runs", acfg.probe_batches,
                      acfg.probe_batch_size)
     for summary in methods:
@@ -249,6 +248,42 @@ def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=No
             "provenance": provenance(torch.device(b.device), data.provenance(), acfg.seeds[0], argv),
             "definitions": DEFINITIONS, "methods": methods, "identity": ident,
             "decision": decision_table(methods, 1.0 / data.num_classes, th)}
+
+
+def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, probe_batch_size) -> dict:
+    """``{method: [mean ± std per layer]}`` from the stored trained runs against BP's of the same seed.
+
+    ``records`` are the audit's run records by ``"<method>/trained/s<seed>"``; each run's ``checkpoint.pt`` sits in
+    ``runs_dir/<its folder>``. Empty when the audit has no ``bp`` or a checkpoint is missing (nothing is guessed).
+    """
+    from ..diagnostics import CKAToBP, Tracker
+    from ..loop import build
+    from ..runner import probe_batches as draw_probes
+
+    if "bp" not in methods:
+        return {}
+
+    def load(rec):
+        path = runs_dir / run_slug_of(rec) / "checkpoint.pt"
+        if not path.is_file():
+            return None
+        cfg = TrainConfig.from_dict({**rec["config"], "device": str(data.x_test.device), "warm_start": None})
+        model, method = build(cfg, data)
+        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["model"])
+        return model.eval(), method
+
+    out = {}
+    for s in seeds:
+        bp = load(records[f"bp/trained/s{s}"])
+        if bp is None:
+            return {}
+        batches = draw_probes(data, s, probe_batches, probe_batch_size)
+        for m in methods:
+            got = load(records[f"{m}/trained/s{s}"])
+            if got is None:
+                return {}
+            out.setdefault(m, []).append(Tracker(batches, [CKAToBP(reference=bp[0])])(0, *got, final=True))
+    return {m: CKAToBP.summarise(v, len(v[0][CKAToBP.name]["per_layer"]) - 1)[CKAToBP.name] for m, v in out.items()}
 
 
 DEFINITIONS = {
