@@ -78,7 +78,7 @@ class TrainConfig:
     optimizer: str = arg("adamw", help="adamw = the protocol's | sgd = momentum 0.9 (ours, see docs/protocol.md)",
                          choices=_optimizers, training=True)
     lr: float | None = arg(None, help="learning rate (cosine to 0)", lo=0, lo_open=True, training=True,
-                           default_text="the optimizer's; adamw 1e-3, sgd 0.05")
+                           default_text="the optimizer's; adamw 1e-3, sgd 3e-3")
     weight_decay: float | None = arg(None, help="weight decay (adamw: decoupled; sgd: coupled L2)", lo=0,
                                      training=True, default_text="the optimizer's; adamw 0.01, sgd 5e-4")
     scale_penalty: float = arg(0.0, help="scale penalty λ", lo=0, training=True)
