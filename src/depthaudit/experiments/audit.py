@@ -254,7 +254,8 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
     """``{method: [mean ± std per layer]}`` from the stored trained runs against BP's of the same seed.
 
     ``records`` are the audit's run records by ``"<method>/trained/s<seed>"``; each run's ``checkpoint.pt`` sits in
-    ``runs_dir/<its folder>``. Empty when the audit has no ``bp`` or a checkpoint is missing (nothing is guessed).
+    ``runs_dir/<its folder>``. Empty when the audit has no ``bp`` or a checkpoint is missing (nothing is guessed);
+    a diverged run (either twin) adds no seed.
     """
     from ..diagnostics import CKAToBP, Tracker
     from ..loop import build
@@ -267,6 +268,8 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
         path = runs_dir / run_slug_of(rec) / "checkpoint.pt"
         if not path.is_file():
             return None
+        if rec["status"] == "diverged":  # a diverged run's weights are not finite: no CKA (the card says diverged)
+            return False
         cfg = TrainConfig.from_dict({**rec["config"], "device": str(data.x_test.device), "warm_start": None})
         model, method = build(cfg, data)
         model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["model"])
@@ -278,11 +281,12 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
         if bp is None:
             return {}
         batches = draw_probes(data, s, probe_batches, probe_batch_size)
-        for m in methods:
+        for m in methods if bp else []:
             got = load(records[f"{m}/trained/s{s}"])
             if got is None:
                 return {}
-            out.setdefault(m, []).append(Tracker(batches, [CKAToBP(reference=bp[0])])(0, *got, final=True))
+            if got:
+                out.setdefault(m, []).append(Tracker(batches, [CKAToBP(reference=bp[0])])(0, *got, final=True))
     return {m: CKAToBP.summarise(v, len(v[0][CKAToBP.name]["per_layer"]) - 1)[CKAToBP.name] for m, v in out.items()}
 
 
