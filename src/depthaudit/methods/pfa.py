@@ -4,7 +4,9 @@ Paper's rule: the error at layer l+1 reaches layer l through a product of two fe
 population of N neurons: ``δ_l = f′ ⊙ B R δ_{l+1}`` with ``R`` (N × n_{l+1}) fixed random and ``B`` (n_l × N)
 plastic. ``B`` learns with a local, Kolen–Pollack-like rule (pre-synaptic ``r = R δ`` times post-synaptic
 activity, plus the same weight decay as ``W``), so the *product* ``B R`` comes to align with ``Wᵀ`` while no
-single feedback synapse mirrors a forward one (no explicit weight symmetry).
+single feedback synapse mirrors a forward one (no explicit weight symmetry). This is our reading of the paper
+(written offline, from its abstract and method summary, not its code): check its Methods before quoting a
+difference between its figures and ours.
 
 Our choices (in W's shape, as every FA relative here): the matrix used in place of ``Wᵀ`` is ``M = Q P`` with
 ``Q = Rᵀ`` (out × N, fixed, entries N(0, 1/N) so ``Q Qᵀ ≈ I``) and ``P = Bᵀ`` (N × in, learned, initialised
