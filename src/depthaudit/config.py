@@ -75,12 +75,12 @@ class TrainConfig:
     stop_after: int | None = arg(None, help="train only the first N epochs of that schedule", lo=1,
                                  advanced=True, training=True)
     batch_size: int = arg(128, help="batch size", lo=1, training=True)
-    optimizer: str = arg("adamw", help="adamw = the protocol's | sgd = momentum 0.9 (ours, see docs/protocol.md)",
-                         choices=_optimizers, training=True)
+    optimizer: str = arg("adamw", help="adamw (the protocol's) | sgd (momentum 0.9, ours)", choices=_optimizers,
+                         training=True)
     lr: float | None = arg(None, help="learning rate (cosine to 0)", lo=0, lo_open=True, training=True,
-                           default_text="the optimizer's; adamw 1e-3, sgd 3e-3")
-    weight_decay: float | None = arg(None, help="weight decay (adamw: decoupled; sgd: coupled L2)", lo=0,
-                                     training=True, default_text="the optimizer's; adamw 0.01, sgd 5e-4")
+                           default_text="adamw 1e-3, sgd 3e-3")
+    weight_decay: float | None = arg(None, help="weight decay (adamw decoupled, sgd L2)", lo=0, training=True,
+                                     default_text="adamw 0.01, sgd 5e-4")
     scale_penalty: float = arg(0.0, help="scale penalty λ", lo=0, training=True)
     penalty_form: str = arg("abs", help="abs = λ‖f‖² (reference) | rel = λ‖f‖²/‖h‖² (ours)", choices=("abs", "rel"),
                             advanced=True, training=True)
