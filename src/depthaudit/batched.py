@@ -240,10 +240,12 @@ class MaskedAdamW:
 
 def group_key(cfg: TrainConfig) -> str | None:
     """What runs must share to train stacked (their config but seed, ``train_blocks`` and λ); None if they can't."""
+    if cfg.optimizer != "adamw":  # MaskedAdamW is AdamW only: sgd runs train one by one
+        return None
     method, model = METHODS.get(cfg.method), MODELS.get(cfg.arch)
     if not (getattr(method, "stackable", False) and getattr(model, "stackable", False)):
         return None
-    if cfg.warm_start or cfg.credit_mix is not None or cfg.optimizer != "adamw":  # MaskedAdamW is AdamW only
+    if cfg.warm_start or cfg.credit_mix is not None:
         return None
     d = replace(cfg, seed=0, train_blocks="all", scale_penalty=0.0).to_dict()
     return repr(sorted(d.items()))
