@@ -43,9 +43,9 @@ def test_audit_from_python_is_the_cli_audit(tmp_path, capsys):
     assert res.path == tmp_path / "a" / "report.json"
     assert json.loads(res.path.read_text())["methods"] == json.loads(json.dumps(res.record["methods"]))
     assert (tmp_path / "a" / "report.md").read_text() == res.markdown
-    assert len(res.figures) == 3 and all(f.is_file() for f in res.figures)
+    assert len(res.figures) == 4 and all(f.is_file() for f in res.figures)
     html = res._repr_html_()
-    assert html.count("data:image/png;base64,") == 3 and "depthaudit audit" in html
+    assert html.count("data:image/png;base64,") == 4 and "depthaudit audit" in html
     runs = sorted(p.name for p in (tmp_path / "a" / "runs").iterdir())
     assert main(["audit", "--dataset", "mnist1d", "--d-hidden", "16", "--num-blocks", "2", "--epochs", "1",
                  "--methods", "bp", "fa", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32",

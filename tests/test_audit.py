@@ -213,7 +213,8 @@ def test_tracker_reads_without_touching_gradients_or_weights():
 
     for name in ("bp", "fa", "dfa"):
         out = audit_tracker(batches)(1, model, build_method(name, model, 0))
-        assert set(out) == {"credit_cosine", "robust_cosine", "update_cosine", "stream", "reference"}
+        assert set(out) == {"credit_cosine", "robust_cosine", "update_cosine", "stream", "reference",
+                            "per_sample_cosine", "weight_alignment"}
     assert all(p.grad is None for p in model.parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     t = Tracker(batches, [StreamNorms(every=5)])

@@ -51,8 +51,8 @@ def _alone(cfg, data):
     return model, method, [h["train_loss"] for h in hist]
 
 
-SPECS = ["bp", "fa", "fa:head=exact", "dfa", "usf", "kp", "fa-stream", "fa-stream:identity", "ep:steps=3",
-         "ep:steps=3,credit=error", "bp+penalty", "fa+lambdas", "fa+rel"]
+SPECS = ["bp", "fa", "fa:head=exact", "dfa", "sign-dfa", "drtp", "usf", "kp", "fa-stream", "fa-stream:identity",
+         "ep:steps=3", "ep:steps=3,credit=error", "bp+penalty", "fa+lambdas", "fa+rel"]
 
 
 @pytest.mark.parametrize("spec", SPECS + [f"{s}@vmap" for s in ("bp", "fa", "dfa", "fa-stream", "bp+penalty",

@@ -12,11 +12,13 @@ from depthaudit.diagnostics import (
     CreditCosine,
     FreshBNull,
     Nudging,
+    PerSampleCosine,
     PerturbationCorrelation,
     ReferenceNorm,
     RobustCosine,
     StreamNorms,
     UpdateCosine,
+    WeightAlignment,
     audit_tracker,
     registered,
 )
@@ -32,13 +34,15 @@ def test_the_audit_tracker_is_the_registry_in_order():
     # the standard set, every `every` epochs, D1 in the plan's statistic
     assert _lineup(audit_tracker([], 3, d1_stat="mean")) == [
         (CreditCosine, {"every": 3}), (RobustCosine, {"every": 3}), (UpdateCosine, {"every": 3}),
-        (StreamNorms, {"every": 3, "stat": "mean"}), (ReferenceNorm, {"every": 3})]
+        (StreamNorms, {"every": 3, "stat": "mean"}), (ReferenceNorm, {"every": 3}),
+        (PerSampleCosine, {"every": 3}), (WeightAlignment, {"every": 3})]  # CKA only with a reference model
     f = {"every": 0, "directions": 5, "step": 1e-2, "eta": 0.5, "fresh_b_draws": 4, "seed": 7}
     got = _lineup(audit_tracker([], 1, functional=f))
     assert got[5:] == [(PerturbationCorrelation, {"every": 0, "directions": 5, "step": 1e-2, "seed": 7}),
-                       (Nudging, {"every": 0, "eta": 0.5}), (FreshBNull, {"every": 0, "draws": 4, "seed": 7})]
+                       (Nudging, {"every": 0, "eta": 0.5}), (FreshBNull, {"every": 0, "draws": 4, "seed": 7}),
+                       (PerSampleCosine, {"every": 1}), (WeightAlignment, {"every": 1})]
     assert [t for t, _ in _lineup(audit_tracker([], 1, functional={**f, "fresh_b_draws": 0}))][5:] == \
-        [PerturbationCorrelation, Nudging]
+        [PerturbationCorrelation, Nudging, PerSampleCosine, WeightAlignment]
 
 
 PLUGIN = '''

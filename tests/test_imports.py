@@ -44,7 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("models, data, depth measures", ("models", "data", "depth")),
     ("methods", ("recipe", "methods")),
     ("diagnostics", ("verdicts", "diagnostics")),
-    ("run config", ("config",)),
+    ("run config", ("config", "optim")),
     ("training", ("loop", "batched")),
     ("runs and sweeps", ("runner", "stores", "executors", "sweep", "runlog")),
     ("experiments", ("experiments",)),

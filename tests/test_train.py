@@ -147,9 +147,9 @@ def test_the_cpu_optimizer_is_torchs_default_adamw_to_rounding():
 def test_without_the_fused_cpu_kernel_the_optimizers_fall_back_to_torchs_default(monkeypatch):
     """torch < 2.4 has no fused AdamW for CPU tensors: make_optimizer and the stacked optimizer then take
     torch's default form (which the fused one equals to rounding: the test above)."""
-    from depthaudit import batched, loop
+    from depthaudit import batched, loop, optim
 
-    monkeypatch.setattr(loop, "cpu_fused_adamw", lambda: False)
+    monkeypatch.setattr(optim, "cpu_fused_adamw", lambda: False)  # make_optimizer's adamw (depthaudit.optim)
     monkeypatch.setattr(batched, "cpu_fused_adamw", lambda: False)
     data = _data()
     cfg = TrainConfig(method="bp", d_hidden=16, num_blocks=2, epochs=1)

@@ -240,6 +240,8 @@ class MaskedAdamW:
 
 def group_key(cfg: TrainConfig) -> str | None:
     """What runs must share to train stacked (their config but seed, ``train_blocks`` and λ); None if they can't."""
+    if cfg.optimizer != "adamw":  # MaskedAdamW is AdamW only: sgd runs train one by one
+        return None
     method, model = METHODS.get(cfg.method), MODELS.get(cfg.arch)
     if not (getattr(method, "stackable", False) and getattr(model, "stackable", False)):
         return None
@@ -265,6 +267,9 @@ class StackedStepper:
                  methods: list[CreditMethod], graphs: bool = False):
         cfg = cfgs[0]
         self.cfg, self.data, self.runs = cfg, data, len(cfgs)
+        if cfg.optimizer != "adamw":  # group_key never stacks such runs; a direct caller is told why
+            raise UsageError(f"stacked runs train with AdamW only (MaskedAdamW); --optimizer {cfg.optimizer} runs "
+                             "train one by one (leave --batch-runs off)")
         if cfg.augment != "none" and (data.pad_value is None or data.x_train.dim() != 4):
             raise UsageError(f"--augment {cfg.augment}: {data.name} is not an image dataset; use --augment none")
         self.model = StackedModel(models)

@@ -31,6 +31,12 @@ def _models():
     return MODELS.names()
 
 
+def _optimizers():
+    from .optim import OPTIMIZERS
+
+    return OPTIMIZERS.names()
+
+
 def _variants():
     from .models.resmlp import VARIANTS
 
@@ -75,8 +81,12 @@ class TrainConfig:
     stop_after: int | None = arg(None, help="train only the first N epochs of that schedule", lo=1,
                                  advanced=True, training=True)
     batch_size: int = arg(128, help="batch size", lo=1, training=True)
-    lr: float = arg(1e-3, help="AdamW learning rate (cosine to 0)", lo=0, lo_open=True, training=True)
-    weight_decay: float = arg(0.01, help="AdamW weight decay", lo=0, training=True)
+    optimizer: str = arg("adamw", help="adamw (the protocol's) | sgd (momentum 0.9, ours)", choices=_optimizers,
+                         training=True)
+    lr: float | None = arg(None, help="learning rate (cosine to 0)", lo=0, lo_open=True, training=True,
+                           default_text="adamw 1e-3, sgd 3e-3")
+    weight_decay: float | None = arg(None, help="weight decay (adamw decoupled, sgd L2)", lo=0, training=True,
+                                     default_text="adamw 0.01, sgd 5e-4")
     scale_penalty: float = arg(0.0, help="scale penalty λ", lo=0, training=True)
     penalty_form: str = arg("abs", help="abs = λ‖f‖² (reference) | rel = λ‖f‖²/‖h‖² (ours)", choices=("abs", "rel"),
                             advanced=True, training=True)
@@ -108,6 +118,12 @@ class TrainConfig:
             from .data import DATASETS
 
             object.__setattr__(self, "epochs", DATASETS.meta(self.dataset).get("epochs", DEFAULT_EPOCHS))
+        from .optim import OPTIMIZERS
+
+        OPTIMIZERS.get(self.optimizer)  # an unknown optimizer (the API's path) is one line naming the known ones
+        for k in ("lr", "weight_decay"):  # the optimizer's own defaults, resolved so every stored config names them
+            if getattr(self, k) is None:
+                object.__setattr__(self, k, OPTIMIZERS.meta(self.optimizer)[k])
         check_ranges(self)  # every field's declared range (the CLI's parser applies the same ones)
         if self.stop_after is not None and not 1 <= self.stop_after <= self.epochs:
             raise refuse(self, f"{{stop_after}} must be in 1..{{epochs}} ({self.epochs}), got {self.stop_after}")
@@ -179,6 +195,8 @@ class TrainConfig:
         opts = {k: v for k, v in opts.items() if k not in decl or v != decl[k].default}
         if opts:
             out["method_options"] = opts
+        if out.get("optimizer") == "adamw":  # the protocol's: runs stored before --optimizer existed keep their names
+            del out["optimizer"]
         return out
 
     def describe(self) -> str:
@@ -238,7 +256,8 @@ def _legacy_owner(method: str, flat: str) -> bool:
 
 
 # what a stored config that lacks a field ran with (fields added after 0.1.0)
-LEGACY: dict[str, Any] = {"variant": "v0.1", "augment": "none", "stop_after": None, "penalty_form": "rel"}
+LEGACY: dict[str, Any] = {"variant": "v0.1", "augment": "none", "stop_after": None, "penalty_form": "rel",
+                          "optimizer": "adamw"}
 # fields some stored records hold under an earlier name (the toward-BP experiment fields were renamed so none
 # collides with the protocol's methods)
 RENAMED: dict[str, str] = {"bridge_alpha": "credit_mix", "init_checkpoint": "warm_start"}

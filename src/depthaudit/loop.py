@@ -1,6 +1,5 @@
 """The training loop: data on the device, ``randperm`` shuffles, one sync per epoch."""
 
-import functools
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -16,6 +15,7 @@ from .diagnostics.base import MEASUREMENT_KEY
 from .errors import UsageError
 from .methods import CreditMethod, build_method
 from .models import ResidualModel, build_model
+from .optim import cpu_fused_adamw  # noqa: F401  (its home before --optimizer; batched.py reads it here)
 from .recipe import Penalty
 
 
@@ -70,24 +70,12 @@ def make_optimizer(model: ResidualModel, cfg: TrainConfig) -> torch.optim.Optimi
     On the CPU it is torch's fused AdamW (one kernel per parameter for the whole update), where the default
     would be a Python loop of ~10 ops per parameter: the same update to rounding (``tests/test_train.py``),
     a CIFAR-10 step 17–19 % shorter (``benchmarks/bench_engine.py``). On a GPU, torch's default (multi-tensor).
+    With ``cfg.optimizer = "sgd"``, torch's SGD with momentum instead (:mod:`depthaudit.optim`).
     """
+    from .optim import OPTIMIZERS
+
     params = [p for ps in model.groups().values() if ps and all(p.requires_grad for p in ps) for p in ps]
-    fused = True if params and all(p.device.type == "cpu" for p in params) and cpu_fused_adamw() else None
-    return torch.optim.AdamW([{"params": params, "name": "trainable"}], lr=cfg.lr, weight_decay=cfg.weight_decay,
-                             fused=fused)
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_fused_adamw() -> bool:
-    """Whether this torch has the fused AdamW kernel for CPU tensors (torch ≥ 2.4); older ones use the default."""
-    try:
-        t = torch.zeros(1)
-        torch._fused_adamw_([t], [t.clone()], [t.clone()], [t.clone()], [], [torch.ones(())], amsgrad=False,
-                            lr=1e-3, beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8, maximize=False,
-                            grad_scale=None, found_inf=None)
-    except (RuntimeError, NotImplementedError, AttributeError, TypeError):
-        return False
-    return True
+    return OPTIMIZERS.get(cfg.optimizer)(params, cfg.lr, cfg.weight_decay)
 
 
 def read_checkpoint(path: str) -> dict:

@@ -16,16 +16,20 @@ from .base import (
     registered,
     robust_cosine,
 )
+from .cka import CKAToBP, linear_cka
 from .credit_cosine import CreditCosine, RobustCosine, robust_aggregates, standard_cosines
 from .functional import FreshBNull, Nudging, PerturbationCorrelation
 from .monitor import Monitor
+from .per_sample_cosine import PerSampleCosine
 from .stream import ReferenceNorm, StreamNorms
 from .update_cosine import UpdateCosine
+from .weight_alignment import WeightAlignment
 
 __all__ = ["DIAGNOSTICS", "EPS", "MEASUREMENT_KEY", "INIT_MEASUREMENT_KEY", "Diagnostic", "Snapshot", "Tracker",
            "register", "registered", "robust_cosine",
            "CreditCosine", "RobustCosine", "standard_cosines", "robust_aggregates", "Monitor", "ReferenceNorm",
            "StreamNorms", "UpdateCosine", "FreshBNull", "Nudging", "PerturbationCorrelation", "audit_tracker",
+           "WeightAlignment", "PerSampleCosine", "CKAToBP", "linear_cka",
            "audit_monitor"]
 
 

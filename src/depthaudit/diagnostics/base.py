@@ -164,6 +164,11 @@ class Diagnostic:
         """Its section of the audit card, ``(title, table(headers, rows))``, or None (nothing to show)."""
         return None
 
+    @classmethod
+    def figures(cls, report: dict, out) -> dict[str, str]:
+        """Its figures of the audit, written into the folder ``out``: ``{name: file name}``; default none."""
+        return {}
+
 
 DIAGNOSTICS: Registry[type[Diagnostic]] = Registry("diagnostic")
 

@@ -174,8 +174,11 @@ def run_slug_of(rec: dict) -> str:
     return rec.get("stored_as") or run_slug(TrainConfig.from_dict(rec["config"]), rec.get("tracking"))
 
 
-def audit_specs(acfg: AuditConfig, data: DataBundle | None = None) -> list[RunSpec]:
+def audit_specs(acfg: AuditConfig, data: DataBundle | None = None, runs_dir: Path | None = None) -> list[RunSpec]:
     """Per method and seed: the tracked full run (with the monitor) and its frozen-blocks baseline.
+
+    With ``runs_dir`` (the audit's run store) each trained run also saves ``checkpoint.pt`` in its folder there
+    (read after training for the linear CKA to the BP twin, diagnostics/cka.py).
 
     With ``acfg.shallow_blocks`` (and ``data``, whose shape sets the parameter count) also the
     parameter-matched shallow baseline (experiments/shallow.py), untracked.
@@ -196,7 +199,9 @@ def audit_specs(acfg: AuditConfig, data: DataBundle | None = None) -> list[RunSp
                             "fresh_b_draws": acfg.fresh_b_draws}
                 tracking = tracking_plan(acfg.probe_batches, acfg.probe_batch_size, every, acfg.thresholds,
                                          acfg.d1_stat, acfg.stop_on_flag and kind == "trained", func)
-                specs.append(RunSpec(f"{m}/{kind}/s{s}", cfg, tracking))
+                ckpt = None if runs_dir is None or kind != "trained" else \
+                    str(Path(runs_dir) / run_slug(cfg, tracking) / "checkpoint.pt")
+                specs.append(RunSpec(f"{m}/{kind}/s{s}", cfg, tracking, checkpoint=ckpt))
             if match is not None:
                 from .shallow import shallow_config
 
@@ -212,7 +217,7 @@ def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=No
     ``batch_runs > 1``: a method's pairs (and seeds) train stacked, that many runs at most (batched.py). A sweep
     that stopped short (``--list-cells``, ``--cell``) is returned as its :class:`~depthaudit.sweep.SweepStatus`.
     """
-    specs = audit_specs(acfg, data)
+    specs = audit_specs(acfg, data, Path(out) / "runs")
     status = run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
                        run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
     if not status.complete:
@@ -221,6 +226,12 @@ def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=No
     th = acfg.thresholds
     methods = [summarise_method(m, [recs[f"{m}/trained/s{s}"] for s in acfg.seeds],
                                 [recs[f"{m}/frozen/s{s}"] for s in acfg.seeds], th) for m in acfg.methods]
+    # each method's stream vs its BP twin's, from the stored checkpoints
+    ckas = cka_to_bp(recs, acfg.methods, acfg.seeds, data, Path(out) / "runs", acfg.probe_batches,
+                     acfg.probe_batch_size)
+    for summary in methods:
+        if summary["method"] in ckas:
+            summary["cka_to_bp"] = ckas[summary["method"]]
     if acfg.shallow_blocks:
         from .shallow import matched_shallow
 
@@ -242,6 +253,46 @@ def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=No
             "provenance": provenance(torch.device(b.device), data.provenance(), acfg.seeds[0], argv),
             "definitions": DEFINITIONS, "methods": methods, "identity": ident,
             "decision": decision_table(methods, 1.0 / data.num_classes, th)}
+
+
+def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, probe_batch_size) -> dict:
+    """``{method: [mean ± std per layer]}`` from the stored trained runs against BP's of the same seed.
+
+    ``records`` are the audit's run records by ``"<method>/trained/s<seed>"``; each run's ``checkpoint.pt`` sits in
+    ``runs_dir/<its folder>``. Empty when the audit has no ``bp`` or a checkpoint is missing (nothing is guessed);
+    a diverged run (either twin) adds no seed.
+    """
+    from ..diagnostics import CKAToBP, Tracker
+    from ..loop import build
+    from ..runner import probe_batches as draw_probes
+
+    if "bp" not in methods:
+        return {}
+
+    def load(rec):
+        path = runs_dir / run_slug_of(rec) / "checkpoint.pt"
+        if not path.is_file():
+            return None
+        if rec["status"] == "diverged":  # a diverged run's weights are not finite: no CKA (the card says diverged)
+            return False
+        cfg = TrainConfig.from_dict({**rec["config"], "device": str(data.x_test.device), "warm_start": None})
+        model, method = build(cfg, data)
+        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["model"])
+        return model.eval(), method
+
+    out = {}
+    for s in seeds:
+        bp = load(records[f"bp/trained/s{s}"])
+        if bp is None:
+            return {}
+        batches = draw_probes(data, s, probe_batches, probe_batch_size)
+        for m in methods if bp else []:
+            got = load(records[f"{m}/trained/s{s}"])
+            if got is None:
+                return {}
+            if got:
+                out.setdefault(m, []).append(Tracker(batches, [CKAToBP(reference=bp[0])])(0, *got, final=True))
+    return {m: CKAToBP.summarise(v, len(v[0][CKAToBP.name]["per_layer"]) - 1)[CKAToBP.name] for m, v in out.items()}
 
 
 DEFINITIONS = {

@@ -108,8 +108,8 @@ class SaturationConfig:
     epochs: int | None = like(TrainConfig, "epochs", default_text="the dataset's; CIFAR 100, others and text 20")
     stop_after: int | None = like(TrainConfig, "stop_after")
     batch_size: int | None = like(TrainConfig, "batch_size", None, default_text=family_batches())
-    lr: float = like(TrainConfig, "lr")
-    weight_decay: float = like(TrainConfig, "weight_decay")
+    lr: float = like(TrainConfig, "lr", 1e-3, default_text=None)  # plain BP under AdamW (the recipe's default)
+    weight_decay: float = like(TrainConfig, "weight_decay", 0.01, default_text=None)
     seed: int = like(TrainConfig, "seed")
     device: str = like(TrainConfig, "device")
     # what is measured at each depth

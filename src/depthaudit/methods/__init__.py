@@ -4,17 +4,24 @@ from .base import METHODS, CreditMethod
 from .bp import BP
 from .credit_bridge import CreditBridge
 from .dfa import DFA
+from .dkp import DirectKolenPollack
+from .drtp import DRTP
 from .ep import EP
 from .fa import FA
 from .fa_stream import FAStream
+from .forward_grad import ForwardGradient
 from .kp import KolenPollack
 from .options import Option
+from .pfa import ProductFA
 from .sign import BRSF, FRSF, USF
+from .sign_dfa import SignDFA
 from .specs import MethodSpec, parse_spec, with_flags
 from .state_bridge import StateBridge
+from .weight_mirror import WeightMirror
 
 __all__ = ["METHODS", "CreditMethod", "BP", "FA", "DFA", "USF", "FRSF", "BRSF", "KolenPollack", "EP", "FAStream",
-           "StateBridge", "CreditBridge", "build_method", "parse_method_spec",
+           "StateBridge", "CreditBridge", "WeightMirror", "DRTP", "SignDFA", "DirectKolenPollack", "ProductFA",
+           "ForwardGradient", "build_method", "parse_method_spec",
            "MethodSpec", "Option", "parse_spec", "with_flags"]
 
 

@@ -8,7 +8,7 @@ A cell is *reproduced* when ours is within 2 published std or 2 pp of the publis
 (issue 34's rule).
 """
 
-from .card import fmt_ms
+from ..verdicts import fmt_ms
 
 # method -> (mean, std) of test accuracy; "frozen" is the study's one frozen-blocks baseline
 TABLE1: dict[str, tuple[float, float]] = {"bp": (0.615, 0.004), "ep": (0.316, 0.037), "dfa": (0.306, 0.008),
