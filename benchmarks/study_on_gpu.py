@@ -80,12 +80,14 @@ def parts(a) -> list[tuple[str, list[str]]]:
 
 
 def list_cells(cli: list[str], plan, env) -> dict[str, list[tuple[str, str, str]]]:
-    """Each part's ``(cell id, done|pending, method)`` from its own ``--list-cells`` (all listed at once)."""
-    procs = {n: subprocess.Popen([*cli, *argv, "--list-cells"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env=env) for n, argv in plan}
-    cells = {}
-    for n, p in procs.items():
-        out, err = p.communicate()
+    """Each part's ``(cell id, done|pending, method)`` from its own ``--list-cells`` (four processes at a time:
+    each imports torch, and eighteen at once can exhaust a small machine's memory)."""
+    cells, outs = {}, {}
+    for i in range(0, len(plan), 4):
+        procs = {n: subprocess.Popen([*cli, *argv, "--list-cells"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env) for n, argv in plan[i:i + 4]}
+        outs.update({n: (p, *p.communicate()) for n, p in procs.items()})
+    for n, (p, out, err) in outs.items():
         if p.returncode:
             sys.exit(f"{n}: --list-cells failed ({err.strip().splitlines()[-1] if err.strip() else p.returncode})")
         cells[n] = [(f[1], f[2], f[3].split(",")[0]) for f in (ln.split("\t") for ln in out.splitlines()) if len(f) > 3]
