@@ -104,9 +104,13 @@ class Gemm:
     models) the forward ``X Wᵀ`` and the two backward products ``dY W`` (input gradient) and ``dYᵀ X`` (weight
     gradient) on preallocated tensors of the right shapes. No elementwise work, no optimizer, no Python beyond
     the loop: what a step could cost if the engine added nothing to its GEMMs.
+
+    ``feedback=True`` (the ``gemm-fa`` arm): FA's floor under the recipe — the same products plus, for every
+    ``Linear`` after the embedding, the feedback product ``dY B`` that carries the credit down beside the
+    layer's exact input gradient (the block's own backward stays exact, so FA cannot drop ``dY W``).
     """
 
-    def __init__(self, model, x):
+    def __init__(self, model, x, feedback: bool = False):
         shapes = []
 
         def hook(mod, inp, out):
@@ -120,13 +124,17 @@ class Gemm:
         gen = torch.Generator(device=x.device).manual_seed(0)
         mk = lambda *s: torch.randn(*s, generator=gen, device=x.device)  # noqa: E731
         self.ops = [(mk(n, i), mk(o, i), mk(n, o)) for n, i, o in shapes]  # X (n, in), W (out, in), dY (n, out)
-        self.flops = sum(6 * n * i * o for n, i, o in shapes)
+        self.flops = sum(6 * n * i * o for n, i, o in shapes) + (2 * sum(n * i * o for n, i, o in shapes[1:])
+                                                                 if feedback else 0)
+        self.feedback = feedback
 
     def __call__(self, idx, lr):
-        for x, w, dy in self.ops:
+        for k, (x, w, dy) in enumerate(self.ops):
             x @ w.T  # forward (n, out)
             dy @ w  # input gradient (n, in)
             dy.T @ x  # weight gradient (out, in)
+            if self.feedback and k:
+                dy @ w  # the feedback product dY B (B shaped like W)
 
 
 def interleaved_times(steppers: dict, data, cfg, epochs: float, chunk: int, device: str):
@@ -207,6 +215,7 @@ def main():
     cfg = TrainConfig(**base)
     steppers = {"bare": Bare(cfg, data), "textbook": Bare(cfg, data, textbook=True)}
     steppers["gemm"] = Gemm(steppers["bare"].model, data.x_train[:cfg.batch_size])
+    steppers["gemm-fa"] = Gemm(steppers["bare"].model, data.x_train[:cfg.batch_size], feedback=True)
     methods = ["bp", *(m for m in a.methods if m != "bp")]
     for m in methods:
         c = TrainConfig(method=m, **base)
@@ -232,9 +241,12 @@ def main():
           f"{torch.get_num_threads()} threads")
     g, bp = times["gemm"], times["bp"]
     for k, v in times.items():
-        vs = f"  {v / bp:.3f}x bp" if k != "gemm" else ""
+        vs = f"  {v / bp:.3f}x bp" if not k.startswith("gemm") else ""
         print(f"  {k:9s} {v:7.2f}s  ({v / total * 1e3:5.2f} ms/step)  {v / g:5.2f}x floor{vs}")
     print(f"  GEMM floor: {steppers['gemm'].flops / (g / total) / 1e9:.1f} GFLOP/s on a BP step's matrix products")
+    fl = steppers["gemm-fa"].flops / steppers["gemm"].flops
+    print(f"  FA's floor / BP's floor = {times['gemm-fa'] / g:.3f} ({fl:.3f} in FLOPs): the least FA / BP can be "
+          f"with exact local gradients (the recipe) and FLOP-bound products")
     print(f"  BP / bare = {bp / times['bare']:.3f}   (target <= 1.05)  = engine (unscaled / bare) "
           f"{times['unscaled'] / times['bare']:.3f} x recipe rescale (bp / unscaled) "
           f"{bp / times['unscaled']:.3f}")
@@ -249,7 +261,8 @@ def main():
         mine = f"; depthaudit {m.upper()} / BP {times[m] / bp:.3f}" if m in times else ""
         print(f"  peer {k} / bare = {times[k] / times['bare']:.3f}{mine} (BP / bare {bp / times['bare']:.3f})")
     if a.profile:
-        profile({k: v for k, v in steppers.items() if k not in ("textbook", "unscaled")}, batches, cfg.lr, a.profile)
+        profile({k: v for k, v in steppers.items() if k not in ("textbook", "unscaled", "gemm-fa")}, batches, cfg.lr,
+                a.profile)
     if a.plot:
         threads = torch.get_num_threads()
         title = (f"{a.dataset} ResMLP d={a.d_hidden} L={a.num_blocks}, batch {bs}, {a.device} ({threads} threads), "
