@@ -182,7 +182,7 @@ def profile(steppers: dict, batches, lr: float, steps: int, top: int = 8) -> Non
     for name, s in steppers.items():
         with prof(activities=[ProfilerActivity.CPU]) as p:
             for i in range(steps):
-                s(batches[i], lr)
+                s(batches[i % len(batches)], lr)
         ev = p.key_averages()
         mm = {e.key: e.count // steps for e in ev if e.key in ("aten::mm", "aten::addmm", "aten::bmm")}
         heavy = sorted((e for e in ev if e.key.startswith("aten::")), key=lambda e: -e.self_cpu_time_total)[:top]
