@@ -137,10 +137,12 @@ class Gemm:
                 dy @ w  # the feedback product dY B (B shaped like W)
 
 
-def interleaved_times(steppers: dict, data, cfg, epochs: float, chunk: int, device: str):
+def interleaved_times(steppers: dict, data, cfg, epochs: float, chunk: int, device: str, clock=time.perf_counter):
     """Advance every stepper over the same batches in interleaved chunks (order rotated each round).
 
     Returns ``(seconds per stepper, steps each, the batches, steps per epoch)``; 3 warm-up steps are untimed.
+    ``clock``: wall time (default), or ``time.process_time`` — the CPU time this process spent, which other
+    processes' load does not inflate (with one thread: no time spent spinning in a thread pool).
     """
     n, bs = data.x_train.shape[0], cfg.batch_size
     per_epoch = math.ceil(n / bs)
@@ -159,11 +161,11 @@ def interleaved_times(steppers: dict, data, cfg, epochs: float, chunk: int, devi
         r = rnd % len(names)
         for name in names[r:] + names[:r]:
             sync()
-            t0 = time.perf_counter()
+            t0 = clock()
             for i in range(done, done + k):
                 steppers[name](batches[i], cosine_lr(cfg.lr, i, total))
             sync()
-            times[name] += time.perf_counter() - t0
+            times[name] += clock() - t0
         done += k
         rnd += 1
     return times, total, batches, per_epoch
@@ -205,6 +207,8 @@ def main():
     p.add_argument("--no-peer", action="store_true", help="leave out biotorch's FA and DFA arms")
     p.add_argument("--generic", action="store_true", help="also time fa on its generic path (one-backward off)")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="then profile N steps of each arm")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="cpu: time each chunk by this process's CPU time (a busy shared machine; use one thread)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--plot", metavar="PNG", help="also draw each arm's step time against the GEMM floor here")
     a = p.parse_args()
@@ -234,11 +238,12 @@ def main():
                 peers.append(f"bio-{mode}")
         except ImportError:
             print("  (biotorch not importable: no peer arm; pip install --no-deps biotorch==0.0.16)")
-    times, total, batches, _ = interleaved_times(steppers, data, cfg, a.epochs, a.chunk, a.device)
+    clock = time.process_time if a.clock == "cpu" else time.perf_counter
+    times, total, batches, _ = interleaved_times(steppers, data, cfg, a.epochs, a.chunk, a.device, clock)
     bs = cfg.batch_size
     print(f"{a.dataset} ResMLP d={a.d_hidden} L={a.num_blocks}, {total} steps of batch {bs} per configuration "
           f"({a.epochs:g} epoch), interleaved in chunks of {a.chunk}; device {a.device}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
+          f"{torch.get_num_threads()} threads, {a.clock} clock")
     g, bp = times["gemm"], times["bp"]
     for k, v in times.items():
         vs = f"  {v / bp:.3f}x bp" if not k.startswith("gemm") else ""
