@@ -74,14 +74,15 @@ class FAStream(CreditMethod):
         ``h_{l-1}`` gets ``g B_lᵀ`` (+ ``g`` with the identity kept), so ``c_l / B`` lies on every state; equal to
         the generic path (tests/test_onebackward.py), which a subclass changing :meth:`credits` still takes.
         """
-        groups = onebackward.fast_groups(self, model, x, scale_penalty)
+        groups = onebackward.fast_groups(self, model, x, scale_penalty, accumulates=True)
+        runs = getattr(model, "runs", 0)
         if groups is None or type(self).credits is not FAStream.credits or type(self).learn is not CreditMethod.learn:
             return super().step(model, x, y, scale_penalty)
 
         def block(i, blk, h):
             if len(self.feedback) < self.num_blocks:  # first use, or a block was inserted
                 self._draw([h])
-            return onebackward.link(h, blk(h.detach()), lambda g: self._down(i, g), self.identity)
+            return onebackward.link(h, blk(h.detach()), lambda g: self._down(i, g), self.identity, runs)
 
         return onebackward.step(model, x, y, groups, block)
 
