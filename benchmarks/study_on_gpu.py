@@ -44,10 +44,11 @@ FIGURES = {
     "group_runs": 15,  # the group size those two stacked figures are for (a smaller group is not cheaper)
     "side_by_side": 5.6,  # 12 eager processes side by side gave 5.6× the throughput of one (same section)
 }
-# A launch-bound step costs about its kernel count: aten ops per step relative to bp's, from the CPU profile
-# (benchmarks/bench_engine.py --profile 20, docs/benchmarks.md "Every method against BP"); not measured: 1.5.
-OPS_VS_BP = {"bp": 1.0, "fa": 1.11, "dfa": 1.13, "usf": 1.19, "frsf": 1.18, "brsf": 1.18, "kp": 1.19,
-             "fa-stream": 1.06}
+# A launch-bound step costs about its kernel count: aten ops per step relative to bp's 764, from the CPU profile
+# (OMP_NUM_THREADS=1 benchmarks/bench_engine.py --epochs 0.01 --chunk 2 --no-peer --methods fa usf frsf brsf kp
+# fa-stream dfa ep sb cb --profile 5 --clock cpu; docs/benchmarks.md); a method not listed counts as 1.5.
+OPS_VS_BP = {"bp": 1.0, "fa": 848 / 764, "usf": 911 / 764, "frsf": 902 / 764, "brsf": 902 / 764, "kp": 911 / 764,
+             "fa-stream": 812 / 764, "dfa": 836 / 764, "ep": 8798 / 764, "sb": 2094 / 764, "cb": 3715 / 764}
 EPOCH = re.compile(r"epoch (\d+)/(\d+)")
 
 
