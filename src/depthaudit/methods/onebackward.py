@@ -4,8 +4,9 @@ Under the recipe (SPEC §2) block l's update is ``∇θ ⟨f_l(h_{l-1}), sg(c_l)
 credit ``c_l`` up to one scalar per block. So when a method's credit chain is a linear map applied to the
 output error — BP (``Wᵀ``), FA and its relatives (a feedback matrix ``B`` in place of each ``Wᵀ``), stream-level
 FA (one ``B_l`` per block) — one backward of the mean loss can carry the credit down the stream and every
-block's exact local parameter gradient at once, each group's gradient then rescaled in place by
-``1/(B·rms(g_l))``, ``g_l = c_l / B`` being the gradient left on the stream state after block l.
+block's exact local parameter gradient at once, scaled by ``1/(B·rms(g_l))``, ``g_l = c_l / B`` being the
+gradient of the stream state after block l: BP rescales each group's gradients in place after the backward
+(no Python node in it); the FA family rescales the cotangent entering each block inside it (:class:`Link`).
 
 A method supplies only how the stream links up (:class:`Link`): the forward is the model's, ``h_l = h_{l-1} +
 f_l(h_{l-1})``; the backward sends block l's output gradient into its parameters exactly, while the input
