@@ -96,15 +96,20 @@ def test_results_unchanged_bit_for_bit_by_the_redesign(tmp_path, monkeypatch):
 
     That commit's CPU optimizer was torch's default AdamW; the fused CPU kernel adopted since equals it to
     rounding only (tests/test_train.py), so this bit-for-bit check of the redesign runs with the default form.
+    Likewise FA's and fa-stream's one-backward step equals the generic step to rounding only
+    (tests/test_onebackward.py): here they take the generic path, the one that commit had.
     """
     import torch
 
     from depthaudit import loop
+    from depthaudit.methods import FA, FAStream
 
     ref = ROOT / "tests" / "data" / "before_redesign"
     if torch.get_num_threads() != 2:
         pytest.skip("the reference runs used 2 threads; another thread count changes float summation order")
     monkeypatch.setattr(loop, "cpu_fused_adamw", lambda: False)
+    monkeypatch.setattr(FA, "fast", False)
+    monkeypatch.setattr(FAStream, "fast", False)
     out = tmp_path / "again"
     assert main(["audit", "--dataset", "mnist1d", "--methods", "fa:head=exact", "fa-stream:identity", "dfa",
                  "--seeds", "42", "--epochs", "4", "--d-hidden", "64", "--out", str(out)]) == 0

@@ -1,12 +1,10 @@
 """Backprop: ``c_l = ∂ℓ/∂h_l`` exactly — the positive control under the same recipe."""
 
-import math
-
 import torch
-import torch.nn.functional as F
 
 from ..models.base import ResidualModel
-from ..recipe import Trace, as_penalty, rms
+from ..recipe import Trace
+from . import onebackward
 from .base import METHODS, CreditMethod
 
 
@@ -58,41 +56,10 @@ class BP(CreditMethod):
         group gets a gradient too, which the stacked optimizer never applies. On a GPU stacked steps take the
         generic path (they are recorded as CUDA graphs, checked there bit for bit against that path). The
         penalty needs the surrogate itself, so it takes the generic path, as does a call whose parameters
-        already hold gradients (an in-place rescale would scale those too).
+        already hold gradients (an in-place rescale would scale those too). The step itself is
+        :func:`depthaudit.methods.onebackward.step`, which FA, its relatives and stream-level FA share.
         """
-        runs = getattr(model, "runs", 0)
-        if as_penalty(scale_penalty).lam > 0 or not self.fast or (runs and x.device.type != "cpu"):
+        groups = onebackward.fast_groups(self, model, x, scale_penalty)
+        if groups is None:
             return super().step(model, x, y, scale_penalty)
-        groups = [[p for p in mod.parameters() if p.requires_grad] for mod in (model.embed, *model.blocks)]
-        if any(p.grad is not None for g in groups for p in g):
-            return super().step(model, x, y, scale_penalty)
-        states = []  # the stream state after each trainable group: h_0 for the embedding, h_l for block l
-        h = model.embed(x)  # (B, …, d), stacked (R, B, …, d): every stream state has this one shape
-        if groups[0]:
-            h.retain_grad()
-            states.append(h)
-        for blk, ps in zip(model.blocks, groups[1:], strict=True):
-            h = h + blk(h)
-            if ps:
-                h.retain_grad()
-                states.append(h)
-        logits = model.readout(h)
-        if runs:  # the sum of the runs' mean losses: each run's parameters get exactly their own gradient
-            per_run = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)
-            loss = per_run.sum()
-        else:
-            loss = F.cross_entropy(logits, y)  # mean loss: the readout's exact gradient
-        loss.backward()
-        groups = [g for g in groups if g]
-        if states:
-            batch = x.shape[1 if runs else 0]
-            if runs:  # (n_groups, R): recipe.rms of each run's slice of each state's gradient
-                rms_g = torch.stack([rms(st.grad, runs).flatten() for st in states])
-            else:  # rms(g_l) = ‖g_l‖ / √numel, floored like recipe.rms so a zero credit gives a zero update
-                norms = torch.stack(torch._foreach_norm([st.grad for st in states]))
-                rms_g = (norms / math.sqrt(states[0].numel())).clamp_min(torch.finfo(norms.dtype).tiny)
-            scales = (1.0 / (batch * rms_g)).unbind()
-            pairs = [(p.grad, s.view(-1, *[1] * (p.dim() - 1)) if runs else s)
-                     for s, g in zip(scales, groups, strict=True) for p in g if p.grad is not None]
-            torch._foreach_mul_([g for g, _ in pairs], [s for _, s in pairs])
-        return per_run.detach() if runs else loss.detach()
+        return onebackward.step(model, x, y, groups)

@@ -6,6 +6,7 @@ from ..errors import UsageError
 from ..models.base import ResidualModel
 from ..models.functional import feedback_like
 from ..recipe import Trace
+from . import onebackward
 from .base import METHODS, CreditMethod
 from .options import Option
 
@@ -26,6 +27,7 @@ class FA(CreditMethod):
     options = {"head": Option("feedback", "readout credit: feedback = Lillicrap's rule | exact = true gradient",
                               choices=("feedback", "exact"), flag="fa-head", legacy="fa_head")}
     needs_cache = True
+    fast = True  # step takes the one-backward path (methods/onebackward.py) wherever it applies
 
     def __init__(self, model: ResidualModel, seed: int, head: str = "feedback"):
         super().__init__(model, seed)
@@ -74,6 +76,36 @@ class FA(CreditMethod):
             c = c + blk.fa_vjp(tr.caches[i - 1], c, self.feedback_for(f"block{i}", blk))
             out.append(c)
         return out[::-1]
+
+    def step(self, model, x, y, scale_penalty=0.0):
+        """One backward with every ``Wᵀ`` on the input path replaced by its feedback (methods/onebackward.py).
+
+        Each block runs ``forward_cached`` on a detached copy of its input, so autograd takes the block's exact
+        local backward into its parameters only; the input path is ``g + fa_vjp(cache, g, B)`` (and the
+        readout's ``fa_vjp`` of the mean loss's logit gradient ``e / B`` with the feedback head). That leaves
+        ``c_l / B`` on every stream state, and the block's cotangent is rescaled to the recipe's on its way in:
+        equal to the generic path's update (tests/test_onebackward.py), onto gradients already present too. A
+        subclass that changes :meth:`credits` or learns takes the generic path, as do the cases
+        :func:`~depthaudit.methods.onebackward.fast_groups` names.
+        """
+        groups = onebackward.fast_groups(self, model, x, scale_penalty, accumulates=True)
+        if groups is None or type(self).credits is not FA.credits or type(self).learn is not CreditMethod.learn:
+            return super().step(model, x, y, scale_penalty)
+        # drawn in the generic path's order (readout, then block L..1): brsf's magnitudes come from one stream
+        runs = getattr(model, "runs", 0)
+        fbs = {"readout": self.feedback_for("readout", model.readout)} if self.head == "feedback" else {}
+        for i in range(len(model.blocks), 0, -1):
+            fbs[i] = self.feedback_for(f"block{i}", model.blocks[i - 1])
+
+        def block(i, blk, h):
+            f, cache = blk.forward_cached(h.detach())
+            return onebackward.link(h, f, lambda g: blk.fa_vjp(cache, g, fbs[i]), runs=runs)
+
+        def readout(h):
+            hd = h.detach()
+            return onebackward.head(h, model.readout(hd), lambda g: model.readout.fa_vjp(hd, g, fbs["readout"]))
+
+        return onebackward.step(model, x, y, groups, block, readout if self.head == "feedback" else None)
 
     def state_dict(self):
         """The fixed feedback matrices."""

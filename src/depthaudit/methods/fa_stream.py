@@ -14,6 +14,7 @@ import torch
 from ..errors import UsageError
 from ..models.base import ResidualModel
 from ..recipe import Trace
+from . import onebackward
 from .base import METHODS, CreditMethod
 from .options import Option
 
@@ -27,6 +28,7 @@ class FAStream(CreditMethod):
     random_feedback = True
     stackable = True
     graphable = True
+    fast = True  # step takes the one-backward path (methods/onebackward.py) wherever it applies
     options = {"identity": Option(False, "keep the residual identity path, c + c·Bᵀ", legacy="fa_stream_identity"),
                "scale": Option(1.0, "B_l ~ N(0, s²/d)", lo=0, legacy="fa_stream_scale")}
 
@@ -56,11 +58,33 @@ class FAStream(CreditMethod):
         c = tr.gL.detach()
         out = [c]
         for i in range(self.num_blocks, 0, -1):
-            b = self.feedback[f"B{i}"]
-            cb = (c.movedim(self.dim, -1) @ b.mT).movedim(-1, self.dim)  # acts on the feature dimension
+            cb = self._down(i, c)
             c = c + cb if self.identity else cb
             out.append(c)
         return out[::-1]
+
+    def _down(self, i: int, c: torch.Tensor) -> torch.Tensor:
+        """``c B_iᵀ`` on the feature dimension; ``c`` is a stream credit (B, …, d), stacked (R, B, …, d)."""
+        return (c.movedim(self.dim, -1) @ self.feedback[f"B{i}"].mT).movedim(-1, self.dim)
+
+    def step(self, model, x, y, scale_penalty=0.0):
+        """One backward whose stream path is ``g B_lᵀ`` (+ ``g``), blocks' own backward exact (onebackward.py).
+
+        The readout's backward is exact (``c_L = ∂ℓ/∂h_L``); each block runs on a detached copy of its input and
+        ``h_{l-1}`` gets ``g B_lᵀ`` (+ ``g`` with the identity kept), so ``c_l / B`` lies on every state; equal to
+        the generic path (tests/test_onebackward.py), which a subclass changing :meth:`credits` still takes.
+        """
+        groups = onebackward.fast_groups(self, model, x, scale_penalty, accumulates=True)
+        runs = getattr(model, "runs", 0)
+        if groups is None or type(self).credits is not FAStream.credits or type(self).learn is not CreditMethod.learn:
+            return super().step(model, x, y, scale_penalty)
+
+        def block(i, blk, h):
+            if len(self.feedback) < self.num_blocks:  # first use, or a block was inserted
+                self._draw([h])
+            return onebackward.link(h, blk(h.detach()), lambda g: self._down(i, g), self.identity, runs)
+
+        return onebackward.step(model, x, y, groups, block)
 
     def state_dict(self):
         """The fixed d×d matrices."""
