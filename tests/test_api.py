@@ -101,13 +101,13 @@ def test_results_unchanged_bit_for_bit_by_the_redesign(tmp_path, monkeypatch):
     """
     import torch
 
-    from depthaudit import loop
+    from depthaudit import optim
     from depthaudit.methods import FA, FAStream
 
     ref = ROOT / "tests" / "data" / "before_redesign"
     if torch.get_num_threads() != 2:
         pytest.skip("the reference runs used 2 threads; another thread count changes float summation order")
-    monkeypatch.setattr(loop, "cpu_fused_adamw", lambda: False)
+    monkeypatch.setattr(optim, "cpu_fused_adamw", lambda: False)
     monkeypatch.setattr(FA, "fast", False)
     monkeypatch.setattr(FAStream, "fast", False)
     out = tmp_path / "again"

@@ -195,8 +195,9 @@ class TrainConfig:
         opts = {k: v for k, v in opts.items() if k not in decl or v != decl[k].default}
         if opts:
             out["method_options"] = opts
-        if out.get("optimizer") == "adamw":  # the protocol's: runs stored before --optimizer existed keep their names
-            del out["optimizer"]
+        for k, v in NAME_NEUTRAL.items():  # fields added later, at the value runs had before: stored names stay
+            if k in out and out[k] == v:
+                del out[k]
         return out
 
     def describe(self) -> str:
@@ -258,6 +259,10 @@ def _legacy_owner(method: str, flat: str) -> bool:
 # what a stored config that lacks a field ran with (fields added after 0.1.0)
 LEGACY: dict[str, Any] = {"variant": "v0.1", "augment": "none", "stop_after": None, "penalty_form": "rel",
                           "optimizer": "adamw"}
+# fields added after runs were stored, at the value every earlier run had: left out of a run's name (its folder hash)
+# so those runs are found again (``identity_dict``)
+NAME_NEUTRAL: dict[str, Any] = {"optimizer": "adamw", "penalty_reduction": "example", "warmup": None,
+                                "warmup_fraction": 0.2}
 # fields some stored records hold under an earlier name (the toward-BP experiment fields were renamed so none
 # collides with the protocol's methods)
 RENAMED: dict[str, str] = {"bridge_alpha": "credit_mix", "init_checkpoint": "warm_start"}
