@@ -176,3 +176,22 @@ def test_claim_figure_reads_every_stored_row_and_draws(tmp_path):
     assert main([str(tmp_path / "claim.png"), str(folder)]) == 0
     assert (tmp_path / "claim.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main([str(tmp_path / "x.png")]) == 2
+
+
+def test_claim_points_from_single_cells_read_each_trained_record(tmp_path):
+    import json
+
+    from depthaudit.report.claim import points
+
+    def rec(tb, acc, gamma, **cfg):
+        return {"config": {"method": "sb", "method_options": {"credit_at": "input", "predictor": "plain", "cond": "x"},
+                           "train_blocks": tb, "scale_penalty": 0.01, "penalty_reduction": "element-vs-sum",
+                           "epochs": 30, "warmup": "dfa", "warmup_fraction": 0.2, **cfg},
+                "final": {"test_acc": acc}, "history": [{"probe": {"credit_cosine": {"mean_per_layer": gamma}}}]}
+
+    for name, r in (("a", rec("all", 0.4, 0.3)), ("b", rec("none", 0.35, 0.1))):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "result.json").write_text(json.dumps(r))
+    pts = points(tmp_path)
+    assert [(p["label"], p["acc"], p["gamma"], p["lambda"]) for p in pts] == \
+        [("sb:credit_at=input,predictor=plain [element-vs-sum] after dfa 0.2", 0.4, 0.3, 0.01)]  # frozen twin: no point

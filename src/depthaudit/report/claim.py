@@ -50,7 +50,27 @@ def points(folder: Path) -> list[dict]:
             for d in r["by_lambda"]:
                 out.append({"label": r["method"], "lambda": d["lambda"], "epochs": epochs,
                             "acc": d["test_acc"]["mean"], "gamma": d["cos_mean"]["mean"], "source": str(folder)})
+    if not out:  # a folder of single cells (``--cell``) before its report exists: its trained runs' own records
+        for rec_path in sorted(folder.glob("runs/*/result.json")):
+            out += _run_point(json.loads(rec_path.read_text(encoding="utf-8")), folder)
     return [p for p in out if p["acc"] is not None and p["gamma"] is not None]
+
+
+def _run_point(rec: dict, folder: Path) -> list[dict]:
+    """One point from one trained run's record (frozen twins are not points: their Γ is not the method's)."""
+    cfg = rec.get("config") or {}
+    if cfg.get("train_blocks") == "none" or not rec.get("history"):
+        return []
+    opts = ",".join(f"{k}={v}" for k, v in (cfg.get("method_options") or {}).items() if k in ("credit_at", "predictor"))
+    label = cfg.get("method", "?") + (f":{opts}" if opts else "")
+    if cfg.get("penalty_reduction", "example") != "example" and cfg.get("scale_penalty"):
+        label += f" [{cfg['penalty_reduction']}]"
+    if cfg.get("warmup"):
+        label += f" after {cfg['warmup']} {cfg.get('warmup_fraction', 0.2):g}"
+    probe = rec["history"][-1].get("probe") or {}
+    return [{"label": label, "lambda": cfg.get("scale_penalty", 0.0), "epochs": cfg.get("epochs"),
+             "acc": (rec.get("final") or {}).get("test_acc"),
+             "gamma": (probe.get("credit_cosine") or {}).get("mean_per_layer"), "source": str(folder)}]
 
 
 def published_points() -> list[dict]:
