@@ -195,3 +195,12 @@ def test_claim_points_from_single_cells_read_each_trained_record(tmp_path):
     pts = points(tmp_path)
     assert [(p["label"], p["acc"], p["gamma"], p["lambda"]) for p in pts] == \
         [("sb:credit_at=input,predictor=plain [element-vs-sum] after dfa 0.2", 0.4, 0.3, 0.01)]  # frozen twin: no point
+
+
+def test_spearman_against_a_hand_computed_case():
+    from depthaudit.report.claim import spearman
+
+    assert spearman([1.0, 2.0, 3.0], [10.0, 20.0, 30.0]) == 1.0
+    assert spearman([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == -1.0
+    # ranks x (0,1,2,3), y (1,0,3,2): d² = 1+1+1+1 = 4, ρ = 1 − 6·4/(4·15) = 0.6
+    assert abs(spearman([0.1, 0.2, 0.3, 0.4], [0.5, 0.1, 0.9, 0.7]) - 0.6) < 1e-12

@@ -27,7 +27,7 @@ FAMILIES = ("bp", "fa", "dfa", "sb", "cb", "ep", "other")
 
 def family(label: str) -> str:
     """``fa-stream:identity`` → ``fa``; a name no family claims → ``other``."""
-    name = label.split(":")[0]
+    name = label.replace(" ", ":").split(":")[0]
     fam = "fa" if name.startswith("fa") else name
     return fam if fam in FAMILIES else "other"
 
@@ -102,6 +102,21 @@ def claim_figure(ours: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def spearman(xs: list[float], ys: list[float]) -> float:
+    """Spearman's rank correlation (ranks by sort order; ties are not averaged — fine for measured floats)."""
+    def ranks(v):
+        order = sorted(range(len(v)), key=v.__getitem__)
+        r = [0.0] * len(v)
+        for k, i in enumerate(order):
+            r[i] = float(k)
+        return r
+
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    return cov / (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
+
+
 def main(argv: list[str] | None = None) -> int:
     """``OUT.png DIR [DIR …]``: the figure from every audit/intervention folder given; prints each point."""
     argv = sys.argv[1:] if argv is None else argv
@@ -112,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     for p in ours:
         print(f"{p['label']:36s} λ={p['lambda']:<7g} {p['epochs']:>3} ep  acc {p['acc']:.3f}  Γ {p['gamma']:.3f}  "
               f"({p['source']})")
+    rest = [p for p in ours if family(p["label"]) != "bp"]  # BP's Γ is 1 by construction
+    for lo, pts in ((None, rest), (0.1, [p for p in rest if p["gamma"] > 0.1])):
+        if len(pts) > 2:
+            rho = spearman([p["gamma"] for p in pts], [p["acc"] for p in pts])
+            print(f"Spearman(Γ, accuracy) over {len(pts)} non-BP points{'' if lo is None else f' with Γ > {lo}'}: "
+                  f"{rho:.2f}")
     claim_figure(ours, Path(argv[0]))
     return 0
 
