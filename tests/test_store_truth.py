@@ -291,3 +291,38 @@ def test_a_fifo_in_place_of_a_record_or_a_ladder_file_is_refused_never_read(ladd
     print(p.returncode, p.stderr)
     assert p.returncode == 2 and "is a FIFO (named pipe), not a results file" in _one_error(p.stderr)
     assert stat.S_ISFIFO(os.stat(out / FILE).st_mode) and stat.S_ISFIFO(os.stat(out / RUNS / K1).st_mode)
+
+
+# -- a derived file whose run records are missing is refused, not rendered -------------------------------------
+
+def test_a_report_json_whose_run_records_are_missing_is_refused(audit_dir, tmp_path, capsys):
+    """Records deleted (and the report edited to say anything): nothing to check it against, so it is refused."""
+    out = _copy(audit_dir, tmp_path / "o")
+    trained = next(p.parent for p in (out / "runs").glob("*/result.json") if "_none_" not in p.parent.name)
+    shutil.rmtree(trained)
+    doc = json.loads((out / "report.json").read_text())
+    doc["methods"][0]["trained_test_acc"]["mean"] = 0.99
+    (out / "report.json").write_text(json.dumps(doc))
+    assert main(["report", str(out)]) == 2
+    err = _one_error(capsys.readouterr().err)
+    print(err)
+    assert f"its run {trained.name} has no record" in err and "finished runs are reused" in err, err
+    shutil.rmtree(out / "runs")  # the whole runs/ folder gone: the same line
+    assert main(["report", str(out)]) == 2
+    assert "has no record" in _one_error(capsys.readouterr().err)
+    assert main(["audit", *AUDIT, "--out", str(out)]) == 0  # the fix the line names: the report is written again
+    assert main(["report", str(out)]) == 0
+
+
+def test_an_intervention_json_whose_run_records_are_missing_is_refused(tmp_path, capsys):
+    out = tmp_path / "iv"
+    assert main(["intervene", *AUDIT, "--lambdas", "0", "0.01", "--out", str(out)]) == 0
+    capsys.readouterr()
+    shutil.rmtree(out / "runs")
+    doc = json.loads((out / "intervention.json").read_text())
+    doc["rows"][0]["by_lambda"][1]["test_acc"]["mean"] = 0.99
+    (out / "intervention.json").write_text(json.dumps(doc))
+    assert main(["report", str(out)]) == 2
+    err = _one_error(capsys.readouterr().err)
+    print(err)
+    assert "intervention.json: its run" in err and "has no record" in err, err

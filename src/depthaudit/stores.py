@@ -654,12 +654,20 @@ def folder_placement(rec: dict, slug: str, sealed_store: bool) -> str | None:
     return bad
 
 
-def check_folder_records(root: Path, slugs: list[str]) -> None:
-    """Every ``root/<slug>/result.json`` named that exists is intact and in its place; else one line naming it."""
+def check_folder_records(root: Path, slugs: list[str], named_by: Path | None = None) -> None:
+    """Every ``root/<slug>/result.json`` named is present, intact and in its place; else one line naming it.
+
+    A derived file (``named_by``: a report.json, an intervention.json) whose run records are missing (deleted, or
+    the file copied from another folder) cannot be checked against them, so it is refused, never rendered.
+    """
     sealed = FolderStore(root, log=lambda m: None).sealed()
     for slug in slugs:
         p = Path(root) / slug / "result.json"
         rec, bad = read_record(p)
+        if rec is None and bad is None:
+            raise UsageError(f"{named_by or root}: its run {slug} has no record ({p} is missing); rerun the "
+                             f"command that wrote it into {Path(root).parent} (finished runs are reused) to train "
+                             "that run again and rewrite it from the records")
         if rec is not None:
             bad = folder_placement(rec, slug, sealed)
         if bad:
