@@ -326,3 +326,16 @@ def test_an_intervention_json_whose_run_records_are_missing_is_refused(tmp_path,
     err = _one_error(capsys.readouterr().err)
     print(err)
     assert "intervention.json: its run" in err and "has no record" in err, err
+
+
+def test_report_renders_the_report_json_audit_wrote_when_a_run_diverged(tmp_path, capsys):
+    """A diverged method's flags are ['diverged'] (audit writes that): the schema accepts it, report renders it."""
+    out = tmp_path / "dv"
+    tiny = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--methods", "bp", "--seeds", "1",
+            "--epochs", "1", "--probe-batches", "1", "--probe-batch-size", "16"]
+    assert main(["audit", *tiny, "--optimizer", "sgd", "--lr", "1e3", "--out", str(out)]) == 0
+    m = json.loads((out / "report.json").read_text())["methods"][0]
+    print("flags", m["flags"], "status", m["status"])
+    assert m["flags"] == ["diverged"] and "diverged" in m["status"]
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0, capsys.readouterr().err
