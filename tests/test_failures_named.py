@@ -212,6 +212,28 @@ def test_an_empty_method_list_is_refused_before_the_folder_is_claimed(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("call", ["train", "audit", "ladder", "identity", "intervene-no-lambdas"])
+def test_the_api_refuses_an_empty_out_and_empty_lambdas_before_anything_is_claimed(tmp_path, monkeypatch, call):
+    """As the CLI refuses `--out ""`: da.train(cfg, "") must not write into the current folder."""
+    import depthaudit as da
+    from depthaudit.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)  # where an empty path would land ("" is the current folder)
+    base = da.TrainConfig(dataset="mnist1d", epochs=1, d_hidden=8, num_blocks=1)
+    audit = da.AuditConfig(base=base, methods=("bp",), seeds=(1,), probe_batches=1, probe_batch_size=16)
+    run = {"train": lambda: da.train(base, "", progress=False),
+           "audit": lambda: da.audit(audit, "", progress=False),
+           "ladder": lambda: da.ladder(da.LadderConfig(base=base, methods=("fa",), seeds=(1,), k_values=(1,),
+                                                       probe_batches=1, probe_batch_size=16), "", progress=False),
+           "identity": lambda: da.identity(base, seeds=(1,), probe_batches=1, probe_batch_size=16, out=""),
+           "intervene-no-lambdas": lambda: da.intervene(audit, tmp_path / "o", lambdas=(), progress=False)}[call]
+    with pytest.raises(ConfigError) as exc:
+        run()
+    print(call, exc.value)
+    assert ("is an empty path" if call != "intervene-no-lambdas" else "lambdas is empty") in str(exc.value)
+    assert len(str(exc.value).splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_a_second_ctrl_c_just_after_a_jobs_2_sweep_ends_is_quiet(tmp_path):
     args = ["ladder", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--methods", "fa",
