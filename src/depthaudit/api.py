@@ -79,7 +79,6 @@ def _api_call(fn):
     call ``torch.manual_seed``; the CPU stream, and each CUDA device's where CUDA was initialised before the call,
     are restored afterwards, also when the call raises.
     """
-
     import inspect
 
     sig = inspect.signature(fn)
