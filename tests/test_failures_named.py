@@ -64,8 +64,9 @@ def test_an_out_that_is_a_dangling_symlink_is_refused_before_training(tmp_path):
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 @pytest.mark.parametrize("args", [["train", *TINY, "--out", "o"],
-                                  ["ladder", "--dataset", "mnist1d", "--list-cells", "--out", "lc"]],
-                         ids=["train", "list-cells"])
+                                  ["ladder", "--dataset", "mnist1d", "--list-cells", "--out", "lc"],
+                                  ["audit", "--help"], ["--version"]],
+                         ids=["train", "list-cells", "help", "version"])
 def test_a_full_stdout_exits_2_in_one_line_and_the_result_is_kept(tmp_path, args):
     with open("/dev/full", "w") as full:
         rc, err = _run(args, tmp_path, stdout=full)
