@@ -203,6 +203,25 @@ def test_a_plugin_that_ends_the_command_inside_credits_is_named(tmp_path, monkey
     assert not list((tmp_path / "o").rglob("result.json")) and not list((tmp_path / "o").rglob("*.runs/fa*"))
 
 
+@pytest.mark.parametrize("body, said", [("import sys; sys.exit(0)", "called sys.exit(0)"),
+                                        ("raise KeyboardInterrupt", "raised KeyboardInterrupt")],
+                         ids=["sys-exit-0", "keyboard-interrupt"])
+def test_a_plugin_that_ends_a_jobs_2_worker_inside_credits_is_named(tmp_path, monkeypatch, capsys, body, said):
+    """In a worker process the plug-in's SystemExit/KeyboardInterrupt comes back as its named failure, exit 2."""
+    name = f"wends{abs(hash(body)) % 10**6}"
+    (tmp_path / f"plugin_{name}.py").write_text(PLUGIN.format(name=name, body=body))
+    monkeypatch.syspath_prepend(str(tmp_path))  # (spawned workers get the parent's sys.path)
+    monkeypatch.setenv("DEPTHAUDIT_PLUGINS", "")
+    rc = main(["--plugin", f"plugin_{name}", "audit", *TINY, "--methods", name, "bp", "--seeds", "1",
+               "--probe-batches", "1", "--probe-batch-size", "16", "--jobs", "2", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("depthaudit: error")]
+    print(rc, lines)
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err
+    assert f"plug-in plugin_{name} {said} at " in lines[0] and f"plugin_{name}.py:8 (in credits)" in lines[0]
+    assert not (tmp_path / "o" / "report.json").exists()
+
+
 def test_an_empty_method_list_is_refused_before_the_folder_is_claimed(tmp_path):
     import depthaudit as da
     from depthaudit.errors import UsageError
