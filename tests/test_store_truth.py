@@ -339,3 +339,32 @@ def test_report_renders_the_report_json_audit_wrote_when_a_run_diverged(tmp_path
     assert m["flags"] == ["diverged"] and "diverged" in m["status"]
     capsys.readouterr()
     assert main(["report", str(out)]) == 0, capsys.readouterr().err
+
+
+def test_a_ladder_entry_whose_record_file_was_deleted_is_neither_rendered_nor_reused(ladders, tmp_path, capsys):
+    """Where a .runs folder is, the JSON is derived: its copy of a deleted record (here edited too) is no record."""
+    for out in (tmp_path / "r", tmp_path / "o"):  # r: report refuses it; o: a rerun trains it again
+        _copy(ladders / "a", out)
+        (out / RUNS / K1).unlink()
+        doc = json.loads((out / FILE).read_text())
+        doc["runs"]["fa/k1/s1"]["final"]["test_acc"] = 0.777
+        (out / FILE).write_text(json.dumps(doc))
+    assert main(["report", str(tmp_path / "r")]) == 2
+    err = _one_error(capsys.readouterr().err)
+    print(err)
+    assert "(run fa/k1/s1) has no record file in" in err and "rerun the ladder command" in err, err
+    _rerun_trains_again(out, ladders / "a", capsys, ["(run fa/k1/s1)"], "has no record file")
+    assert _accs(out)["fa/k1/s1"] != 0.777 and (out / RUNS / K1).is_file()
+
+
+def test_a_ladder_older_than_record_folders_is_reused_and_gets_its_records(ladders, tmp_path, capsys):
+    """No .runs folder (an earlier version's file): the JSON alone is loaded, reused, and written out as records."""
+    out = _copy(ladders / "a", tmp_path / "o")
+    shutil.rmtree(out / RUNS)
+    assert main(["report", str(out)]) == 0
+    assert main([*LADDER, "--out", str(out)]) == 0
+    assert "2 of 2 runs already finished" in capsys.readouterr().err
+    for p in (out / RUNS / K0, out / RUNS / K1):  # from now on the records are the truth
+        rec = json.loads(p.read_text())
+        assert SEAL in rec and rec["stored_in"]["key"] == p.stem.replace("%2F", "/")
+    assert _accs(out) == _accs(ladders / "a")
