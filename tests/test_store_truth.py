@@ -368,3 +368,10 @@ def test_a_ladder_older_than_record_folders_is_reused_and_gets_its_records(ladde
         rec = json.loads(p.read_text())
         assert SEAL in rec and rec["stored_in"]["key"] == p.stem.replace("%2F", "/")
     assert _accs(out) == _accs(ladders / "a")
+
+
+def test_a_report_of_the_users_own_training_loop_needs_no_run_records(tmp_path, capsys):
+    """A monitor's report.json (runs 'your training loop'): no records are kept for it, so none are asked for."""
+    out = _copy(ROOT / "docs" / "results" / "biotorch_fa", tmp_path / "m")
+    assert json.loads((out / "report.json").read_text())["methods"][0]["runs"]["trained"] == ["your training loop"]
+    assert main(["report", str(out)]) == 0, capsys.readouterr().err
