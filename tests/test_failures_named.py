@@ -64,8 +64,9 @@ def test_an_out_that_is_a_dangling_symlink_is_refused_before_training(tmp_path):
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 @pytest.mark.parametrize("args", [["train", *TINY, "--out", "o"],
-                                  ["ladder", "--dataset", "mnist1d", "--list-cells", "--out", "lc"]],
-                         ids=["train", "list-cells"])
+                                  ["ladder", "--dataset", "mnist1d", "--list-cells", "--out", "lc"],
+                                  ["audit", "--help"], ["--version"]],
+                         ids=["train", "list-cells", "help", "version"])
 def test_a_full_stdout_exits_2_in_one_line_and_the_result_is_kept(tmp_path, args):
     with open("/dev/full", "w") as full:
         rc, err = _run(args, tmp_path, stdout=full)
@@ -202,6 +203,25 @@ def test_a_plugin_that_ends_the_command_inside_credits_is_named(tmp_path, monkey
     assert not list((tmp_path / "o").rglob("result.json")) and not list((tmp_path / "o").rglob("*.runs/fa*"))
 
 
+@pytest.mark.parametrize("body, said", [("import sys; sys.exit(0)", "called sys.exit(0)"),
+                                        ("raise KeyboardInterrupt", "raised KeyboardInterrupt")],
+                         ids=["sys-exit-0", "keyboard-interrupt"])
+def test_a_plugin_that_ends_a_jobs_2_worker_inside_credits_is_named(tmp_path, monkeypatch, capsys, body, said):
+    """In a worker process the plug-in's SystemExit/KeyboardInterrupt comes back as its named failure, exit 2."""
+    name = f"wends{abs(hash(body)) % 10**6}"
+    (tmp_path / f"plugin_{name}.py").write_text(PLUGIN.format(name=name, body=body))
+    monkeypatch.syspath_prepend(str(tmp_path))  # (spawned workers get the parent's sys.path)
+    monkeypatch.setenv("DEPTHAUDIT_PLUGINS", "")
+    rc = main(["--plugin", f"plugin_{name}", "audit", *TINY, "--methods", name, "bp", "--seeds", "1",
+               "--probe-batches", "1", "--probe-batch-size", "16", "--jobs", "2", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("depthaudit: error")]
+    print(rc, lines)
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err
+    assert f"plug-in plugin_{name} {said} at " in lines[0] and f"plugin_{name}.py:8 (in credits)" in lines[0]
+    assert not (tmp_path / "o" / "report.json").exists()
+
+
 def test_an_empty_method_list_is_refused_before_the_folder_is_claimed(tmp_path):
     import depthaudit as da
     from depthaudit.errors import UsageError
@@ -210,6 +230,28 @@ def test_an_empty_method_list_is_refused_before_the_folder_is_claimed(tmp_path):
         cfg = da.AuditConfig(base=da.TrainConfig(dataset="mnist1d", epochs=1, d_hidden=8, num_blocks=1), methods=())
         da.audit(cfg, tmp_path / "o", progress=False)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("call", ["train", "audit", "ladder", "identity", "intervene-no-lambdas"])
+def test_the_api_refuses_an_empty_out_and_empty_lambdas_before_anything_is_claimed(tmp_path, monkeypatch, call):
+    """As the CLI refuses `--out ""`: da.train(cfg, "") must not write into the current folder."""
+    import depthaudit as da
+    from depthaudit.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)  # where an empty path would land ("" is the current folder)
+    base = da.TrainConfig(dataset="mnist1d", epochs=1, d_hidden=8, num_blocks=1)
+    audit = da.AuditConfig(base=base, methods=("bp",), seeds=(1,), probe_batches=1, probe_batch_size=16)
+    run = {"train": lambda: da.train(base, "", progress=False),
+           "audit": lambda: da.audit(audit, "", progress=False),
+           "ladder": lambda: da.ladder(da.LadderConfig(base=base, methods=("fa",), seeds=(1,), k_values=(1,),
+                                                       probe_batches=1, probe_batch_size=16), "", progress=False),
+           "identity": lambda: da.identity(base, seeds=(1,), probe_batches=1, probe_batch_size=16, out=""),
+           "intervene-no-lambdas": lambda: da.intervene(audit, tmp_path / "o", lambdas=(), progress=False)}[call]
+    with pytest.raises(ConfigError) as exc:
+        run()
+    print(call, exc.value)
+    assert ("is an empty path" if call != "intervene-no-lambdas" else "lambdas is empty") in str(exc.value)
+    assert len(str(exc.value).splitlines()) == 1 and not list(tmp_path.iterdir())
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")

@@ -291,3 +291,87 @@ def test_a_fifo_in_place_of_a_record_or_a_ladder_file_is_refused_never_read(ladd
     print(p.returncode, p.stderr)
     assert p.returncode == 2 and "is a FIFO (named pipe), not a results file" in _one_error(p.stderr)
     assert stat.S_ISFIFO(os.stat(out / FILE).st_mode) and stat.S_ISFIFO(os.stat(out / RUNS / K1).st_mode)
+
+
+# -- a derived file whose run records are missing is refused, not rendered -------------------------------------
+
+def test_a_report_json_whose_run_records_are_missing_is_refused(audit_dir, tmp_path, capsys):
+    """Records deleted (and the report edited to say anything): nothing to check it against, so it is refused."""
+    out = _copy(audit_dir, tmp_path / "o")
+    trained = next(p.parent for p in (out / "runs").glob("*/result.json") if "_none_" not in p.parent.name)
+    shutil.rmtree(trained)
+    doc = json.loads((out / "report.json").read_text())
+    doc["methods"][0]["trained_test_acc"]["mean"] = 0.99
+    (out / "report.json").write_text(json.dumps(doc))
+    assert main(["report", str(out)]) == 2
+    err = _one_error(capsys.readouterr().err)
+    print(err)
+    assert f"its run {trained.name} has no record" in err and "finished runs are reused" in err, err
+    shutil.rmtree(out / "runs")  # the whole runs/ folder gone: the same line
+    assert main(["report", str(out)]) == 2
+    assert "has no record" in _one_error(capsys.readouterr().err)
+    assert main(["audit", *AUDIT, "--out", str(out)]) == 0  # the fix the line names: the report is written again
+    assert main(["report", str(out)]) == 0
+
+
+def test_an_intervention_json_whose_run_records_are_missing_is_refused(tmp_path, capsys):
+    out = tmp_path / "iv"
+    assert main(["intervene", *AUDIT, "--lambdas", "0", "0.01", "--out", str(out)]) == 0
+    capsys.readouterr()
+    shutil.rmtree(out / "runs")
+    doc = json.loads((out / "intervention.json").read_text())
+    doc["rows"][0]["by_lambda"][1]["test_acc"]["mean"] = 0.99
+    (out / "intervention.json").write_text(json.dumps(doc))
+    assert main(["report", str(out)]) == 2
+    err = _one_error(capsys.readouterr().err)
+    print(err)
+    assert "intervention.json: its run" in err and "has no record" in err, err
+
+
+def test_report_renders_the_report_json_audit_wrote_when_a_run_diverged(tmp_path, capsys):
+    """A diverged method's flags are ['diverged'] (audit writes that): the schema accepts it, report renders it."""
+    out = tmp_path / "dv"
+    tiny = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--methods", "bp", "--seeds", "1",
+            "--epochs", "1", "--probe-batches", "1", "--probe-batch-size", "16"]
+    assert main(["audit", *tiny, "--optimizer", "sgd", "--lr", "1e3", "--out", str(out)]) == 0
+    m = json.loads((out / "report.json").read_text())["methods"][0]
+    print("flags", m["flags"], "status", m["status"])
+    assert m["flags"] == ["diverged"] and "diverged" in m["status"]
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0, capsys.readouterr().err
+
+
+def test_a_ladder_entry_whose_record_file_was_deleted_is_neither_rendered_nor_reused(ladders, tmp_path, capsys):
+    """Where a .runs folder is, the JSON is derived: its copy of a deleted record (here edited too) is no record."""
+    for out in (tmp_path / "r", tmp_path / "o"):  # r: report refuses it; o: a rerun trains it again
+        _copy(ladders / "a", out)
+        (out / RUNS / K1).unlink()
+        doc = json.loads((out / FILE).read_text())
+        doc["runs"]["fa/k1/s1"]["final"]["test_acc"] = 0.777
+        (out / FILE).write_text(json.dumps(doc))
+    assert main(["report", str(tmp_path / "r")]) == 2
+    err = _one_error(capsys.readouterr().err)
+    print(err)
+    assert "(run fa/k1/s1) has no record file in" in err and "rerun the ladder command" in err, err
+    _rerun_trains_again(out, ladders / "a", capsys, ["(run fa/k1/s1)"], "has no record file")
+    assert _accs(out)["fa/k1/s1"] != 0.777 and (out / RUNS / K1).is_file()
+
+
+def test_a_ladder_older_than_record_folders_is_reused_and_gets_its_records(ladders, tmp_path, capsys):
+    """No .runs folder (an earlier version's file): the JSON alone is loaded, reused, and written out as records."""
+    out = _copy(ladders / "a", tmp_path / "o")
+    shutil.rmtree(out / RUNS)
+    assert main(["report", str(out)]) == 0
+    assert main([*LADDER, "--out", str(out)]) == 0
+    assert "2 of 2 runs already finished" in capsys.readouterr().err
+    for p in (out / RUNS / K0, out / RUNS / K1):  # from now on the records are the truth
+        rec = json.loads(p.read_text())
+        assert SEAL in rec and rec["stored_in"]["key"] == p.stem.replace("%2F", "/")
+    assert _accs(out) == _accs(ladders / "a")
+
+
+def test_a_report_of_the_users_own_training_loop_needs_no_run_records(tmp_path, capsys):
+    """A monitor's report.json (runs 'your training loop'): no records are kept for it, so none are asked for."""
+    out = _copy(ROOT / "docs" / "results" / "biotorch_fa", tmp_path / "m")
+    assert json.loads((out / "report.json").read_text())["methods"][0]["runs"]["trained"] == ["your training loop"]
+    assert main(["report", str(out)]) == 0, capsys.readouterr().err

@@ -79,12 +79,20 @@ def _api_call(fn):
     call ``torch.manual_seed``; the CPU stream, and each CUDA device's where CUDA was initialised before the call,
     are restored afterwards, also when the call raises.
     """
+    import inspect
+
+    sig = inspect.signature(fn)
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
         import torch
 
         from .progress import bars
+
+        out = sig.bind_partial(*args, **kwargs).arguments.get("out")  # (Path("") is ".": checked before Path())
+        if isinstance(out, str) and (not out.strip() or "\0" in out):
+            raise ConfigError(f"{{out}} {out!r} is {'an empty path' if not out.strip() else 'a path with a NUL byte'}"
+                              "; give a path (e.g. 'results/run1'), or '.' for the current folder")
 
         cpu = torch.get_rng_state()
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
@@ -274,6 +282,8 @@ def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e
     from .stores import claim_folder, still_owner
 
     lambdas = list(dict.fromkeys(float(x) for x in lambdas))
+    if not lambdas:  # refused before the folder is claimed
+        raise ConfigError("{lambdas} is empty; give one or more λ >= 0, e.g. (0.0, 0.01)")
     if any(not x >= 0 for x in lambdas):
         raise ConfigError(f"{{lambdas}} must be >= 0, got {lambdas}")
     out = Path(out)

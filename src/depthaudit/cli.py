@@ -13,7 +13,7 @@ import threading
 
 from .commands import build_parser
 from .errors import UsageError, cli_message
-from .plugins import HALF_WRITTEN, import_plugins_in, plugin_blame
+from .plugins import HALF_WRITTEN, import_plugins_in, plugin_blame, plugin_ended
 
 # what a report prints that an ASCII (or Latin-1, …) terminal cannot: the closest plain spelling
 ASCII_FALLBACK = {"±": "+/-", "×": "x", "→": "->", "←": "<-", "—": "-", "–": "-", "≤": "<=", "≥": ">=", "≈": "~",
@@ -155,7 +155,7 @@ def _main(argv: list[str]) -> int:
         print(f"depthaudit: error: {cli_message(exc)}", file=sys.stderr)
         return 2
     except SystemExit as exc:  # not the parser's (returned above): code that called sys.exit() mid-command
-        line = _plugin_ended(exc)
+        line = plugin_ended(exc)
         if line is None:
             raise
         remove_in_flight()
@@ -163,7 +163,7 @@ def _main(argv: list[str]) -> int:
         return 2
     except KeyboardInterrupt as exc:
         remove_in_flight()
-        line = None if SIGNALLED else _plugin_ended(exc)  # no Ctrl-C, no SIGTERM: a plug-in raised it
+        line = None if SIGNALLED else plugin_ended(exc)  # no Ctrl-C, no SIGTERM: a plug-in raised it
         if line is not None:
             print(f"depthaudit: error: {line} {HALF_WRITTEN}", file=sys.stderr)
             return 2
@@ -190,22 +190,6 @@ def _main(argv: list[str]) -> int:
               file=sys.stderr)
         traceback.print_exc()  # here, not by a re-raise: what follows can never be mistaken for another error
         return 1
-
-
-def _plugin_ended(exc: BaseException) -> str | None:
-    """One line when a plug-in's own code raised ``SystemExit`` or ``KeyboardInterrupt``; else None.
-
-    The exception may be the context of the sweep's :class:`~depthaudit.errors.Interrupted`: the chain is walked.
-    """
-    seen = exc
-    while seen is not None:
-        line = plugin_blame(seen, own_code=True)
-        if line is not None:
-            what = f"called sys.exit({seen.code})" if isinstance(seen, SystemExit) else "raised KeyboardInterrupt"
-            return (f"{line.split(' raised ')[0]} {what} at {line.split(' at ', 1)[1].split(';')[0]}; a plug-in must "
-                    "not end or interrupt the command: raise an exception instead; fix the plug-in")
-        seen = seen.__context__
-    return None
 
 
 def _stdout_error(exc: BaseException) -> str | None:

@@ -260,8 +260,8 @@ def _pool_task(group, store, argv, executor: str, opts: SweepOptions):
 
     try:
         return run_and_store(group, store, None, None, argv, executor, opts)
-    except Exception as exc:
-        blamed = plugin_error(exc)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # (a worker ignores SIGINT: a KeyboardInterrupt here
+        blamed = plugin_error(exc)  # was raised by code, e.g. a plug-in's; sys.exit(0) must not end the sweep as 0)
         if blamed is not None:
             raise blamed from None
         raise

@@ -103,13 +103,29 @@ def plugin_blame(exc: BaseException, own_code: bool = False) -> str | None:
 HALF_WRITTEN = "(nothing half-written; finished runs are stored)"
 
 
+def plugin_ended(exc: BaseException) -> str | None:
+    """One line when a plug-in's own code raised ``SystemExit`` or ``KeyboardInterrupt``; else None.
+
+    The exception may be the context of the sweep's :class:`~depthaudit.errors.Interrupted`: the chain is walked.
+    """
+    seen = exc
+    while seen is not None:
+        line = plugin_blame(seen, own_code=True)
+        if line is not None:
+            what = f"called sys.exit({seen.code})" if isinstance(seen, SystemExit) else "raised KeyboardInterrupt"
+            return (f"{line.split(' raised ')[0]} {what} at {line.split(' at ', 1)[1].split(';')[0]}; a plug-in must "
+                    "not end or interrupt the command: raise an exception instead; fix the plug-in")
+        seen = seen.__context__
+    return None
+
+
 def plugin_error(exc: BaseException) -> UsageError | None:
     """The one-line :class:`UsageError` for an error a plug-in caused (:func:`plugin_blame`), else None.
 
     A worker process (``--jobs N``, a Ray or SLURM task) calls it where the error arose, while the traceback
     still holds the plug-in's frames: what reaches the driver is this line, not a traceback-less copy.
     """
-    line = plugin_blame(exc)
+    line = plugin_ended(exc) if isinstance(exc, SystemExit | KeyboardInterrupt) else plugin_blame(exc)
     return UsageError(f"{line} {HALF_WRITTEN}") if line is not None else None
 
 

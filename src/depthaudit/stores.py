@@ -462,12 +462,30 @@ class FileStore:
         with file_lock(self.path.with_suffix(".lock")):
             doc, marker = self._read_owner()
             self._check(doc, marker)
+            if not self.runs_dir.is_dir():  # a store older than record folders: its JSON's runs become records
+                self._records_from(doc)
             if marker is None:
                 write_json(self.runs_dir / IDENTITY_FILE, {"schema": self.schema, "identity": self.identity,
                                                            **self.meta})
             if not self.sealed():
                 self._reseal()
             self._assemble_locked(doc)
+
+    def _records_from(self, doc: dict | None) -> None:
+        """Write each intact JSON run in its place as its record file (a store older than ``.runs`` folders), once.
+
+        From then on the folder holds the records and the JSON is derived: an entry without its record file is
+        neither rendered nor reused.
+        """
+        where = {"schema": self.schema, "identity": self.identity}
+        for k, rec in ((doc or {}).get("runs") or {}).items() if isinstance((doc or {}).get("runs"), dict) else ():
+            if not (record_problem(rec) or self.problem(k, rec, copy=True)):
+                write_json(self._run_path(k), seal({**unsealed(rec), STORED_IN: {"key": k, **where}}))
+
+    def _no_record(self, key: str) -> tuple[Path, str]:
+        """How a JSON entry without its record file is named (the JSON is derived where a ``.runs`` folder is)."""
+        return (Path(f"{self.path} (run {key})"),
+                f"has no record file in {self.runs_dir} (deleted or moved away), so nothing shows it was measured")
 
     def _reseal(self) -> None:
         """Seal (with its place) every intact, unsealed record file that stands in its place (a pre-seal store)."""
@@ -519,6 +537,10 @@ class FileStore:
             if not quiet:
                 self.named(p, bad, "it is not reused: the run trains again")
             return None
+        if rec is None and self.runs_dir.is_dir():  # the JSON is derived from the records: its copy is no record
+            if spec.key in self.doc["runs"] and not quiet:
+                self.named(*self._no_record(spec.key), "it is not reused: the run trains again")
+            return None
         if rec is None:
             rec = self.doc["runs"].get(spec.key)
             bad = rec is not None and (record_problem(rec) or self.problem(spec.key, rec, copy=True))
@@ -535,7 +557,7 @@ class FileStore:
         so before it trains the cell again here, and ``--list-cells`` shows it.
         """
         rec, _ = read_record(self._run_path(spec.key))
-        rec = rec or self.doc["runs"].get(spec.key)
+        rec = rec or (None if self.runs_dir.is_dir() else self.doc["runs"].get(spec.key))
         cfg = (rec or {}).get("config") or {}
         dev = cfg.get("device")
         if not dev or not hasattr(spec.cfg, "device") or dev == spec.cfg.device:
@@ -566,17 +588,23 @@ class FileStore:
     def _assemble_locked(self, doc: dict | None) -> None:
         self.damaged = {}
         runs = {}
+        files = self.read_runs()
+        derived = self.runs_dir.is_dir()  # the JSON is derived: an entry is kept only through its record file
         for k, rec in ((doc or {}).get("runs") or {}).items():
             bad = record_problem(rec) or self.problem(k, rec, copy=True)
             if bad:  # a copy only the JSON held (an earlier version's file): named, left out, trained again
                 self.damaged[f"{self.path} (run {k})"] = bad
                 self.named(Path(f"{self.path} (run {k})"), bad, "it is left out and not reused: the run trains again")
-            else:
+            elif derived and k not in files and str(self._run_path(k)) not in self.damaged:
+                where, bad = self._no_record(k)
+                self.damaged[str(where)] = bad
+                self.named(where, bad, "it is left out and not reused: the run trains again")
+            elif not derived:
                 runs[k] = unsealed(rec)
         for k, v in (doc or {}).items():  # what another version or command added at the top level stays
             if k not in ("schema", "identity", "runs"):
                 self.doc.setdefault(k, v)
-        runs.update(self.read_runs())
+        runs.update(files)
         self.doc["runs"] = runs
         write_json(self.path, self.doc)
 
@@ -654,12 +682,20 @@ def folder_placement(rec: dict, slug: str, sealed_store: bool) -> str | None:
     return bad
 
 
-def check_folder_records(root: Path, slugs: list[str]) -> None:
-    """Every ``root/<slug>/result.json`` named that exists is intact and in its place; else one line naming it."""
+def check_folder_records(root: Path, slugs: list[str], named_by: Path | None = None) -> None:
+    """Every ``root/<slug>/result.json`` named is present, intact and in its place; else one line naming it.
+
+    A derived file (``named_by``: a report.json, an intervention.json) whose run records are missing (deleted, or
+    the file copied from another folder) cannot be checked against them, so it is refused, never rendered.
+    """
     sealed = FolderStore(root, log=lambda m: None).sealed()
     for slug in slugs:
         p = Path(root) / slug / "result.json"
         rec, bad = read_record(p)
+        if rec is None and bad is None:
+            raise UsageError(f"{named_by or root}: its run {slug} has no record ({p} is missing); rerun the "
+                             f"command that wrote it into {Path(root).parent} (finished runs are reused) to train "
+                             "that run again and rewrite it from the records")
         if rec is not None:
             bad = folder_placement(rec, slug, sealed)
         if bad:

@@ -87,6 +87,24 @@ class Parser(argparse.ArgumentParser):
         if sub:
             super().add_argument("--help-all", action=_HelpAll, nargs=0, help="show every flag, advanced ones too")
 
+    def _print_message(self, message, file=None):
+        """As argparse, but a failed write of ``--help``/``--version`` to stdout is said, not dropped (exit 2)."""
+        import sys
+
+        if not message or (file or sys.stderr) is not sys.stdout:
+            return super()._print_message(message, file)
+        try:
+            sys.stdout.write(message)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise  # the reader went away (`| head`): the CLI ends quietly
+        except OSError as exc:  # a full disk, /dev/full
+            from ..cli import _silence_stdout
+            from ..errors import UsageError
+
+            _silence_stdout()  # (what is left in the buffer must not fail again at exit)
+            raise UsageError(f"cannot write the standard output ({exc.strerror or exc})") from None
+
     def add_argument(self, *names, **kw):
         """Every ``--multi-word`` flag also takes ``--multi_word`` (the seed harness's spelling)."""
         return _add(super().add_argument, self, names, kw)

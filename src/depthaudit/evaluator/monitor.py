@@ -59,6 +59,7 @@ def frozen_twin(net: nn.Module, blocks: str | None = None) -> nn.Module:
     return twin
 
 
+USER_LOOP_RUNS = ("your training loop", "your training loop on frozen_twin")  # a monitor's runs: no record kept
 NOT_MEASURED = "NOT MEASURED"  # D3's status on a card made without a frozen twin
 
 
@@ -195,10 +196,10 @@ class TrainingMonitor:
         trained = {"status": status, "config": cfg, "history": self.history, "monitor": self.monitor.to_dict(),
                    "final": {"test_acc": nan(test_acc), "epochs_completed": last,
                              "stopped_at_epoch": last if status == "stopped_flagged" else None},
-                   "stored_as": "your training loop"}
+                   "stored_as": USER_LOOP_RUNS[0]}
         frozen = {"status": "ok" if _finite(frozen_acc) or no_twin else "diverged", "config": cfg, "history": [],
                   "final": {"test_acc": nan(frozen_acc), "epochs_completed": None, "stopped_at_epoch": None},
-                  "stored_as": "your training loop on frozen_twin"}
+                  "stored_as": USER_LOOP_RUNS[1]}
         summary = summarise_method(self.name, [trained], [frozen], th)
         if no_twin:  # D3 needs the frozen twin's accuracy: not measured, never a FLAG or a PASS
             summary["checks"]["D3"].update(value=None, margin=None, std=None, n=0, flagged_seeds=0,
