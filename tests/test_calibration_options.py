@@ -204,3 +204,17 @@ def test_spearman_against_a_hand_computed_case():
     assert spearman([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == -1.0
     # ranks x (0,1,2,3), y (1,0,3,2): d² = 1+1+1+1 = 4, ρ = 1 − 6·4/(4·15) = 0.6
     assert abs(spearman([0.1, 0.2, 0.3, 0.4], [0.5, 0.1, 0.9, 0.7]) - 0.6) < 1e-12
+
+
+def test_a_folder_claimed_before_a_field_existed_stays_its_own(tmp_path):
+    from depthaudit.errors import UsageError
+    from depthaudit.stores import claim_folder
+
+    old = {"base": {"lr": 0.001, "warmup": None, "warmup_fraction": 0.2, "penalty_reduction": "example"}, "m": 1}
+    claim_folder(tmp_path, "audit", old)
+    # today's claim: optimizer at the protocol's value, the neutral fields left out — the same audit
+    claim_folder(tmp_path, "audit", {"base": {"lr": 0.001, "optimizer": "adamw"}, "m": 1})
+    with pytest.raises(UsageError, match="differs in base.optimizer"):  # a real difference is still refused
+        claim_folder(tmp_path, "audit", {"base": {"lr": 0.001, "optimizer": "sgd"}, "m": 1})
+    with pytest.raises(UsageError, match="differs in base.penalty_reduction"):
+        claim_folder(tmp_path, "audit", {"base": {"lr": 0.001, "penalty_reduction": "element"}, "m": 1})

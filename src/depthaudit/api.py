@@ -519,8 +519,13 @@ def check_probe_fits(batch_size: int, data) -> None:
 
 def audit_identity(acfg: AuditConfig, data_sha256: str) -> dict:
     """What an audit folder's report belongs to: the audit config (not where the data was read from) and the data."""
+    from .config import NAME_NEUTRAL
+
     d = acfg.to_dict()
-    d["base"] = {k: v for k, v in d["base"].items() if k not in ("data_dir", "download")}
+    # fields added later, at the value earlier audits ran with, are left out: a folder claimed before they existed
+    # is still this audit's (as run names leave them out, TrainConfig.identity_dict)
+    d["base"] = {k: v for k, v in d["base"].items() if k not in ("data_dir", "download")
+                 and not (k in NAME_NEUTRAL and v == NAME_NEUTRAL[k])}
     return {**d, "data_sha256": data_sha256}
 
 

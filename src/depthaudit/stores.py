@@ -723,8 +723,8 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
     with file_lock(folder / ".lock"):
         old = _read_claim(folder, name)
         if old is not None and not take_over:
-            diff = (["kind"] if old.get("kind") != kind else []) + identity_diff(old.get("identity") or {},
-                                                                                 claim["identity"])
+            diff = (["kind"] if old.get("kind") != kind else []) + identity_diff(
+                _without_neutral(old.get("identity") or {}), _without_neutral(claim["identity"]))
             if diff:
                 kept = "its result is replaced" if kind == "train" else "the runs of both are kept"
                 over = f", or {take_over_flag} to take it over ({kept})" if take_over_flag else ""
@@ -733,6 +733,22 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
         if old != claim:
             write_json(folder / name, claim)
     return claim
+
+
+def _without_neutral(identity: dict) -> dict:
+    """An identity without the fields added later at the value earlier runs had (``base`` and the top level).
+
+    :data:`~depthaudit.config.NAME_NEUTRAL`: a folder claimed before those fields existed stays its own.
+    """
+    from .config import NAME_NEUTRAL
+
+    def strip(d):
+        return {k: v for k, v in d.items() if not (k in NAME_NEUTRAL and v == NAME_NEUTRAL[k])}
+
+    out = strip(identity)
+    if isinstance(out.get("base"), dict):
+        out["base"] = strip(out["base"])
+    return out
 
 
 def _read_claim(folder: Path, name: str = IDENTITY_FILE) -> dict | None:
