@@ -628,4 +628,4 @@ def test_a_card_without_a_frozen_twin_reports_gamma_d1_d2_and_marks_d3_not_measu
     jsonschema.validate(json.loads((tmp_path / "out" / "report.json").read_text()), schema)
     md, page = mon._repr_markdown_(), mon._repr_html_()
     assert md.startswith("# depthaudit audit") and "NOT MEASURED" in md  # Jupyter: the card, like Result
-    assert page.startswith("<pre>") and page.count("<img src=\"data:image/png;base64,") == 3  # figures inline
+    assert page.startswith("<pre>") and page.count("<img src=\"data:image/png;base64,") == 4  # figures inline

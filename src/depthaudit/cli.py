@@ -13,6 +13,7 @@ import threading
 
 from .commands import build_parser
 from .errors import UsageError, cli_message
+from .io import silence_stdout
 from .plugins import HALF_WRITTEN, import_plugins_in, plugin_blame, plugin_ended
 
 # what a report prints that an ASCII (or Latin-1, …) terminal cannot: the closest plain spelling
@@ -103,14 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _silence_stdout() -> None:
-    """Point the standard output at /dev/null: what is left in its buffer must not fail again at interpreter exit."""
-    import os
-
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass  # not a real file (a test's capture)
+_silence_stdout = silence_stdout  # (its home is io.py, which commands/parser.py reads without importing the CLI)
 
 
 # Exit status when whoever reads our output stops reading (`depthaudit … | head -1`): 141 = 128 + SIGPIPE, the

@@ -99,10 +99,10 @@ class Parser(argparse.ArgumentParser):
         except BrokenPipeError:
             raise  # the reader went away (`| head`): the CLI ends quietly
         except OSError as exc:  # a full disk, /dev/full
-            from ..cli import _silence_stdout
             from ..errors import UsageError
+            from ..io import silence_stdout
 
-            _silence_stdout()  # (what is left in the buffer must not fail again at exit)
+            silence_stdout()  # (what is left in the buffer must not fail again at exit)
             raise UsageError(f"cannot write the standard output ({exc.strerror or exc})") from None
 
     def add_argument(self, *names, **kw):
