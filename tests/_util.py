@@ -13,3 +13,13 @@ def without_wallclock(runs: dict) -> dict:
         for h in rec["history"]:
             h.pop("seconds")
     return runs
+
+
+def exact_remaining(model):
+    """A State Bridge predictor that is the true remaining network: ``G(h, pos, e) = h_L`` from ``h`` at ``pos``."""
+    def remaining(h, pos, e):
+        for blk in model.blocks[pos:]:
+            h = h + blk(h)
+        return h
+
+    return remaining

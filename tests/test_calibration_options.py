@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from _util import exact_remaining
 
 from depthaudit.config import TrainConfig
 from depthaudit.data import load_data
@@ -29,13 +30,7 @@ def _setup(seed=0):
 def test_sb_with_the_exact_predictor_gives_bp_credit_in_every_form(predictor, cond, credit_at):
     model, x, y = _setup()
     sb = StateBridge(model, 0, predictor=predictor, cond=cond, credit_at=credit_at)
-
-    def remaining(h, pos, e):  # G = the true remaining network (whatever the learned predictor's form)
-        for blk in model.blocks[pos:]:
-            h = h + blk(h)
-        return h
-
-    sb.predict = remaining
+    sb.predict = exact_remaining(model)  # G = the true remaining network (whatever the learned predictor's form)
     _, c = sb.measure_credits(model, x, y)
     _, g = BP(model, 0).measure_credits(model, x, y)
     ref = g if credit_at == "output" else [g[0], *g[:-1]]  # input: block l reads the credit at h_{l-1}
