@@ -7,6 +7,7 @@ exception keeps its traceback. A terminal that cannot print the report's symbols
 """
 
 import codecs
+import logging
 import signal
 import sys
 import threading
@@ -75,9 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     argv_given, argv = argv, list(sys.argv[1:] if argv is None else argv)
     import os
 
-    for name in ("stdout", "stderr"):  # started with that descriptor closed (`>&-`): results still go to files
-        if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as we do)
+    for name in ("stderr", "stdout"):  # started with that descriptor closed (`>&-`): results still go to files
+        if getattr(sys, name) is None:  # and a closed stdout's lines (the final "ok: … →" one) go to stderr
+            setattr(sys, name, sys.stderr if name == "stdout" and sys.stderr is not None
+                    else open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as we do)
+    # an unwritable HOME (HOME=/proc) makes matplotlib warn twice on import before using a temporary folder, which
+    # works: the command's own line about what it could not write is the one that matters
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
     plain_terminal()
     old_term = old_int = None
     SIGNALLED.clear()

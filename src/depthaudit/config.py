@@ -103,6 +103,12 @@ class TrainConfig:
         from .models.resmlp import DEFAULT_RATIO, VARIANTS
 
         check_types(self)  # d_hidden='8', 8.5 or True: refused here, not deep inside torch
+        from .models import MODELS
+
+        # refused where built, not at da.train (a dataset name is not: with ``data=`` it only labels the user's data)
+        if self.arch not in MODELS:
+            raise refuse(self, f"{{arch}} {self.arch!r} not known; use one of {', '.join(MODELS.names())} "
+                         "(or register your own first)")
         object.__setattr__(self, "device", resolve_device(self.device))
         if self.variant not in VARIANTS:
             raise refuse(self, f"{{variant}} {self.variant!r} not known; use one of {', '.join(VARIANTS)}")
@@ -150,7 +156,10 @@ class TrainConfig:
         if self.warmup is not None:  # a method spec (``dfa``, ``fa:head=exact``), checked like --method's
             from .methods import parse_method_spec
 
-            parse_method_spec(self.warmup, replace(self, method="bp", method_options={}, warmup=None))
+            try:
+                parse_method_spec(self.warmup, replace(self, method="bp", method_options={}, warmup=None))
+            except UsageError as exc:  # the warm-up's spec is named by its own field, not taken for --method
+                raise refuse(self, f"{{warmup}} {self.warmup!r}: {exc}") from None
         else:  # no warm-up: its fraction is meaningless, one canonical value
             object.__setattr__(self, "warmup_fraction", 0.2)
 

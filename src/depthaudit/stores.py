@@ -723,8 +723,10 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
     with file_lock(folder / ".lock"):
         old = _read_claim(folder, name)
         if old is not None and not take_over:
-            diff = (["kind"] if old.get("kind") != kind else []) + identity_diff(
-                _without_neutral(old.get("identity") or {}), _without_neutral(claim["identity"]))
+            if old.get("kind") != kind:  # another command's folder: its configuration is beside the point
+                raise UsageError(f"{folder} holds the results of another command ({old.get('kind', 'a sweep')}); "
+                                 f"{kind} cannot write there: use another {flag}")
+            diff = identity_diff(_without_neutral(old.get("identity") or {}), _without_neutral(claim["identity"]))
             if diff:
                 kept = "its result is replaced" if kind == "train" else "the runs of both are kept"
                 over = f", or {take_over_flag} to take it over ({kept})" if take_over_flag else ""

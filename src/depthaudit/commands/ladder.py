@@ -81,8 +81,26 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
         found += n
     if not found:
         raise UsageError(f"{d} holds no ladder_*, saturation_*, grow_*, intervention.json or report.json (nor do "
-                         "its subfolders); pass a folder depthaudit wrote")
+                         f"its subfolders); {_what_it_holds(d)}")
     return 0
+
+
+def _what_it_holds(d: Path) -> str:
+    """The fix for a folder with nothing to render, from what it does hold (its claim, a train's or probes' files)."""
+    cards = sorted(p.name for p in d.glob("probes_*.md"))
+    if cards:  # the probes' card is their Markdown, written with the figure by the command itself
+        return f"it holds probes results: their card is {', '.join(cards)} (rerun `depthaudit probes` to rewrite it)"
+    if (d / "result.json").is_file():
+        return "it holds one training (result.json, read it directly); report renders audits, ladders and sweeps"
+    try:
+        kind = read_json_doc(d / "identity.json").get("kind") if (d / "identity.json").is_file() else None
+    except (OSError, UsageError, AttributeError):
+        kind = None
+    if kind in ("audit", "intervene") or (kind is None and (d / "runs").is_dir()):  # its report was never written
+        # (interrupted) or was removed: the stored runs rebuild it
+        return (f"its {kind or 'audit or intervene'} report is missing: rerun the {kind or 'audit or intervene'} "
+                f"command with --out {d} (finished runs are reused, nothing retrains) to write it from the stored runs")
+    return "pass a folder depthaudit wrote"
 
 
 def _assemble_cells(d: Path) -> int:

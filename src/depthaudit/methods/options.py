@@ -144,7 +144,9 @@ def resolve(name: str, cls, given: dict[str, Any], where: str | None = None, hin
         try:
             out[key] = opt.check(value)
         except ValueError as exc:
-            raise UsageError(f"{what}: option {key}={value!r}: {exc} ({opt.describe()})") from None
+            said = str(exc)  # a choice error already lists the choices: they are not said twice
+            more = "" if opt.choices and "is not one of" in said else f" ({opt.describe()})"
+            raise UsageError(f"{what}: option {key}={value!r}: {said}{more}") from None
     return out
 
 
