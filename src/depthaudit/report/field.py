@@ -1,6 +1,6 @@
-"""The field table (issue 37): every registered method under both optimizers at one budget, from stored audits
-of the reference ResMLP (d = 256, L = 4).
+"""The field table (issue 37): every registered method under both optimizers at one budget, from stored audits.
 
+Only audits of the reference ResMLP (d = 256, L = 4) at the budget count.
 Each audit folder named on the command line (its ``report.json``) gives one row per method row it holds, keyed by
 (method label, optimizer); every registered method gets a row under ``adamw`` and ``sgd`` whether or not it was
 trained, and a cell no stored audit holds at the budget says "not trained" — the table never hides a gap. Run::
