@@ -96,3 +96,28 @@ def test_an_unwritable_home_gives_the_commands_own_line_only(tmp_path):
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert "Matplotlib" not in p.stderr and "mkdir -p failed" not in p.stderr, p.stderr
     assert p.returncode == 0 and json.loads((tmp_path / "a" / "report.json").read_text())["methods"], p.stderr
+
+
+def test_a_foreign_unsealed_record_in_a_runs_folder_is_named_when_it_is_retrained(capsys, tmp_path):
+    """A record of an --lr 0.002 audit, seal and place removed, copied over the --lr 0.001 audit's record: the
+    rerun retrains it and says which record it did not reuse (the walk saw a silent retrain)."""
+    args = [*TINY, "--methods", "bp", "--probe-batches", "1"]
+    for lr, out in (("0.001", "a"), ("0.002", "b")):
+        assert main(["audit", *args, "--lr", lr, "--out", str(tmp_path / out)]) == 0
+    capsys.readouterr()
+
+    def strip(p: Path) -> dict:
+        rec = json.loads(p.read_text())
+        rec.pop("record_sha256", None), rec.pop("stored_in", None)
+        return rec
+
+    mine = sorted((tmp_path / "a" / "runs").glob("*_bp_all_*/result.json"))[0]
+    for p in (tmp_path / "a" / "runs").glob("*/result.json"):  # a store whose records carry no seal (older)
+        p.write_text(json.dumps(strip(p)))
+    foreign = sorted((tmp_path / "b" / "runs").glob("*_bp_all_*/result.json"))[0]
+    mine.write_text(json.dumps(strip(foreign)))
+    (tmp_path / "a" / "report.json").unlink()
+    assert main(["audit", *args, "--lr", "0.001", "--out", str(tmp_path / "a")]) == 0
+    err = _err(capsys)
+    assert f"{mine} holds a run of another configuration" in err and "the run trains again" in err, err
+    assert json.loads(mine.read_text())["config"]["lr"] == 0.001

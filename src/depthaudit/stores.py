@@ -372,6 +372,9 @@ class FolderStore:
             if spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking:
                 rec = unsealed(rec)
                 return rec if p == path else {**rec, "stored_as": p.parent.name}
+            if p == path and not quiet:  # this run's own folder holds another configuration's record (copied in)
+                self.named(p, "holds a run of another configuration than its folder's name says",
+                           "it is not reused: the run trains again")
         return None
 
     def put(self, spec: RunSpec, rec: dict) -> None:
