@@ -371,8 +371,9 @@ def derived_from_records(path: Path, reports: list[dict], runs_root: Path, inter
                     if {"lambda": cell["lambda"], **_row(m)} != cell:
                         why = f"its row for {row['method']} at λ={cell['lambda']:g} is not what its audit says"
     if why:
-        raise UsageError(f"{path}: {why}; it was edited after it was written — rerun the command that wrote it "
-                         "into that folder (finished runs are reused) to write it again from the records")
+        raise UsageError(f"{path}: {why}; it and its run records disagree (it was edited, or a record was replaced) "
+                         "— rerun the command that wrote it into that folder (intact runs of its configuration are "
+                         "reused, any other is named and trains again) to write it again from the records")
 
 
 def check_report_doc(path: Path, doc: dict) -> None:
