@@ -9,7 +9,8 @@ trained, and a cell no stored audit holds at the budget says "not trained" — t
 
 It writes the Markdown atomically and prints it. Columns: test accuracy and the frozen twin's, the D3 gap, the
 headline Γ (mean over layers), the weight angle ∠(W, Bᵀ) (mean over blocks, methods with per-weight feedback), the
-last block's CKA to the audit's BP twin, D1/D2/D3 with their values, and Table 1's published accuracy where it has one.
+last block's CKA to the audit's BP twin, D1/D2/D3 with their values, Table 1's published accuracy where it has one,
+and the peer benchmark's (biotorch, ResNet-20: another model, for context) under the row's optimizer.
 """
 
 import json
@@ -21,6 +22,13 @@ from ..methods import METHODS
 from .published_audit import TABLE1
 
 OPTIMIZERS = ("adamw", "sgd")
+# The peer benchmark's figures beside each row (another model, so context, not a reproduction): biotorch's
+# Benchmarks.md (jsalbert/biotorch), CIFAR-10 ResNet-20 top-1 *error* % under SGD and under Adam, 45k/5k split,
+# best-validation model. Test accuracy = 1 - error / 100.
+BIOTORCH_RESNET20: dict[tuple[str, str], float] = {
+    ("bp", "sgd"): 8.63, ("bp", "adamw"): 10.01, ("fa", "sgd"): 32.16, ("fa", "adamw"): 29.59,
+    ("dfa", "sgd"): 45.94, ("dfa", "adamw"): 32.16, ("usf", "sgd"): 10.05, ("usf", "adamw"): 10.59,
+    ("brsf", "sgd"): 11.02, ("brsf", "adamw"): 11.08, ("frsf", "sgd"): 11.2, ("frsf", "adamw"): 11.22}
 
 
 def rows(folder: Path, epochs: int, dataset: str) -> dict[tuple[str, str], dict]:
@@ -64,13 +72,15 @@ def field_md(found: dict[tuple[str, str], dict], epochs: int, dataset: str) -> s
     """The table: every registered method (and every extra row label found) × both optimizers."""
     labels = list(dict.fromkeys([*METHODS.names(), *sorted(k[0] for k in found)]))
     head = (f"| method | optimizer | test acc | frozen | Γ mean | ∠(W,Bᵀ)° | CKA to BP (last) | D1 ρ | D2 ‖g_L‖ | "
-            f"D3 gap pp | verdict | published (Table 1, AdamW) |\n|{'---|' * 12}")
+            f"D3 gap pp | verdict | published (Table 1, AdamW) | peer: biotorch ResNet-20 |\n|{'---|' * 13}")
     lines = [f"Field table: {dataset}, {epochs} epochs; {sum(1 for _ in found)} of {len(labels) * 2} cells trained.",
              "", head]
     for label in labels:
         for opt in OPTIMIZERS:
             pub = TABLE1.get(label) if opt == "adamw" else None
             pub_s = f"{pub[0]:.3f} ± {pub[1]:.3f}" if pub else "—"
+            peer = BIOTORCH_RESNET20.get((label, opt))
+            pub_s += f" | {1 - peer / 100:.3f}" if peer is not None else " | —"
             r = found.get((label, opt))
             if r is None:
                 lines.append(f"| {label} | {opt} | not trained at this budget | | | | | | | | | {pub_s} |")
