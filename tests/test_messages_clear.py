@@ -121,3 +121,20 @@ def test_a_foreign_unsealed_record_in_a_runs_folder_is_named_when_it_is_retraine
     err = _err(capsys)
     assert f"{mine} holds a run of another configuration" in err and "the run trains again" in err, err
     assert json.loads(mine.read_text())["config"]["lr"] == 0.001
+
+
+@pytest.mark.parametrize("lock", [".lock", ".train.lock"])
+def test_a_fifo_where_a_lock_belongs_is_one_line_not_a_hang(tmp_path, lock):
+    """The second walk: a lock file replaced by a FIFO blocked `open` forever (train, audit, ladder, report).
+
+    Real process, 120 s cap: before the fix it hung until the cap."""
+    out = tmp_path / "t"
+    assert main(["train", *TINY, "--out", str(out)]) == 0
+    (out / lock).unlink()
+    os.mkfifo(out / lock)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src"),
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "train", *TINY, "--out", str(out), "--force"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 2 and f"{out / lock} is not a regular file" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr

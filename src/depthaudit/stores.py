@@ -260,9 +260,21 @@ class _Named:
 
 
 def _lock_file(path: Path):
-    """An open handle on ``path`` (created with its folder)."""
+    """An open handle on ``path`` (created with its folder); a lock that is not a regular file is one line.
+
+    Opened non-blocking: a FIFO or device put where the lock belongs would otherwise block the open forever.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "a")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644)
+    except OSError as exc:  # ENXIO: a FIFO with no reader
+        if not path.is_symlink() and path.exists() and not path.is_file():
+            raise UsageError(f"{path} is not a regular file (the command's lock file); remove it and rerun") from None
+        raise exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{path} is not a regular file (the command's lock file); remove it and rerun")
+    return os.fdopen(fd, "a")
 
 
 @contextmanager
