@@ -25,3 +25,4 @@ def test_every_method_and_optimizer_has_a_row_and_only_the_budgets_cells_are_fil
     bp = next(r for r in trained if r.startswith("| bp | adamw"))
     assert "| 0.608 | 0.382 |" in bp and "+22.5 PASS" in bp and "0.615 ± 0.004 | 0.900 |" in bp, bp
     assert f"3 of {2 * len(METHODS.names())} cells trained" in md and md in capsys.readouterr().out
+    assert out.with_suffix(".png").stat().st_size > 0  # the figure beside the table

@@ -7,7 +7,8 @@ trained, and a cell no stored audit holds at the budget says "not trained" — t
 
     python -m depthaudit.report.field OUT.md DIR [DIR ...] [--epochs 100] [--dataset cifar10]
 
-It writes the Markdown atomically and prints it. Columns: test accuracy and the frozen twin's, the D3 gap, the
+It writes the Markdown (and OUT.png: each trained cell's accuracy beside its frozen twin's, coloured by verdict)
+atomically and prints it. Columns: test accuracy and the frozen twin's, the D3 gap, the
 headline Γ (mean over layers), the weight angle ∠(W, Bᵀ) (mean over blocks, methods with per-weight feedback), the
 last block's CKA to the audit's BP twin, D1/D2/D3 with their values, Table 1's published accuracy where it has one,
 and the peer benchmark's (biotorch, ResNet-20: another model, for context) under the row's optimizer.
@@ -17,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..io import write_text
+from ..io import save_figure, write_text
 from ..methods import METHODS
 from .published_audit import TABLE1
 
@@ -94,8 +95,31 @@ def field_md(found: dict[tuple[str, str], dict], epochs: int, dataset: str) -> s
     return "\n".join(lines) + "\n"
 
 
+def field_figure(found: dict[tuple[str, str], dict], path: Path) -> None:
+    """Each trained cell's test accuracy (bar: green PASS, red FLAG) beside its frozen twin's (black tick)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted(found, key=lambda k: (k[1], k[0]))
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.42 * len(keys) + 1.5), 3.6))
+    for i, k in enumerate(keys):
+        r = found[k]
+        flagged = any((r["checks"].get(c) or {}).get("status") == "FLAG" for c in ("D1", "D2", "D3"))
+        ax.bar(i, r["acc"], color="tab:red" if flagged else "tab:green", alpha=0.8)
+        if r["frozen"] is not None:
+            ax.plot([i - 0.4, i + 0.4], [r["frozen"]] * 2, color="black", lw=1.5)
+    ax.set_xticks(range(len(keys)), [f"{lab} ({opt})" for lab, opt in keys], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("test accuracy")
+    ax.set_title("Field at the budget: green PASS, red FLAG (D1/D2/D3); tick = frozen-blocks twin", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    save_figure(fig, path)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``OUT.md DIR [DIR …] [--epochs N] [--dataset NAME]``: write and print the field table."""
+    """``OUT.md DIR [DIR …] [--epochs N] [--dataset NAME]``: write and print the field table (+ OUT.png)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     opts = {"--epochs": "100", "--dataset": "cifar10"}
     for flag in opts:
@@ -113,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             found.setdefault(key, row)  # the first folder named holds a cell: later ones do not replace it
     md = field_md(found, int(opts["--epochs"]), opts["--dataset"])
     write_text(Path(argv[0]), md)
+    if found:
+        field_figure(found, Path(argv[0]).with_suffix(".png"))
     print(md)
     return 0
 
