@@ -134,7 +134,7 @@ class TrainConfig:
         if self.stop_after is not None and not 1 <= self.stop_after <= self.epochs:
             raise refuse(self, f"{{stop_after}} must be in 1..{{epochs}} ({self.epochs}), got {self.stop_after}")
         trainable_blocks(self.train_blocks, self.num_blocks)  # validates the spelling and k
-        if self.warm_start and not os.path.isfile(self.warm_start):
+        if self.warm_start and not os.path.isfile(self.warm_start) and not _NOTHING_TRAINS.get():  # (not read then)
             inside = os.path.join(self.warm_start, "checkpoint.pt")
             if os.path.isdir(self.warm_start):
                 raise refuse(self, f"{{warm_start}} {self.warm_start}: is a folder; give the checkpoint file in it"

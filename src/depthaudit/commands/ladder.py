@@ -69,6 +69,7 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
             rc = _assemble_cells(sub)
             if rc:
                 return rc
+            found += 1  # (assembled and printed by the sweep's own command: probes write no report.json)
         try:
             n = _report_dir(sub, a)
         except UsageError as exc:
@@ -111,7 +112,10 @@ def _assemble_cells(d: Path) -> int:
     cmd = sweep.get("argv") if isinstance(sweep, dict) else None
     if not isinstance(cmd, list) or not all(isinstance(t, str) for t in cmd):
         raise UsageError(f"{d / 'sweep.json'} is damaged; rerun the sweep's command without --cell instead")
-    cmd = [*cmd, "--out", str(d)]  # the folder as it is now, wherever the sweep first wrote it
+    flag = "--output_dir" if cmd and cmd[0] == "ladder" else "--out"
+    kept = [t for i, t in enumerate(cmd) if t not in ("--out", "--output_dir")
+            and not (i and cmd[i - 1] in ("--out", "--output_dir")) and not t.startswith(("--out=", "--output_dir="))]
+    cmd = [*kept, flag, str(d)]  # the folder as it is now, wherever the sweep first wrote it (named once)
     print(f"assembling the finished cells: depthaudit {' '.join(cmd)}", file=sys.stderr)
     try:
         return run_command([*cmd, "--stored-only"])
