@@ -53,3 +53,42 @@ def test_report_of_a_finished_probes_cell_folder_renders_it_and_exits_0(tmp_path
     capsys.readouterr()
     assert main(["report", out]) == 0
     assert (tmp_path / "p" / "probes_fa.md").is_file() and "holds no" not in capsys.readouterr().err
+
+
+def test_a_fifo_or_folder_given_as_a_file_is_named_for_what_it_is(tmp_path, capsys):
+    """Walk 161–163: --warm-start/--text given a FIFO or a folder said "no such file" (it exists)."""
+    import os
+
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "dir").mkdir()
+    cases = [(["train", "--warm-start", str(tmp_path / "pipe")], "is not a regular file"),
+             (["train", "--warm-start", str(tmp_path / "dir")], "is a folder"),
+             (["saturation", "--family", "gpt", "--text", str(tmp_path / "pipe"), "--list-cells"], "is not a regular"),
+             (["saturation", "--family", "gpt", "--text", str(tmp_path / "dir"), "--list-cells"], "is a folder")]
+    for args, said in cases:
+        assert main([*args, "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "no such file" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_model_folder_without_weights_is_refused_before_the_store_is_claimed(tmp_path, capsys):
+    """Walk 133–135: a folder with config.json alone was refused only when its run started, leaving a claimed store
+    (six paths) that then refused the next, correct, command as "another configuration"."""
+    import json
+
+    import pytest
+
+    pytest.importorskip("transformers")
+    m = tmp_path / "emptymodel"
+    m.mkdir()
+    (m / "config.json").write_text(json.dumps({
+        "model_type": "gpt_neox", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
+        "intermediate_size": 16, "vocab_size": 50, "max_position_embeddings": 64}))
+    out = tmp_path / "o"
+    assert main(["saturation", "--family", "hf", "--model", str(m), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the folder holds no weights" in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists() or not any(out.iterdir())
+    assert main(["saturation", "--family", "hf", "--model", str(tmp_path / "nothere"), "--out", str(out)]) == 2
+    assert "no such folder" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from typing import Any
 
 from .errors import ConfigError, UsageError
 from .fields import arg, check_ranges, check_types, refuse
+from .io import why_not_a_file
 from .seeds import derive_seed  # noqa: F401  (re-exported: loop, runner, batched and scripts import it from here)
 
 DEFAULT_EPOCHS = 20  # the budget of a dataset that registers none
@@ -139,7 +140,8 @@ class TrainConfig:
             if os.path.isdir(self.warm_start):
                 raise refuse(self, f"{{warm_start}} {self.warm_start}: is a folder; give the checkpoint file in it"
                              + (f" ({inside})" if os.path.isfile(inside) else ""))
-            raise refuse(self, f"{{warm_start}} {self.warm_start}: no such file; give a checkpoint.pt path")
+            raise refuse(self, f"{{warm_start}} {self.warm_start}: {why_not_a_file(self.warm_start)}; give a "
+                         "checkpoint.pt path")
         if self.penalty_form not in ("abs", "rel"):  # (the API's path; the CLI's parser refuses it first)
             raise refuse(self, f"{{penalty_form}} {self.penalty_form!r} not known; use abs or rel")
         from .recipe import PENALTY_REDUCTIONS

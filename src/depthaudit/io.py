@@ -170,6 +170,16 @@ def save_figure(fig, path: Path) -> None:
     _atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120, bbox_inches="tight"))
 
 
+def why_not_a_file(path) -> str:
+    """Why ``path`` cannot be read as a file: ``no such file``, ``is a folder`` or ``is not a regular file …``."""
+    p = Path(path)
+    if p.is_dir():
+        return "is a folder"
+    if p.exists() or p.is_symlink():
+        return "is not a regular file (a FIFO, device or socket, or a broken link)" if not p.is_file() else "is a file"
+    return "no such file"
+
+
 def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -> None:
     """Refuse, before any work, an output folder that cannot be made or written (one line, the fix named).
 
