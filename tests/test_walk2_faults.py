@@ -92,3 +92,45 @@ def test_a_model_folder_without_weights_is_refused_before_the_store_is_claimed(t
     assert not out.exists() or not any(out.iterdir())
     assert main(["saturation", "--family", "hf", "--model", str(tmp_path / "nothere"), "--out", str(out)]) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_a_rule_is_said_once_and_messages_hold_no_python_reprs(tmp_path, capsys):
+    """Walk 64/153: "0.0 must be > 0 (float > 0)" said the rule twice; walk 2: "--k_values [5]" a Python list."""
+    assert main(["train", "--method", "cb", "--cb-tau", "0", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "must be > 0" in err and "(float > 0)" not in err, err
+    assert main(["train", "--method", "cb", "--cb-tau", "abc", "--out", str(tmp_path / "o")]) == 2
+    assert "is not a number (float > 0)" in capsys.readouterr().err  # a type error: the rule is not yet said
+    assert main(["ladder", "--num-blocks", "2", "--k-values", "5", "--list-cells", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--k_values 5: each k must be in 0..2" in err and "[" not in err, err
+
+
+def test_identity_on_a_full_disk_does_not_speak_of_stored_runs(tmp_path, monkeypatch, capsys):
+    """Walk 18: identity (which trains nothing) ended a full-disk line with "finished runs are stored"."""
+    import errno
+    import os
+
+    from depthaudit import io as dio
+
+    real = os.fsync
+
+    def fsync(fd):
+        if "id.json" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd)
+
+    monkeypatch.setattr(dio.os, "fsync", fsync)
+    assert main(["identity", "--dataset", "mnist1d", "--out", str(tmp_path / "id.json")]) == 2
+    err = capsys.readouterr().err
+    assert "No space left" in err and "(nothing half-written)" in err and "runs" not in err, err
+    assert not (tmp_path / "id.json").exists()
+
+
+def test_a_file_where_a_folder_must_be_is_said_so(tmp_path, capsys):
+    """Walk 34: a file named runs/.locks gave "File exists; check that path" (it did not say what stood there)."""
+    (tmp_path / "a" / "runs").mkdir(parents=True)
+    (tmp_path / "a" / "runs" / ".locks").write_text("")
+    assert main(["audit", *TINY, "--num-blocks", "1", "--methods", "bp", "--probe-batches", "1",
+                 "--out", str(tmp_path / "a")]) == 2
+    assert "something that is not a folder stands where a folder must be" in capsys.readouterr().err

@@ -180,8 +180,10 @@ def _main(argv: list[str]) -> int:
             cache, where = str(cache_dir()), str(exc.filename)
             if where.startswith(cache) or cache.startswith(where.rstrip("/") + "/"):
                 line += " (it is the data cache: set DEPTHAUDIT_CACHE_DIR to a writable folder)"
-        if line is not None:
-            print(f"depthaudit: error: {line} {HALF_WRITTEN}", file=sys.stderr)
+        if line is not None:  # (a command that trains nothing has no runs to speak of)
+            trains = next((a for a in argv if not a.startswith("-")), "") not in ("identity", "report")
+            print(f"depthaudit: error: {line} {HALF_WRITTEN if trains else '(nothing half-written)'}",
+                  file=sys.stderr)
             return 2
         import traceback
 

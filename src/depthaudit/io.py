@@ -33,6 +33,8 @@ _ENV_ERRNOS = {errno.ENOSPC: "free space on that disk, or write elsewhere",
                errno.ENOTDIR: "a file stands where a folder must be: move it, or choose another location",
                errno.EISDIR: "a folder stands where a file must be: move it, or choose another location",
                errno.ENAMETOOLONG: "use a shorter path",
+               errno.EEXIST: "something that is not a folder stands where a folder must be: move it, or choose "
+                             "another location",
                errno.ELOOP: "the path loops through symbolic links: choose another location",
                errno.EIO: "the disk reported an I/O error: check it, or write elsewhere"}
 

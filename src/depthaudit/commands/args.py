@@ -52,7 +52,7 @@ def _option_type(opt):
         try:
             return opt.check(opt.parse(text))
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"{exc} ({opt.describe()})") from None
+            raise argparse.ArgumentTypeError(f"{exc}{opt.hint(exc)}") from None
 
     conv.__name__ = opt.type.__name__
     return conv

@@ -99,6 +99,12 @@ class Option:
             _raise(f"{value!r} is not one of {', '.join(self.choices)}")
         return value
 
+    def hint(self, exc: Exception) -> str:
+        """`` (its rule)`` after an error that does not state it (a type error); a range or choice error does."""
+        said = str(exc)
+        typed = said.endswith(("is not a number", "is not an integer", "is not a string", "is not yes/no"))
+        return f" ({self.describe()})" if typed else ""
+
     def describe(self) -> str:
         """Type and valid values for help and errors, e.g. ``float > 0`` or ``one of state, error``."""
         if self.choices:
@@ -144,9 +150,7 @@ def resolve(name: str, cls, given: dict[str, Any], where: str | None = None, hin
         try:
             out[key] = opt.check(value)
         except ValueError as exc:
-            said = str(exc)  # a choice error already lists the choices: they are not said twice
-            more = "" if opt.choices and "is not one of" in said else f" ({opt.describe()})"
-            raise UsageError(f"{what}: option {key}={value!r}: {said}{more}") from None
+            raise UsageError(f"{what}: option {key}={value!r}: {exc}{opt.hint(exc)}") from None
     return out
 
 

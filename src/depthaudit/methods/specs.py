@@ -64,8 +64,7 @@ def parse_spec(spec: str) -> MethodSpec:
         try:
             given[key] = opt.check(opt.parse(val.strip() if eq else None))
         except ValueError as exc:
-            hint = "" if opt.choices else f" ({opt.describe()})"
-            raise UsageError(f"method spec {spec!r}: {key}: {exc}{hint}") from None
+            raise UsageError(f"method spec {spec!r}: {key}: {exc}{opt.hint(exc)}") from None
     return MethodSpec(name, given.items())
 
 
