@@ -134,3 +134,25 @@ def test_a_file_where_a_folder_must_be_is_said_so(tmp_path, capsys):
     assert main(["audit", *TINY, "--num-blocks", "1", "--methods", "bp", "--probe-batches", "1",
                  "--out", str(tmp_path / "a")]) == 2
     assert "something that is not a folder stands where a folder must be" in capsys.readouterr().err
+
+
+def test_report_on_a_read_only_folder_says_to_copy_it(tmp_path, monkeypatch, capsys):
+    """Walk 141/142: report of a folder on a read-only mount said "choose a writable location" (report has none)."""
+    import errno
+    import os
+    import shutil
+
+    from depthaudit import io as dio
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "results" / "audit_mnist1d", tmp_path / "a")
+    real = os.fsync
+
+    def fsync(fd):
+        if "report" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(dio.os, "fsync", fsync)
+    assert main(["report", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "copy the folder somewhere writable and report it there" in err and "runs are stored" not in err, err

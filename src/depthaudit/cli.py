@@ -7,6 +7,7 @@ exception keeps its traceback. A terminal that cannot print the report's symbols
 """
 
 import codecs
+import errno
 import logging
 import signal
 import sys
@@ -180,8 +181,12 @@ def _main(argv: list[str]) -> int:
             cache, where = str(cache_dir()), str(exc.filename)
             if where.startswith(cache) or cache.startswith(where.rstrip("/") + "/"):
                 line += " (it is the data cache: set DEPTHAUDIT_CACHE_DIR to a writable folder)"
+        command = next((a for a in argv if not a.startswith("-")), "")
+        if command == "report" and getattr(exc, "errno", None) == errno.EROFS:  # it rewrites what it renders
+            line = (f"{exc.filename}: read-only file system; report rewrites the folder's tables and figures: copy "
+                    "the folder somewhere writable and report it there")
         if line is not None:  # (a command that trains nothing has no runs to speak of)
-            trains = next((a for a in argv if not a.startswith("-")), "") not in ("identity", "report")
+            trains = command not in ("identity", "report")
             print(f"depthaudit: error: {line} {HALF_WRITTEN if trains else '(nothing half-written)'}",
                   file=sys.stderr)
             return 2
