@@ -156,3 +156,21 @@ def test_report_on_a_read_only_folder_says_to_copy_it(tmp_path, monkeypatch, cap
     assert main(["report", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err
     assert "copy the folder somewhere writable and report it there" in err and "runs are stored" not in err, err
+
+
+def test_a_fifo_where_a_run_record_belongs_is_refused_before_training(tmp_path, capsys):
+    """Walk 27: a FIFO in place of a run's result.json was announced "trains again", trained, then left as it was."""
+    import os
+
+    args = ["audit", *TINY, "--num-blocks", "1", "--methods", "bp", "--probe-batches", "1", "--out", str(tmp_path)]
+    assert main(args) == 0
+    rec = sorted(tmp_path.glob("runs/*_bp_all_*/result.json"))[0]
+    rec.unlink()
+    os.mkfifo(rec)
+    ckpt = rec.parent / "checkpoint.pt"
+    before = ckpt.stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{rec} is not a regular file" in err or f"{rec} is a" in err, err
+    assert "it is not replaced: move it away and rerun" in err and ckpt.stat().st_mtime_ns == before, err

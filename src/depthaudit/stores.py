@@ -239,6 +239,15 @@ def placement_problem(rec: dict, key: str, schema: str | None, identity: dict, d
     return check(identity, key, rec.get("config") or {}) if check is not None else None
 
 
+def _special(path: Path) -> bool:
+    """Whether ``path`` is a FIFO, device or socket (what no write of ours replaces)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode))
+
+
 def _has_seal(path: Path) -> bool:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -367,6 +376,8 @@ class FolderStore:
         siblings = sorted(self.root.glob(f"{glob.escape(prefix)}*/result.json")) if self.root.is_dir() else []
         for p in [path, *(s for s in siblings if s != path and s.parent.name.rsplit("_", 1)[0] + "_" == prefix)]:
             rec, bad = read_record(p)
+            if bad and p == path and _special(p):  # never replaced (not a regular file of its own): refused now,
+                raise UsageError(f"{p} {bad}; it is not replaced: move it away and rerun")  # not after training
             if bad:
                 if p == path and not quiet:
                     self.named(p, bad, "it is not reused: the run trains again")
