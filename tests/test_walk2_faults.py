@@ -174,3 +174,26 @@ def test_a_fifo_where_a_run_record_belongs_is_refused_before_training(tmp_path, 
     err = capsys.readouterr().err
     assert f"{rec} is not a regular file" in err or f"{rec} is a" in err, err
     assert "it is not replaced: move it away and rerun" in err and ckpt.stat().st_mtime_ns == before, err
+
+
+def test_wandb_without_a_login_is_one_line_before_the_folder_is_claimed(tmp_path, monkeypatch, capsys):
+    """Walk 229–230: `--log wandb` with no API key was an "internal error" with W&B's traceback, folder claimed.
+
+    (A Python sweep given as a dict is named too, walk 178.)"""
+    import pytest
+
+    import depthaudit as da
+
+    pytest.importorskip("wandb")
+    for k in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "NETRC"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: no login
+    out = tmp_path / "o"
+    assert main(["audit", *TINY, "--num-blocks", "1", "--methods", "bp", "--log", "wandb", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--log wandb: no W&B API key found for api.wandb.ai; run `wandb login`" in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists(), err
+    with pytest.raises(da.ConfigError, match="sweep must be a SweepOptions"):
+        da.audit(da.AuditConfig(base=da.TrainConfig(d_hidden=8, num_blocks=1, epochs=1), methods=("bp",)), out,
+                 sweep={"jobs": 2})
+    assert not out.exists()

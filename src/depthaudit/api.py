@@ -97,7 +97,7 @@ def _api_call(fn):
         cpu = torch.get_rng_state()
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         sweep = kwargs.get("sweep")  # a sweep that trains nothing: its configs may name a device this machine lacks
-        idle = sweep is not None and (sweep.list_cells or sweep.stored_only)
+        idle = getattr(sweep, "list_cells", False) or getattr(sweep, "stored_only", False)  # (a wrong type: _sweep)
         try:
             with bars(kwargs.get("progress", True)), nothing_trains() if idle else contextlib.nullcontext():
                 return fn(*args, **kwargs)
@@ -121,11 +121,17 @@ def _data(cfg: TrainConfig, data):
 
 
 def _sweep(sweep, out: Path, device: str):
+    """The sweep's options (the caller's, else the defaults), checked before any folder is claimed."""
+    from .runlog import check_loggers
     from .sweep import SweepOptions, batch_cap
 
-    if sweep is not None:
-        return sweep
-    return SweepOptions(batch_runs=batch_cap(None, device), log_dir=str(Path(out) / "logs"))
+    if sweep is None:
+        return SweepOptions(batch_runs=batch_cap(None, device), log_dir=str(Path(out) / "logs"))
+    if not isinstance(sweep, SweepOptions):  # e.g. a dict: named here, not an AttributeError deep in the sweep
+        raise ConfigError(f"{{sweep}} must be a SweepOptions (e.g. da.SweepOptions(jobs=2)), got "
+                          f"{type(sweep).__name__}")
+    check_loggers(sweep.log)
+    return sweep
 
 
 @_api_call

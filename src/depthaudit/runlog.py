@@ -68,8 +68,13 @@ class WandbLog:
         except ImportError:
             raise UsageError('--log wandb needs Weights & Biases: pip install "depthaudit[wandb]"') from None
         Path(log_dir).mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project="depthaudit", group=group, name=name, config=config, dir=log_dir,
-                              reinit="create_new")
+        try:
+            self.run = wandb.init(project="depthaudit", group=group, name=name, config=config, dir=log_dir,
+                                  reinit="create_new")
+        except Exception as exc:  # W&B's own refusal (no API key, no network): one line, not a traceback
+            if not type(exc).__module__.startswith("wandb"):
+                raise
+            raise UsageError(f"--log wandb: W&B could not start a run ({_first(exc)}); {WANDB_FIX}") from None
 
     def epoch(self, rec: dict) -> None:
         """Log one epoch's scalars at step = epoch."""
@@ -99,6 +104,43 @@ class Watch:
         """Close every logger."""
         for lg in self.loggers:
             lg.close(status, final)
+
+
+WANDB_FIX = "run `wandb login` (or set WANDB_API_KEY), or set WANDB_MODE=offline to log to files only"
+
+
+def _first(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+
+
+def check_loggers(kinds) -> None:
+    """Refuse, before any folder is claimed, a logger that cannot start: its extra missing, W&B without a login."""
+    import os
+
+    for kind in kinds or ():
+        if kind == "tensorboard":
+            try:
+                import torch.utils.tensorboard  # noqa: F401  (the extra's presence, nothing more)
+            except ImportError:
+                raise UsageError('--log tensorboard needs TensorBoard: pip install "depthaudit[tensorboard]"') from None
+        elif kind == "wandb":
+            try:
+                import wandb  # noqa: F401
+            except ImportError:
+                raise UsageError('--log wandb needs Weights & Biases: pip install "depthaudit[wandb]"') from None
+            if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun") \
+                    or os.environ.get("WANDB_API_KEY"):
+                continue
+            import netrc
+            from urllib.parse import urlparse
+
+            host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
+            try:
+                known = netrc.netrc().authenticators(host) is not None  # where `wandb login` keeps the key
+            except (OSError, netrc.NetrcParseError):
+                known = False
+            if not known:
+                raise UsageError(f"--log wandb: no W&B API key found for {host}; {WANDB_FIX}")
 
 
 def make_watch(kinds, log_dir: str | None, key: str, config: dict, group: str) -> Watch | None:
