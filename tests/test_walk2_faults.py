@@ -197,3 +197,14 @@ def test_wandb_without_a_login_is_one_line_before_the_folder_is_claimed(tmp_path
         da.audit(da.AuditConfig(base=da.TrainConfig(d_hidden=8, num_blocks=1, epochs=1), methods=("bp",)), out,
                  sweep={"jobs": 2})
     assert not out.exists()
+
+
+def test_the_ladder_cross_check_finds_the_audits_trained_run(tmp_path, capsys):
+    """Walk 192–193: k=L read "not in audit" though the audit held that run (its tracking carries the monitor)."""
+    c = [*TINY, "--num-blocks", "1", "--seeds", "7"]
+    assert main(["audit", *c, "--methods", "bp", "--probe-batches", "1", "--out", str(tmp_path / "a")]) == 0
+    assert main(["ladder", *c, "--methods", "bp", "--output_dir", str(tmp_path / "l"),
+                 "--audit-dir", str(tmp_path / "a")]) == 0
+    md = next((tmp_path / "l").glob("ladder_*.md")).read_text()
+    rows = [r for r in md.splitlines() if r.startswith("| bp/k")]
+    assert len(rows) == 2 and all(r.endswith("| yes |") for r in rows), rows

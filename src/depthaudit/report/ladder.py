@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from ..config import TrainConfig  # noqa: E402
 from ..experiments.ladder import aggregate  # noqa: E402
 from ..io import save_figure  # noqa: E402
-from ..sweep import FolderStore, RunSpec  # noqa: E402
+from ..stores import read_record  # noqa: E402
 from .card import fmt_ms  # noqa: E402
 from .published import NAMES, beside_published_md, published_ladder  # noqa: E402
 
@@ -92,18 +92,17 @@ def cross_check_md(doc: dict, audit_dir: Path | None) -> str:
              "not touch training; a CPU and a GPU draw different data orders from the same seed)."]
     if audit_dir is None:
         return "\n".join(lines + ["", "(pass `--audit-dir` to compare with a stored audit.)"])
-    store = FolderStore(Path(audit_dir) / "runs")
+    # every intact audit record, matched by its training config alone: the audit measures on another schedule and
+    # with its monitor (tracking), which does not touch training (the k=L run was missed for that)
+    stored = [r for r in (read_record(p)[0] for p in sorted((Path(audit_dir) / "runs").glob("*/result.json"))) if r]
     rows = ["", "| run | ladder acc | audit acc | equal |", "|---|---|---|---|"]
     for key, rec in sorted(doc["runs"].items()):
         m, k, s = key.split("/")
         if k == "shallow" or int(k[1:]) not in (0, L):
             continue
         cfg = TrainConfig.from_dict(rec["config"])
-        found = None
-        for every in (0, 1):  # the audit tracks trained runs every epoch (by default), frozen at the end
-            tracking = {**(rec.get("tracking") or {}), "every": every} if rec.get("tracking") else None
-            for dev in ("cpu", cfg.device):
-                found = found or store.get(RunSpec(key, replace(cfg, device=dev), tracking))
+        found = next((r for r in stored for dev in ("cpu", cfg.device)
+                      if replace(cfg, device=dev).same_as(r.get("config") or {})), None)
         a = rec["final"]["test_acc"]
         b = found["final"]["test_acc"] if found else None
         rows.append(f"| {key} | {a:.4f} | {'not in audit' if b is None else f'{b:.4f}'} | "
