@@ -40,9 +40,7 @@ def build_method(name: str, model, seed: int, credit_mix: float | None = None, c
     cls = METHODS.get(name)
     given = options if options is not None else (cfg.method_options if cfg is not None else {})
     method = cls(model, derive_seed(seed, "feedback"), **resolve(name, cls, dict(given)))
-    device = next(model.parameters()).device
-    if hasattr(method, "to"):
-        method.to(device)
+    method.to(next(model.parameters()).device)
     return method if credit_mix is None else CreditMix(method, credit_mix)
 
 

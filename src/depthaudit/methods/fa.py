@@ -24,6 +24,7 @@ class FA(CreditMethod):
     random_feedback = True
     stackable = True
     graphable = True
+    state_tensors = {"feedback": ""}  # block<l>.<name>, readout.<name>
     options = {"head": Option("feedback", "readout credit: feedback = Lillicrap's rule | exact = true gradient",
                               choices=("feedback", "exact"), flag="fa-head", legacy="fa_head")}
     needs_cache = True
@@ -106,17 +107,3 @@ class FA(CreditMethod):
             return onebackward.head(h, model.readout(hd), lambda g: model.readout.fa_vjp(hd, g, fbs["readout"]))
 
         return onebackward.step(model, x, y, groups, block, readout if self.head == "feedback" else None)
-
-    def state_dict(self):
-        """The fixed feedback matrices."""
-        return {k: v.detach().cpu().clone() for k, v in self.feedback.items()}
-
-    def load_state_dict(self, state):
-        """Restore feedback matrices onto the device they were on."""
-        for k in self.feedback:
-            self.feedback[k] = state[k].to(self.feedback[k].device)
-
-    def to(self, device) -> "FA":
-        """Move the feedback to ``device``."""
-        self.feedback = {k: v.to(device) for k, v in self.feedback.items()}
-        return self
