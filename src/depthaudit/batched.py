@@ -148,10 +148,7 @@ class StackedModel(ResidualModel):
 
     def forward(self, x: torch.Tensor, shared: bool = False) -> torch.Tensor:
         """Logits (R, B, C) from (R, B, …) inputs, or from one (B, …) input every run sees."""
-        h = self.embed(x, shared=shared)
-        for blk in self.blocks:
-            h = h + blk(h)
-        return self.readout(h)
+        return self.readout(self.stream(self.embed(x, shared=shared))[-1])
 
     def write_back(self, models: list[ResidualModel], runs: list[int] | None = None) -> None:
         """Copy each run's parameters into its own model."""

@@ -59,9 +59,7 @@ class ForwardGradient(CreditMethod):
         out = []
         for pos, h in enumerate(tr.states):
             def loss_from(hh, pos=pos):  # ℓ_b of every example from position pos on, (B,)
-                for blk in model.blocks[pos:]:
-                    hh = hh + blk(hh)
-                return F.cross_entropy(model.readout(hh), tr.y, reduction="none")
+                return F.cross_entropy(model.readout(model.stream(hh, pos)[-1]), tr.y, reduction="none")
 
             c = torch.zeros_like(h)
             with torch.no_grad():
