@@ -154,10 +154,17 @@ class TrainConfig:
         else:  # no warm-up: its fraction is meaningless, one canonical value
             object.__setattr__(self, "warmup_fraction", 0.2)
 
-        # one place validates a method's options: the method's own declarations (types, ranges, choices)
+        # the one check of a method's options: the method's own declarations (types, ranges, choices)
         object.__setattr__(self, "method_options", resolve(
             self.method, METHODS.get(self.method), dict(self.method_options or {}),
             hint="; to switch methods use cfg.with_method(spec), which takes that method's own options"))
+
+    @property
+    def method_spec(self):
+        """The resolved method spec: :class:`~depthaudit.methods.MethodSpec` of ``method`` and every option."""
+        from .methods.specs import MethodSpec
+
+        return MethodSpec(self.method, self.method_options.items())
 
     def with_method(self, spec: str) -> "TrainConfig":
         """This config running method ``spec`` (``"fa"``, ``"fa:head=exact"``) with that method's own options."""

@@ -41,9 +41,7 @@ class ProbesConfig:
     @property
     def label(self) -> str:
         """The method's canonical spec (``fa``, ``fa:head=exact``): its row and file names."""
-        from ..methods.specs import MethodSpec
-
-        return MethodSpec(self.base.method, self.base.method_options.items()).label
+        return self.base.method_spec.label
 
     @property
     def tag(self) -> str:

@@ -30,7 +30,7 @@ def build_method(name: str, model, seed: int, credit_mix: float | None = None, c
     """Build a registered method for ``model``: ``METHODS.get(name)(model, feedback_seed, **options)``.
 
     ``seed`` is the run's seed (the feedback seed is derived from it); ``options`` are the method's own
-    (validated against its declaration, defaults filled in), or those of the run config ``cfg``. With
+    (validated against its declaration, defaults filled in), else those the run config ``cfg`` resolved. With
     ``credit_mix`` the method is wrapped in a :class:`CreditMix` toward BP.
     """
     from ..seeds import derive_seed
@@ -38,8 +38,8 @@ def build_method(name: str, model, seed: int, credit_mix: float | None = None, c
     from .options import resolve
 
     cls = METHODS.get(name)
-    given = options if options is not None else (cfg.method_options if cfg is not None else {})
-    method = cls(model, derive_seed(seed, "feedback"), **resolve(name, cls, dict(given)))
+    opts = cfg.method_options if options is None and cfg is not None else resolve(name, cls, dict(options or {}))
+    method = cls(model, derive_seed(seed, "feedback"), **opts)
     method.to(next(model.parameters()).device)
     return method if credit_mix is None else CreditMix(method, credit_mix)
 
@@ -53,12 +53,5 @@ def parse_method_spec(spec, base, flags: dict | None = None):
     """
     from dataclasses import replace
 
-    from ..errors import UsageError
-
-    ms = spec if isinstance(spec, MethodSpec) else parse_spec(spec)
-    if flags:
-        ms = with_flags(ms, flags)
-    try:  # the run config resolves and checks every option (one place)
-        return ms.name, replace(base, method=ms.name, method_options=dict(ms.given))
-    except UsageError as exc:
-        raise UsageError(f"method spec {str(spec)!r}: {exc}") from None
+    ms = with_flags(parse_spec(spec), flags) if flags else parse_spec(spec)
+    return ms.name, replace(base, method=ms.name, method_options=dict(ms.given))  # the config checks the options

@@ -35,8 +35,6 @@ class FAStream(CreditMethod):
 
     def __init__(self, model: ResidualModel, seed: int, identity: bool = False, scale: float = 1.0):
         super().__init__(model, seed)
-        if not scale >= 0:
-            raise UsageError(f"--fa-stream-scale must be >= 0, got {scale}")
         self.identity, self.scale, self.dim = bool(identity), float(scale), getattr(model, "feature_dim", -1)
         self.feedback: dict[str, torch.Tensor] = {}
         self.num_blocks = len(model.blocks)

@@ -38,9 +38,11 @@ class MethodSpec(str):
 
 
 def parse_spec(spec: str) -> MethodSpec:
-    """``name`` or ``name:key=value,key=value`` → :class:`MethodSpec` (validated against the declarations).
+    """``name`` or ``name:key=value,key=value`` → :class:`MethodSpec`, each value parsed to its option's type.
 
-    A repeated key is refused (``fa:head=exact,head=feedback`` would be one label for two runs).
+    An unknown key, a value that does not parse and a repeated key (``fa:head=exact,head=feedback`` would be one
+    label for two runs) are refused here; the values themselves are checked once, by the run config that takes
+    them (:func:`~depthaudit.methods.options.resolve`).
     """
     if isinstance(spec, MethodSpec):
         return spec
@@ -62,10 +64,9 @@ def parse_spec(spec: str) -> MethodSpec:
             raise UsageError(f"method spec {spec!r}: option {key!r} is given twice; give it once")
         opt = opts[key]
         try:
-            given[key] = opt.check(opt.parse(val.strip() if eq else None))
+            given[key] = opt.parse(val.strip() if eq else None)
         except ValueError as exc:
-            hint = "" if opt.choices else f" ({opt.describe()})"
-            raise UsageError(f"method spec {spec!r}: {key}: {exc}{hint}") from None
+            raise UsageError(f"method spec {spec!r}: {key}: {exc} ({opt.describe()})") from None
     return MethodSpec(name, given.items())
 
 
