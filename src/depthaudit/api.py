@@ -272,20 +272,22 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
 
 
 @_api_call
-def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e-1), *, data=None, sweep=None,
-              progress: bool = True, argv: list[str] | None = None) -> Result:
-    """The audit over a grid of scale-penalty λ, side by side: intervention.json/.md and its figure."""
-    from .experiments.intervene import run_intervention
+def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, progress: bool = True,
+              argv: list[str] | None = None) -> Result:
+    """The audit over a grid of scale-penalty λ, side by side: intervention.json/.md and its figure.
+
+    ``config``: an :class:`~depthaudit.experiments.intervene.InterveneConfig`, or an :class:`AuditConfig` with
+    the grid ``lambdas`` (default: the reference's 0, 1e-4, 1e-2, 1e-1); the config checks both.
+    """
+    from .experiments.intervene import InterveneConfig, run_intervention
     from .io import check_output_dir, staged, write_json, write_text
     from .report.intervene import intervention_doc, intervention_figure, intervention_md
     from .runner import fitted_probe_batches
     from .stores import claim_folder, still_owner
 
-    lambdas = list(dict.fromkeys(float(x) for x in lambdas))
-    if not lambdas:  # refused before the folder is claimed
-        raise ConfigError("{lambdas} is empty; give one or more λ >= 0, e.g. (0.0, 0.01)")
-    if any(not x >= 0 for x in lambdas):
-        raise ConfigError(f"{{lambdas}} must be >= 0, got {lambdas}")
+    if not isinstance(config, InterveneConfig):
+        config = InterveneConfig(audit=config, lambdas=lambdas)
+    config, lambdas = config.audit, list(config.lambdas)
     out = Path(out)
     check_output_dir(out, subdirs=("runs",))
     data = _data(config.base, data)

@@ -28,7 +28,7 @@ import torch
 from . import progress
 from .config import TrainConfig
 from .errors import Interrupted, UsageError
-from .fields import arg
+from .fields import arg, refuse
 from .stores import RunSpec
 
 
@@ -66,6 +66,13 @@ class SweepOptions:
     slurm_cluster: str | None = arg(None, help="submitit's cluster", hidden=True)
     slurm_folder: str | None = None  # submitit's logs (default: <out>/slurm)
     remember: tuple | None = None  # (out, argv): write out/sweep.json once --cell is found (commands.args)
+
+    def __post_init__(self):
+        if self.cell is not None and self.list_cells:
+            raise refuse(self, "{cell} and {list_cells} exclude each other; list first, then run one cell")
+        if (self.jobs or 1) > 1 and self.executor != "local":
+            raise refuse(self, f"{{jobs}} is for the local executor; with {{executor={self.executor}}} every cell is "
+                         "its own task")
 
 
 def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:

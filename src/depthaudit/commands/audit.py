@@ -62,21 +62,18 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
 def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     """The audit over a grid of scale-penalty λ, side by side (:func:`depthaudit.intervene`)."""
     from .. import api
+    from ..experiments.intervene import InterveneConfig
 
-    if a.penalty is not None and a.lambdas is not None:
-        raise UsageError(f"--penalty {a.penalty} is shorthand for --lambdas 0 {a.penalty}; give one of them")
-    if a.scale_penalty:
-        raise UsageError("intervene sets λ from --lambdas (or --penalty); drop --scale-penalty")
     acfg = _audit_config(a)
-    lambdas = [0.0, a.penalty] if a.penalty is not None else a.lambdas
-    if lambdas is not None:
-        dedup_note(lambdas, "--lambdas")
+    if a.lambdas is not None:
+        dedup_note(a.lambdas, "--lambdas")
+    with building(a):  # every rule is the config's own (the Python API builds the same one)
+        icfg = InterveneConfig(audit=acfg, lambdas=a.lambdas, penalty=a.penalty)
     out = Path(a.out)
     opts = sweep_options(a, out, acfg.base.device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
-    grid = {} if lambdas is None else {"lambdas": lambdas}  # not given: the reference's grid (api.intervene)
-    res = api.intervene(acfg, out, sweep=opts, argv=["depthaudit", *argv], **grid)
+    res = api.intervene(icfg, out, sweep=opts, argv=["depthaudit", *argv])
     print(res.card)
     if res.stopped:
         return 0
