@@ -38,7 +38,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .config import TrainConfig, derive_seed
+from .config import TrainConfig
 from .data import DataBundle
 from .data.augment import augment_runs
 from .errors import UsageError
@@ -46,6 +46,7 @@ from .loop import RunOutput, build, cpu_fused_adamw, final_record, fit, measure_
 from .methods import METHODS, CreditMethod
 from .models import MODELS, ResidualModel
 from .recipe import Penalty
+from .seeds import derive_seed
 
 
 class _Call(nn.Module):

@@ -8,7 +8,6 @@ from typing import Any
 
 from .errors import ConfigError, UsageError
 from .fields import arg, check_ranges, check_types, refuse
-from .seeds import derive_seed  # noqa: F401  (re-exported: loop, runner, batched and scripts import it from here)
 
 DEFAULT_EPOCHS = 20  # the budget of a dataset that registers none
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from . import progress
-from .config import TrainConfig, derive_seed
+from .config import TrainConfig
 from .data import DataBundle
 from .data.augment import augment_batch
 from .diagnostics.base import MEASUREMENT_KEY
@@ -17,6 +17,7 @@ from .methods import CreditMethod, build_method
 from .models import ResidualModel, build_model
 from .optim import cpu_fused_adamw  # noqa: F401  (its home before --optimizer; batched.py reads it here)
 from .recipe import Penalty
+from .seeds import derive_seed
 
 
 @dataclass

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import torch
 
-from .config import TrainConfig, derive_seed
+from .config import TrainConfig
 from .data import DataBundle
 from .diagnostics.base import INIT_MEASUREMENT_KEY
 from .errors import UsageError
 from .io import finite_json, save_torch, write_json
 from .loop import RunOutput
 from .provenance import provenance
+from .seeds import derive_seed
 
 SCHEMA = "depthaudit.train.v1"
 

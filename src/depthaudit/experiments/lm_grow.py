@@ -20,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from ..config import derive_seed
+from ..seeds import derive_seed
 
 
 def attach(layers, pos: int, block: torch.nn.Module) -> list:

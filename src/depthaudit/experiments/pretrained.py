@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..config import derive_seed
 from ..provenance import provenance
+from ..seeds import derive_seed
 from .cell import Cell
 
 

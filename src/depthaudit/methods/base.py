@@ -1,7 +1,6 @@
 """The credit-method interface: turn the output error into a credit at every stream position."""
 
 import re
-import warnings
 from typing import ClassVar
 
 import torch
@@ -99,33 +98,11 @@ class CreditMethod:
         """Train the method's own auxiliary network on this batch before its credits are taken (default: none)."""
 
     def measure_credits(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor):
-        """``(states, credits)`` on a batch without touching any ``.grad`` (for diagnostics; draws lazy feedback).
-
-        Formerly ``probe``: a subclass that still overrides ``probe`` is honoured.
-        """
-        if type(self).probe is not CreditMethod.probe:
-            return self.probe(model, x, y)
-        return self._measured_credits(model, x, y)
-
-    def _measured_credits(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor):
+        """``(states, credits)`` on a batch without touching any ``.grad`` (for diagnostics; draws lazy feedback)."""
         tr = trace_forward(model, x, input_grad=self.needs_input_grad, cache=self.needs_cache)
         readout_pass(tr, y, accumulate=False)
         cs = self.checked_credits(model, tr, output_error(tr.logits, y))
         return tr.states, [c.detach() for c in cs]
-
-    def probe(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor):
-        """The deprecated name of :meth:`measure_credits` (kept for one release)."""
-        warnings.warn("CreditMethod.probe is now measure_credits; the old name goes in the next release",
-                      DeprecationWarning, stacklevel=2)
-        if type(self).measure_credits is not CreditMethod.measure_credits:
-            return self.measure_credits(model, x, y)
-        return self._measured_credits(model, x, y)
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "probe" in cls.__dict__:  # a plug-in written before the rename: still used, named once
-            warnings.warn(f"{cls.__qualname__} overrides CreditMethod.probe, now named measure_credits; rename the "
-                          "override (the old name goes in the next release)", DeprecationWarning, stacklevel=2)
 
     def epoch_stats(self) -> dict:
         """Per-epoch figures of the method's own learning (e.g. an auxiliary network's loss); ``{}`` for none."""

@@ -35,7 +35,7 @@ class Option:
         lo: lower bound of a number (``lo_open``: exclusive); ``hi``: upper bound (inclusive).
         flag: the flag's name without ``--`` (default ``{method}-{option}``); methods sharing a flag (``fa-head``
             for fa and its relatives) are set together by it.
-        legacy: the flat field of ``TrainConfig`` that held this option before 0.3 (stored results read back).
+        legacy: the flat config field that holds this option in stored ``depthaudit.train.v1`` records (read back).
     """
 
     default: Any

@@ -91,7 +91,7 @@ def option_flags() -> dict[str, tuple[Option, list[str]]]:
 
 
 def legacy_fields() -> dict[str, tuple[str, str, Any]]:
-    """``{flat TrainConfig field of 0.2: (method, option, default)}`` over every registered method."""
+    """``{flat field of a depthaudit.train.v1 record's config: (method, option, default)}`` over every method."""
     out = {}
     for name in METHODS.names():
         for key, opt in declared(METHODS.get(name)).items():
