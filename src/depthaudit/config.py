@@ -1,5 +1,6 @@
 """The frozen run configuration: built once by the CLI, passed down, serialised into every result."""
 
+# imports inside functions: data, models, optim, recipe, methods load torch; the CLI's parser reads this module
 import contextlib
 import contextvars
 import os

@@ -4,12 +4,14 @@ The configs are built once here, from the flags given, and passed down (experime
 blocks from them).
 """
 
+# imports inside functions: torch-loading modules are imported inside functions: `depthaudit --help` loads no torch
 import argparse
 import sys
-from dataclasses import fields
+from contextlib import nullcontext
+from dataclasses import fields, replace
 from pathlib import Path
 
-from ..config import TrainConfig
+from ..config import TrainConfig, nothing_trains
 from .parser import POS_INT, Parser, add_fields, field_default, fmt, given
 
 
@@ -128,8 +130,6 @@ def remember_sweep(opts, out, argv: list[str]):
 
     The sweep writes it once the cell is known to exist, so a bad ``--cell`` leaves nothing behind.
     """
-    from dataclasses import replace
-
     keep, skip = [], False
     for tok in argv:
         if skip:
@@ -171,10 +171,6 @@ def trains(a: argparse.Namespace) -> bool:
 
 def building(a: argparse.Namespace):
     """The context a command's configs are built in: :func:`~depthaudit.config.nothing_trains` when nothing trains."""
-    from contextlib import nullcontext
-
-    from ..config import nothing_trains
-
     return nullcontext() if trains(a) else nothing_trains()
 
 

@@ -4,10 +4,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from .. import api
 from ..config import TrainConfig
 from ..errors import UsageError
 from ..experiments.audit import AuditConfig
-from ..io import check_output_dir
+from ..experiments.intervene import InterveneConfig
+from ..experiments.probes import ProbesConfig
+from ..io import check_output_dir, check_replaceable
+from ..verdicts import Thresholds
 from . import COMMANDS
 from .args import (
     add_train_args,
@@ -27,8 +31,6 @@ from .parser import NONNEG_FLOAT, NONNEG_INT, add_fields, given, number
 
 def _audit_config(a: argparse.Namespace):
     """The AuditConfig of the flags given (AuditConfig and Thresholds fill in every other default)."""
-    from ..verdicts import Thresholds
-
     a.methods = a.methods or list(AuditConfig.methods)
     a.seeds = a.seeds or list(AuditConfig.seeds)
     base = config_from_args(a)
@@ -43,8 +45,6 @@ def _audit_config(a: argparse.Namespace):
 
 def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     """Run the audit protocol (:func:`depthaudit.audit`) and write report.md, report.json and figures."""
-    from .. import api
-
     acfg = _audit_config(a)
     out = Path(a.out)
     api.same_audit(out, acfg, a.replace_report)
@@ -61,9 +61,6 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
 
 def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     """The audit over a grid of scale-penalty λ, side by side (:func:`depthaudit.intervene`)."""
-    from .. import api
-    from ..experiments.intervene import InterveneConfig
-
     acfg = _audit_config(a)
     if a.lambdas is not None:
         dedup_note(a.lambdas, "--lambdas")
@@ -83,9 +80,6 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
 
 def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     """The toward-BP experiments for one method (:func:`depthaudit.probes`): credit-mix α sweep, BP warm start."""
-    from .. import api
-    from ..experiments.probes import ProbesConfig
-
     dedup_note(a.alphas, "--alphas")
     a.seeds = a.seeds or list(AuditConfig.seeds)
     base = config_from_args(a)
@@ -104,8 +98,6 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
 
 def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     """Frozen-init identity check over seeds (:func:`depthaudit.identity`); JSON with ``--out``."""
-    from .. import api
-
     base = config_from_args(a)
     nb, bs = probe_sizes(a, AuditConfig)
     seeds = a.seeds or list(AuditConfig.seeds)
@@ -113,8 +105,6 @@ def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     if a.out and Path(a.out).is_dir():
         raise UsageError(f"--out {a.out} is a folder; give a .json file path")
     if a.out:
-        from ..io import check_replaceable
-
         check_replaceable(Path(a.out), "--out")
         check_output_dir(Path(a.out).parent or Path("."))
     res = api.identity(base, seeds, probe_batches=nb, probe_batch_size=bs, out=a.out)

@@ -4,6 +4,7 @@
 :mod:`.toward_bp`'s credit-mix α sweep and BP warm start, and writes the report).
 """
 
+# imports inside functions: methods (torch) is imported where used: the CLI's parser reads this config
 from dataclasses import dataclass
 
 from ..config import TrainConfig

@@ -5,6 +5,7 @@ defaults and refuses what cannot run here, in one line naming the field as the c
 (:class:`~depthaudit.errors.ConfigError`).
 """
 
+# imports inside functions: methods (torch) is imported where used: the CLI's parser reads the configs that use this
 from dataclasses import replace
 
 from ..errors import ConfigError

@@ -1,8 +1,12 @@
 """Credit methods, looked up by name in :data:`METHODS`; register your own the same way."""
 
+from dataclasses import replace
+
+from ..seeds import derive_seed
 from .base import METHODS, CreditMethod
 from .bp import BP
 from .credit_bridge import CreditBridge
+from .credit_mix import CreditMix
 from .dfa import DFA
 from .dkp import DirectKolenPollack
 from .drtp import DRTP
@@ -11,7 +15,7 @@ from .fa import FA
 from .fa_stream import FAStream
 from .forward_grad import ForwardGradient
 from .kp import KolenPollack
-from .options import Option
+from .options import Option, resolve
 from .pfa import ProductFA
 from .sign import BRSF, FRSF, USF
 from .sign_dfa import SignDFA
@@ -33,10 +37,6 @@ def build_method(name: str, model, seed: int, credit_mix: float | None = None, c
     (validated against its declaration, defaults filled in), else those the run config ``cfg`` resolved. With
     ``credit_mix`` the method is wrapped in a :class:`CreditMix` toward BP.
     """
-    from ..seeds import derive_seed
-    from .credit_mix import CreditMix
-    from .options import resolve
-
     cls = METHODS.get(name)
     opts = cfg.method_options if options is None and cfg is not None else resolve(name, cls, dict(options or {}))
     method = cls(model, derive_seed(seed, "feedback"), **opts)
@@ -51,7 +51,5 @@ def parse_method_spec(spec, base, flags: dict | None = None):
     a yes/no option) or an already parsed :class:`MethodSpec`. ``flags`` are options set by generated flags
     (``{"fa-head": "exact"}``), applied to every method that declares them unless the spec sets them itself.
     """
-    from dataclasses import replace
-
     ms = with_flags(parse_spec(spec), flags) if flags else parse_spec(spec)
     return ms.name, replace(base, method=ms.name, method_options=dict(ms.given))  # the config checks the options

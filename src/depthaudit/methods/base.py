@@ -1,5 +1,6 @@
 """The credit-method interface: turn the output error into a credit at every stream position."""
 
+import copy
 import re
 from typing import ClassVar
 
@@ -145,8 +146,6 @@ class CreditMethod:
 
         ``model`` is the stacked model; ``trains[group]`` is the (R,) mask of runs whose group trains.
         """
-        import copy
-
         stacked = copy.deepcopy(methods[0])
         states = [m.state_dict() for m in methods]
         stacked.load_state_dict({k: torch.stack([s[k] for s in states]) for k in states[0]}, check=False)
