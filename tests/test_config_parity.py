@@ -107,6 +107,7 @@ REFUSED = [  # (CLI argv, the Python construction, the field named)
      "method_options"),
     (["audit", "--methods", "bp", "ep:beta=0"],
      lambda: da.AuditConfig(base=da.TrainConfig(), methods=["bp", "ep:beta=0"]), "methods"),
+    (["train", "--warmup", "ep:beta=-1"], lambda: da.TrainConfig(warmup="ep:beta=-1"), "warmup"),
     (["intervene", "--penalty", "0.01", "--lambdas", "0", "1"],
      lambda: da.InterveneConfig(audit=da.AuditConfig(base=da.TrainConfig(), methods=["dfa"]), penalty=0.01,
                                 lambdas=(0, 1)), "penalty"),

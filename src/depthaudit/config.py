@@ -150,7 +150,10 @@ class TrainConfig:
         if self.warmup is not None:  # a method spec (``dfa``, ``fa:head=exact``), checked like --method's
             from .methods import parse_method_spec
 
-            parse_method_spec(self.warmup, replace(self, method="bp", method_options={}, warmup=None))
+            try:
+                parse_method_spec(self.warmup, replace(self, method="bp", method_options={}, warmup=None))
+            except ConfigError as exc:  # its options named as the caller gave them: warmup (--warmup)
+                raise exc.renamed("method_options", f"{{warmup}} {self.warmup!r}") from None
         else:  # no warm-up: its fraction is meaningless, one canonical value
             object.__setattr__(self, "warmup_fraction", 0.2)
 

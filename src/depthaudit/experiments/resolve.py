@@ -48,9 +48,7 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
             try:
                 parse_method_spec(m, cfg.base)
             except ConfigError as exc:  # named as this caller gave it: methods (--methods), not method_options
-                if exc.field != "method_options":
-                    raise
-                raise ConfigError(exc.template.replace("{method_options}", f"{{methods}} entry {str(m)!r}")) from None
+                raise exc.renamed("method_options", f"{{methods}} entry {str(m)!r}") from None
         object.__setattr__(cfg, "methods", specs)
     k = getattr(cfg, "shallow_blocks", 0)
     if k and not 1 <= k < base.num_blocks:
