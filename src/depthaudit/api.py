@@ -25,7 +25,7 @@ import html
 import inspect
 import json
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,7 @@ from .experiments.families import FAMILIES
 from .experiments.grow import run_arm
 from .experiments.intervene import InterveneConfig, run_intervention
 from .experiments.ladder import LadderConfig, ladder_specs, open_store
-from .experiments.toward_bp import bp_warm_start, credit_mix_sweep
+from .experiments.toward_bp import bp_warm_start, credit_mix_sweep, warm_start_specs, warm_start_store
 from .io import check_output_dir, staged, write_json, write_text
 from .loop import Stepper, build, read_checkpoint
 from .loop import train as train_run
@@ -323,6 +323,13 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
     cb = credit_mix_sweep(base, base.method, list(config.alphas), config.seeds, out, data, data.sha256, plan,
                           log=log, argv=argv, opts=opts)
     if isinstance(cb, SweepStatus):  # a cell listing or one cell: the sweep did what was asked, no report
+        if opts.list_cells and config.pre_epochs > 0:  # the warm start's runs are listed too, as what they are
+            store = warm_start_store(out, data)
+            with nothing_trains():  # (the arms name checkpoints their pre-runs have not written yet)
+                pre, arms = warm_start_specs(base, base.method, config.pre_epochs, config.seeds, out, plan)
+            cb = replace(cb, stopped="\n".join([cb.stopped, *(
+                f"-\t{s.key}\t{'done' if store.get(s, quiet=True) is not None else 'pending'}\tBP warm start, "
+                "not a cell: trained in order by the command without --cell" for s in pre + arms)]))
         return Result.stopped_sweep(out, cb)
     parts = [f"# Probes (ours): {config.label}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
              f"{base.epochs} epochs, seeds {list(config.seeds)}", "", "## Credit mix (ours)", "", credit_mix_md(cb), "",
@@ -330,7 +337,7 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
     res = {"credit_mix": cb}
     if config.pre_epochs > 0:
         res["warm_start"] = bp_warm_start(base, base.method, config.pre_epochs, config.seeds, out, data, plan,
-                                          log=log, argv=argv)
+                                          log=log, argv=argv, stored_only=opts.stored_only)
         parts += [f"## BP warm start (ours; BP for {config.pre_epochs} epochs, then {base.epochs} more)", "",
                   warm_start_md(res["warm_start"]), ""]
     if claim is None and opts.stored_only:
@@ -398,6 +405,10 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
              "insert_at": list(sched), "seed": config.seed, **family.grow_identity(config)}
     if config.stop_after is not None:  # (absent when not given: earlier files stay the same file)
         ident["stop_after"] = config.stop_after
+    defaults = {f.name: f.default for f in fields(config)}  # the recipe, each absent at its default (same file)
+    defaults["batch_size"] = family.default_batch_size
+    ident.update({k: getattr(config, k) for k in ("lr", "weight_decay", "batch_size")
+                  if getattr(config, k) != defaults[k]})
     store = FileStore(out / f"grow_{family.grow_name(config)}_{config.dataset}.json", "depthaudit.grow.v1", ident)
     opts = sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs"))
     log = _log(progress)

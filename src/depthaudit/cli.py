@@ -7,6 +7,8 @@ exception keeps its traceback. A terminal that cannot print the report's symbols
 """
 
 import codecs
+import errno
+import logging
 import os
 import re
 import signal
@@ -75,9 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; bad input prints one line and returns 2, an interrupt one line and 130."""
     argv_given, argv = argv, list(sys.argv[1:] if argv is None else argv)
 
-    for name in ("stdout", "stderr"):  # started with that descriptor closed (`>&-`): results still go to files
-        if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as we do)
+    for name in ("stderr", "stdout"):  # started with that descriptor closed (`>&-`): results still go to files
+        if getattr(sys, name) is None:  # and a closed stdout's lines (the final "ok: … →" one) go to stderr
+            setattr(sys, name, sys.stderr if name == "stdout" and sys.stderr is not None
+                    else open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as we do)
+    # an unwritable HOME (HOME=/proc) makes matplotlib warn twice on import before using a temporary folder, which
+    # works: the command's own line about what it could not write is the one that matters
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
     plain_terminal()
     old_term = old_int = None
     SIGNALLED.clear()
@@ -167,8 +173,14 @@ def _main(argv: list[str]) -> int:
             cache, where = str(cache_dir()), str(exc.filename)
             if where.startswith(cache) or cache.startswith(where.rstrip("/") + "/"):
                 line += " (it is the data cache: set DEPTHAUDIT_CACHE_DIR to a writable folder)"
-        if line is not None:
-            print(f"depthaudit: error: {line} {HALF_WRITTEN}", file=sys.stderr)
+        command = next((a for a in argv if not a.startswith("-")), "")
+        if command == "report" and getattr(exc, "errno", None) == errno.EROFS:  # it rewrites what it renders
+            line = (f"{exc.filename}: read-only file system; report rewrites the folder's tables and figures: copy "
+                    "the folder somewhere writable and report it there")
+        if line is not None:  # (a command that trains nothing has no runs to speak of)
+            trains = command not in ("identity", "report")
+            print(f"depthaudit: error: {line} {HALF_WRITTEN if trains else '(nothing half-written)'}",
+                  file=sys.stderr)
             return 2
         print("depthaudit: internal error (a bug, not your input): please report it with the traceback below",
               file=sys.stderr)

@@ -9,6 +9,7 @@ from typing import Any
 
 from .errors import ConfigError, UsageError
 from .fields import arg, check_ranges, check_types, refuse
+from .io import why_not_a_file
 
 DEFAULT_EPOCHS = 20  # the budget of a dataset that registers none
 
@@ -103,6 +104,12 @@ class TrainConfig:
         from .models.resmlp import DEFAULT_RATIO, VARIANTS
 
         check_types(self)  # d_hidden='8', 8.5 or True: refused here, not deep inside torch
+        from .models import MODELS
+
+        # refused where built, not at da.train (a dataset name is not: with ``data=`` it only labels the user's data)
+        if self.arch not in MODELS:
+            raise refuse(self, f"{{arch}} {self.arch!r} not known; use one of {', '.join(MODELS.names())} "
+                         "(or register your own first)")
         object.__setattr__(self, "device", resolve_device(self.device))
         if self.variant not in VARIANTS:
             raise refuse(self, f"{{variant}} {self.variant!r} not known; use one of {', '.join(VARIANTS)}")
@@ -128,12 +135,13 @@ class TrainConfig:
         if self.stop_after is not None and not 1 <= self.stop_after <= self.epochs:
             raise refuse(self, f"{{stop_after}} must be in 1..{{epochs}} ({self.epochs}), got {self.stop_after}")
         trainable_blocks(self.train_blocks, self.num_blocks)  # validates the spelling and k
-        if self.warm_start and not os.path.isfile(self.warm_start):
+        if self.warm_start and not os.path.isfile(self.warm_start) and not _NOTHING_TRAINS.get():  # (not read then)
             inside = os.path.join(self.warm_start, "checkpoint.pt")
             if os.path.isdir(self.warm_start):
                 raise refuse(self, f"{{warm_start}} {self.warm_start}: is a folder; give the checkpoint file in it"
                              + (f" ({inside})" if os.path.isfile(inside) else ""))
-            raise refuse(self, f"{{warm_start}} {self.warm_start}: no such file; give a checkpoint.pt path")
+            raise refuse(self, f"{{warm_start}} {self.warm_start}: {why_not_a_file(self.warm_start)}; give a "
+                         "checkpoint.pt path")
         if self.penalty_form not in ("abs", "rel"):  # (the API's path; the CLI's parser refuses it first)
             raise refuse(self, f"{{penalty_form}} {self.penalty_form!r} not known; use abs or rel")
         from .recipe import PENALTY_REDUCTIONS
@@ -154,6 +162,8 @@ class TrainConfig:
                 parse_method_spec(self.warmup, replace(self, method="bp", method_options={}, warmup=None))
             except ConfigError as exc:  # its options named as the caller gave them: warmup (--warmup)
                 raise exc.renamed("method_options", f"{{warmup}} {self.warmup!r}") from None
+            except UsageError as exc:  # (parse_spec's: an unknown method or option) named by its own field
+                raise refuse(self, f"{{warmup}} {self.warmup!r}: {exc}") from None
         else:  # no warm-up: its fraction is meaningless, one canonical value
             object.__setattr__(self, "warmup_fraction", 0.2)
 

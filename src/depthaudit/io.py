@@ -37,6 +37,8 @@ _ENV_ERRNOS = {errno.ENOSPC: "free space on that disk, or write elsewhere",
                errno.ENOTDIR: "a file stands where a folder must be: move it, or choose another location",
                errno.EISDIR: "a folder stands where a file must be: move it, or choose another location",
                errno.ENAMETOOLONG: "use a shorter path",
+               errno.EEXIST: "something that is not a folder stands where a folder must be: move it, or choose "
+                             "another location",
                errno.ELOOP: "the path loops through symbolic links: choose another location",
                errno.EIO: "the disk reported an I/O error: check it, or write elsewhere"}
 
@@ -168,6 +170,16 @@ def write_text(path: Path, text: str) -> None:
 def save_figure(fig, path: Path) -> None:
     """Atomic PNG write of a matplotlib figure."""
     _atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120, bbox_inches="tight"))
+
+
+def why_not_a_file(path) -> str:
+    """Why ``path`` cannot be read as a file: ``no such file``, ``is a folder`` or ``is not a regular file …``."""
+    p = Path(path)
+    if p.is_dir():
+        return "is a folder"
+    if p.exists() or p.is_symlink():
+        return "is not a regular file (a FIFO, device or socket, or a broken link)" if not p.is_file() else "is a file"
+    return "no such file"
 
 
 def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -> None:

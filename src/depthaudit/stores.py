@@ -238,6 +238,15 @@ def placement_problem(rec: dict, key: str, schema: str | None, identity: dict, d
     return check(identity, key, rec.get("config") or {}) if check is not None else None
 
 
+def _special(path: Path) -> bool:
+    """Whether ``path`` is a FIFO, device or socket (what no write of ours replaces)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode))
+
+
 def _has_seal(path: Path) -> bool:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -259,9 +268,21 @@ class _Named:
 
 
 def _lock_file(path: Path):
-    """An open handle on ``path`` (created with its folder)."""
+    """An open handle on ``path`` (created with its folder); a lock that is not a regular file is one line.
+
+    Opened non-blocking: a FIFO or device put where the lock belongs would otherwise block the open forever.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "a")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644)
+    except OSError as exc:  # ENXIO: a FIFO with no reader
+        if not path.is_symlink() and path.exists() and not path.is_file():
+            raise UsageError(f"{path} is not a regular file (the command's lock file); remove it and rerun") from None
+        raise exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{path} is not a regular file (the command's lock file); remove it and rerun")
+    return os.fdopen(fd, "a")
 
 
 @contextmanager
@@ -354,6 +375,8 @@ class FolderStore:
         siblings = sorted(self.root.glob(f"{glob.escape(prefix)}*/result.json")) if self.root.is_dir() else []
         for p in [path, *(s for s in siblings if s != path and s.parent.name.rsplit("_", 1)[0] + "_" == prefix)]:
             rec, bad = read_record(p)
+            if bad and p == path and _special(p):  # never replaced (not a regular file of its own): refused now,
+                raise UsageError(f"{p} {bad}; it is not replaced: move it away and rerun")  # not after training
             if bad:
                 if p == path and not quiet:
                     self.named(p, bad, "it is not reused: the run trains again")
@@ -371,6 +394,9 @@ class FolderStore:
             if spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking:
                 rec = unsealed(rec)
                 return rec if p == path else {**rec, "stored_as": p.parent.name}
+            if p == path and not quiet:  # this run's own folder holds another configuration's record (copied in)
+                self.named(p, "holds a run of another configuration than its folder's name says",
+                           "it is not reused: the run trains again")
         return None
 
     def put(self, spec: RunSpec, rec: dict) -> None:
@@ -721,8 +747,10 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
     with file_lock(folder / ".lock"):
         old = _read_claim(folder, name)
         if old is not None and not take_over:
-            diff = (["kind"] if old.get("kind") != kind else []) + identity_diff(
-                _without_neutral(old.get("identity") or {}), _without_neutral(claim["identity"]))
+            if old.get("kind") != kind:  # another command's folder: its configuration is beside the point
+                raise UsageError(f"{folder} holds the results of another command ({old.get('kind', 'a sweep')}); "
+                                 f"{kind} cannot write there: use another {flag}")
+            diff = identity_diff(_without_neutral(old.get("identity") or {}), _without_neutral(claim["identity"]))
             if diff:
                 kept = "its result is replaced" if kind == "train" else "the runs of both are kept"
                 over = f", or {take_over_flag} to take it over ({kept})" if take_over_flag else ""

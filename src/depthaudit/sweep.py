@@ -166,10 +166,11 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
     except Interrupted:
         raise
     except KeyboardInterrupt:
-        missing = len(specs) - len(results)
+        missing = len(specs) - len(results)  # (of this sweep: a command of several stages, e.g. probes' warm
+        # start after its credit mix, has the later stages' runs to train as well)
         raise Interrupted(f"interrupted: every worker stopped; the {len(results)} finished run(s) are stored in "
-                          f"{store}, the run(s) in flight were discarded; rerun the same command to train the "
-                          f"{missing} missing") from None
+                          f"{store}, the run(s) in flight were discarded; rerun the same command to train what is "
+                          f"missing ({missing} of the {len(specs)} runs of this stage)") from None
     finally:
         prog.close()
     if opts.cell is not None:

@@ -53,7 +53,7 @@ def _option_type(opt):
         try:
             return opt.check(opt.parse(text))
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"{exc} ({opt.describe()})") from None
+            raise argparse.ArgumentTypeError(f"{exc}{opt.hint(exc)}") from None
 
     conv.__name__ = opt.type.__name__
     return conv
@@ -211,6 +211,13 @@ def unused_option_note(a: argparse.Namespace, flags: dict) -> None:
     names = [getattr(a, "method", None)] if getattr(a, "method", None) else list(getattr(a, "methods", []) or [])
     chosen = {str(n).partition(":")[0] for n in names}
     owners = option_flags()
+    if not names:  # no --method/--methods given: the command's default ones are the chosen
+        from ..config import TrainConfig
+        from ..experiments.audit import AuditConfig
+
+        names = ([TrainConfig.__dataclass_fields__["method"].default] if hasattr(a, "method")
+                 else list(AuditConfig.__dataclass_fields__["methods"].default))
+        chosen = set(names)
     for f in flags:
         if not chosen & set(owners[f][1]):
             _note(f"--{f} is an option of {', '.join(owners[f][1])}; none of {', '.join(names)} reads it")

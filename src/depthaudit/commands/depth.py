@@ -35,7 +35,10 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     if a.extra:
         dedup_note(a.extra, "--extra")
     cfg = depth_config(SaturationConfig, a)
-    if FAMILIES.get(cfg.family).pretrained:
+    fam = FAMILIES.get(cfg.family)
+    if "context" in given(a, SaturationConfig) and not (fam.reads_text or fam.pretrained):
+        _note(f"--context has no effect with --family {cfg.family}: it is the context length of gpt and hf")
+    if fam.pretrained:
         if cfg.continue_steps and a.epochs is not None:
             _note(f"--epochs is not used by --family {cfg.family} (--continue-steps sets the training)")
     elif cfg.epochs == 0:

@@ -79,6 +79,7 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
             rc = _assemble_cells(sub)
             if rc:
                 return rc
+            found += 1  # (assembled and printed by the sweep's own command: probes write no report.json)
         try:
             n = _report_dir(sub, a)
         except UsageError as exc:
@@ -91,8 +92,26 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
         found += n
     if not found:
         raise UsageError(f"{d} holds no ladder_*, saturation_*, grow_*, intervention.json or report.json (nor do "
-                         "its subfolders); pass a folder depthaudit wrote")
+                         f"its subfolders); {_what_it_holds(d)}")
     return 0
+
+
+def _what_it_holds(d: Path) -> str:
+    """The fix for a folder with nothing to render, from what it does hold (its claim, a train's or probes' files)."""
+    cards = sorted(p.name for p in d.glob("probes_*.md"))
+    if cards:  # the probes' card is their Markdown, written with the figure by the command itself
+        return f"it holds probes results: their card is {', '.join(cards)} (rerun `depthaudit probes` to rewrite it)"
+    if (d / "result.json").is_file():
+        return "it holds one training (result.json, read it directly); report renders audits, ladders and sweeps"
+    try:
+        kind = read_json_doc(d / "identity.json").get("kind") if (d / "identity.json").is_file() else None
+    except (OSError, UsageError, AttributeError):
+        kind = None
+    if kind in ("audit", "intervene") or (kind is None and (d / "runs").is_dir()):  # its report was never written
+        # (interrupted) or was removed: the stored runs rebuild it
+        return (f"its {kind or 'audit or intervene'} report is missing: rerun the {kind or 'audit or intervene'} "
+                f"command with --out {d} (finished runs are reused, nothing retrains) to write it from the stored runs")
+    return "pass a folder depthaudit wrote"
 
 
 def _assemble_cells(d: Path) -> int:
@@ -101,7 +120,10 @@ def _assemble_cells(d: Path) -> int:
     cmd = sweep.get("argv") if isinstance(sweep, dict) else None
     if not isinstance(cmd, list) or not all(isinstance(t, str) for t in cmd):
         raise UsageError(f"{d / 'sweep.json'} is damaged; rerun the sweep's command without --cell instead")
-    cmd = [*cmd, "--out", str(d)]  # the folder as it is now, wherever the sweep first wrote it
+    flag = "--output_dir" if cmd and cmd[0] == "ladder" else "--out"
+    kept = [t for i, t in enumerate(cmd) if t not in ("--out", "--output_dir")
+            and not (i and cmd[i - 1] in ("--out", "--output_dir")) and not t.startswith(("--out=", "--output_dir="))]
+    cmd = [*kept, flag, str(d)]  # the folder as it is now, wherever the sweep first wrote it (named once)
     print(f"assembling the finished cells: depthaudit {' '.join(cmd)}", file=sys.stderr)
     try:
         return run_command([*cmd, "--stored-only"])
@@ -340,8 +362,9 @@ def derived_from_records(path: Path, reports: list[dict], runs_root: Path, inter
                     if {"lambda": cell["lambda"], **_row(m)} != cell:
                         why = f"its row for {row['method']} at λ={cell['lambda']:g} is not what its audit says"
     if why:
-        raise UsageError(f"{path}: {why}; it was edited after it was written — rerun the command that wrote it "
-                         "into that folder (finished runs are reused) to write it again from the records")
+        raise UsageError(f"{path}: {why}; it and its run records disagree (it was edited, or a record was replaced) "
+                         "— rerun the command that wrote it into that folder (intact runs of its configuration are "
+                         "reused, any other is named and trains again) to write it again from the records")
 
 
 def check_report_doc(path: Path, doc: dict) -> None:

@@ -4,6 +4,7 @@ Class labels are the class folders in alphabetical order (for CIFAR-10 that is t
 """
 
 import io
+import re
 import zipfile
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def _decode(read, splits, where: str, size: int | None = None):
                     img = Image.open(io.BytesIO(read(name))).convert("RGB")
                     img = _fit(img, size) if size else img
                 except (UnidentifiedImageError, OSError, Image.DecompressionBombError, ValueError, SyntaxError) as exc:
-                    raise UsageError(f"{where}: cannot decode image {name} ({exc}); the copy is corrupt") from None
+                    why = re.sub(r"<[^<>]* at 0x[0-9a-f]+>", "it", str(exc))  # (no Python object in the line)
+                    raise UsageError(f"{where}: cannot decode image {name} ({why}); the copy is corrupt") from None
                 xs.append(np.asarray(img, dtype=np.uint8))
                 ys.append(label)
         if len({x.shape for x in xs}) != 1:

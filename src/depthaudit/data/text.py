@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
+from ..io import why_not_a_file
 
 MAX_VOCAB = 2**20  # token ids above this would make an absurd embedding (the largest LM vocabularies are ~256k)
 
@@ -64,7 +65,7 @@ def load_text(path: str | None, context: int, device, tokens: np.ndarray | None 
     else:
         p = Path(path)
         if not p.is_file():
-            raise UsageError(f"--text {path}: no such file; give a UTF-8 text file or a .npy token file")
+            raise UsageError(f"--text {path}: {why_not_a_file(path)}; give a UTF-8 text file or a .npy token file")
         raw = p.read_bytes()
         source = str(p.resolve())
         if p.suffix == ".npy":

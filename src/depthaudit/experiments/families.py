@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..io import why_not_a_file
 from ..registry import Registry
 from ..seeds import derive_seed
 from ..stores import FileStore
@@ -504,7 +505,8 @@ class PretrainedFamily(DepthFamily):
 
     def check(self, cfg, command: str) -> None:
         if cfg.text is not None and not Path(cfg.text).is_file():
-            raise UsageError(f"--text {cfg.text}: no such file; give a UTF-8 text file or a .npy token file")
+            raise UsageError(f"--text {cfg.text}: {why_not_a_file(cfg.text)}; give a UTF-8 text file or a .npy "
+                             "token file")
         from ..models.gguf import check_gguf, is_gguf
         from ..models.hf import check_hf
 

@@ -45,7 +45,7 @@ class LadderConfig:
         if not ks:
             raise refuse(self, f"{{k_values}} is empty; give rungs in 0..{n}")
         if bad:
-            raise refuse(self, f"{{k_values}} {bad}: each k must be in 0..{n} ({{num_blocks}})")
+            raise refuse(self, f"{{k_values}} {' '.join(map(str, bad))}: each k must be in 0..{n} ({{num_blocks}})")
         object.__setattr__(self, "k_values", ks)
 
     def to_dict(self) -> dict:

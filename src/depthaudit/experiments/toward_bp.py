@@ -10,8 +10,9 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import LEGACY, TrainConfig
+from ..config import LEGACY, TrainConfig, nothing_trains
 from ..diagnostics import INIT_MEASUREMENT_KEY, MEASUREMENT_KEY, CreditCosine, RobustCosine
+from ..errors import UsageError
 from ..runner import tracking_plan
 from ..sweep import FileStore, FolderStore, RunSpec, SweepStatus, run_sweep
 from ..verdicts import Thresholds, mean_std
@@ -73,25 +74,54 @@ def pearson(xs, ys) -> float | None:
     return sxy / (sx * sy) if sx > 0 and sy > 0 else None
 
 
-def bp_warm_start(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path, data,
-                 probe_plan: tuple[int, int] = (10, 128), eps: float = 1e-8, log=None, argv=None) -> dict:
-    """BP for ``pre_epochs`` → checkpoint; then method-from-BP-state, method-from-scratch, BP-continued."""
+def warm_start_specs(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path,
+                     probe_plan: tuple[int, int] = (10, 128), eps: float = 1e-8) -> tuple[list, list]:
+    """The warm start's two stages: the BP pre-runs (each writes a checkpoint), then the three arms from them."""
     root = Path(out) / "warm_start"
-    store = FolderStore(root / "runs", getattr(data, "sha256", None))
     track = tracking_plan(*probe_plan, 1, Thresholds(eps=eps))
     pre = [RunSpec(f"bp_pre/s{s}", replace(base, method="bp", method_options={}, seed=s, epochs=pre_epochs,
                                            stop_after=None), track,
                    checkpoint=str(root / f"bp_pre_s{s}.pt")) for s in seeds]
-    for spec in pre:  # a reused pre-run still needs its checkpoint on disk
-        if store.get(spec) is not None and not Path(spec.checkpoint).exists():
-            store.path(spec).unlink(missing_ok=True)
-    run_sweep(pre, store, data=data, log=log, argv=argv)
-    arms = {}
+    arms = []
     for s, spec in zip(seeds, pre, strict=True):
-        arms[f"{method}_from_bp/s{s}"] = replace(base, method=method, seed=s, warm_start=spec.checkpoint)
-        arms[f"{method}_scratch/s{s}"] = replace(base, method=method, seed=s)
-        arms[f"bp_continued/s{s}"] = replace(base, method="bp", method_options={}, seed=s, warm_start=spec.checkpoint)
-    recs = run_sweep([RunSpec(k, c, track) for k, c in arms.items()], store, data=data, log=log, argv=argv).records
+        arms += [RunSpec(f"{method}_from_bp/s{s}", replace(base, method=method, seed=s, warm_start=spec.checkpoint),
+                         track),
+                 RunSpec(f"{method}_scratch/s{s}", replace(base, method=method, seed=s), track),
+                 RunSpec(f"bp_continued/s{s}", replace(base, method="bp", method_options={}, seed=s,
+                                                       warm_start=spec.checkpoint), track)]
+    return pre, arms
+
+
+def warm_start_store(out: Path, data) -> FolderStore:
+    """Where the warm start's runs are stored (``OUT/warm_start/runs``)."""
+    return FolderStore(Path(out) / "warm_start" / "runs", getattr(data, "sha256", None))
+
+
+def bp_warm_start(base: TrainConfig, method: str, pre_epochs: int, seeds, out: Path, data,
+                  probe_plan: tuple[int, int] = (10, 128), eps: float = 1e-8, log=None, argv=None,
+                  stored_only: bool = False) -> dict:
+    """BP for ``pre_epochs`` → checkpoint; then method-from-BP-state, method-from-scratch, BP-continued.
+
+    ``stored_only`` (``depthaudit report`` of a probes folder run by cells) trains nothing: a missing run is one line.
+    """
+    store = warm_start_store(out, data)
+    if stored_only:
+        with nothing_trains():  # (the arms name their pre-run's checkpoint, which need not exist to read them)
+            pre, arm_specs = warm_start_specs(base, method, pre_epochs, seeds, out, probe_plan, eps)
+        missing = [s.key for s in pre + arm_specs if store.get(s, quiet=True) is None]
+        if missing:
+            raise UsageError(f"the BP warm start's runs are not stored ({', '.join(missing[:4])}"
+                             f"{', …' if len(missing) > 4 else ''}); they are not --cell cells: run the probes command "
+                             "once without --cell to train them, then report")
+        recs = {s.key: store.get(s) for s in arm_specs}  # (their pre-runs' checkpoints are not needed again)
+    else:
+        with nothing_trains():  # the arms are built now; the checkpoints they name are written by the pre-runs
+            pre, arm_specs = warm_start_specs(base, method, pre_epochs, seeds, out, probe_plan, eps)
+        for spec in pre:  # a reused pre-run still needs its checkpoint on disk
+            if store.get(spec) is not None and not Path(spec.checkpoint).exists():
+                store.path(spec).unlink(missing_ok=True)
+        run_sweep(pre, store, data=data, log=log, argv=argv)
+        recs = run_sweep(arm_specs, store, data=data, log=log, argv=argv).records
     rows = []
     for arm in (f"{method}_from_bp", f"{method}_scratch", "bp_continued"):
         rs = [recs[f"{arm}/s{s}"] for s in seeds]

@@ -99,6 +99,12 @@ class Option:
             _raise(f"{value!r} is not one of {', '.join(self.choices)}")
         return value
 
+    def hint(self, exc: Exception) -> str:
+        """`` (its rule)`` after an error that does not state it (a type error); a range or choice error does."""
+        said = str(exc)
+        typed = said.endswith(("is not a number", "is not an integer", "is not a string", "is not yes/no"))
+        return f" ({self.describe()})" if typed else ""
+
     def describe(self) -> str:
         """Type and valid values for help and errors, e.g. ``float > 0`` or ``one of state, error``."""
         if self.choices:
@@ -146,8 +152,7 @@ def resolve(name: str, cls, given: dict[str, Any], hint: str = "") -> dict[str, 
         try:
             out[key] = opt.check(value)
         except ValueError as exc:
-            hint = "" if opt.choices else f" ({opt.describe()})"
-            raise ConfigError(f"{{method_options}}: {name} option {key}: {exc}{hint}", FLAGS) from None
+            raise ConfigError(f"{{method_options}}: {name} option {key}: {exc}{opt.hint(exc)}", FLAGS) from None
     return out
 
 

@@ -66,7 +66,7 @@ def parse_spec(spec: str) -> MethodSpec:
         try:
             given[key] = opt.parse(val.strip() if eq else None)
         except ValueError as exc:
-            raise UsageError(f"method spec {spec!r}: {key}: {exc} ({opt.describe()})") from None
+            raise UsageError(f"method spec {spec!r}: {key}: {exc}{opt.hint(exc)}") from None
     return MethodSpec(name, given.items())
 
 

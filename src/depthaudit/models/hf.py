@@ -35,11 +35,19 @@ def check_hf(name: str, revision: str | None, context: int | None = None) -> Non
     try:
         config = tf.AutoConfig.from_pretrained(name, **kw)
     except (OSError, ValueError) as exc:
+        if (os.path.isabs(name) or name.startswith((".", "~"))) and not os.path.exists(name):  # a path, not a repo id
+            raise UsageError(f"--model {name}: no such folder; give a local folder with config.json and weights, "
+                             "or a Hub model name") from None
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise UsageError(f"--model {name}{f' --revision {revision}' if revision else ''}: cannot load it ({first}); "
                          "give a Hub model name or a local folder with config.json and weights") from None
     if os.path.isdir(name):
-        for f in sorted(os.listdir(name)):
+        files = sorted(os.listdir(name))
+        weights = [f for f in files if f.endswith((".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack"))]
+        if not weights:  # config.json alone: refused here, before the store is claimed (not when the run starts)
+            raise UsageError(f"--model {name}: the folder holds no weights (*.safetensors or pytorch_model.bin), only "
+                             f"{', '.join(files[:4]) or 'nothing'}; give a folder with config.json and its weights")
+        for f in weights:
             if f.endswith(".safetensors"):
                 check_safetensors(os.path.join(name, f), name)
     check_context(config, context, name)

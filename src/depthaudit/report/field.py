@@ -1,0 +1,148 @@
+"""The field table (issue 37): every registered method under both optimizers at one budget, from stored audits.
+
+Only audits of the reference ResMLP (d = 256, L = 4) at the budget count.
+Each audit folder named on the command line (its ``report.json``) gives one row per method row it holds, keyed by
+(method label, optimizer); every registered method gets a row under ``adamw`` and ``sgd`` whether or not it was
+trained, and a cell no stored audit holds at the budget says "not trained" — the table never hides a gap. Run::
+
+    python -m depthaudit.report.field OUT.md DIR [DIR ...] [--epochs 100] [--dataset cifar10]
+
+It writes the Markdown (and OUT.png: each trained cell's accuracy beside its frozen twin's, coloured by verdict)
+atomically and prints it. Columns: test accuracy and the frozen twin's, the D3 gap, the
+headline Γ (mean over layers), the weight angle ∠(W, Bᵀ) (mean over blocks, methods with per-weight feedback), the
+last block's CKA to the audit's BP twin, D1/D2/D3 with their values, Table 1's published accuracy where it has one,
+and the peer benchmark's (biotorch, ResNet-20: another model, for context) under the row's optimizer.
+"""
+
+# imports inside functions: matplotlib only when the figure is drawn (import cost)
+import json
+import sys
+from pathlib import Path
+
+from ..io import save_figure, write_text
+from ..methods import METHODS
+from .published_audit import TABLE1
+
+OPTIMIZERS = ("adamw", "sgd")
+# The peer benchmark's figures beside each row (another model, so context, not a reproduction): biotorch's
+# Benchmarks.md (jsalbert/biotorch), CIFAR-10 ResNet-20 top-1 *error* % under SGD and under Adam, 45k/5k split,
+# best-validation model. Test accuracy = 1 - error / 100.
+BIOTORCH_RESNET20: dict[tuple[str, str], float] = {
+    ("bp", "sgd"): 8.63, ("bp", "adamw"): 10.01, ("fa", "sgd"): 32.16, ("fa", "adamw"): 29.59,
+    ("dfa", "sgd"): 45.94, ("dfa", "adamw"): 32.16, ("usf", "sgd"): 10.05, ("usf", "adamw"): 10.59,
+    ("brsf", "sgd"): 11.02, ("brsf", "adamw"): 11.08, ("frsf", "sgd"): 11.2, ("frsf", "adamw"): 11.22}
+
+
+def rows(folder: Path, epochs: int, dataset: str) -> dict[tuple[str, str], dict]:
+    """``{(label, optimizer): row}`` of one audit folder's report at ``epochs`` on ``dataset`` (else nothing)."""
+    rep = Path(folder) / "report.json"
+    if not rep.is_file():
+        raise SystemExit(f"{folder}: no report.json; pass audit folders (depthaudit audit --out DIR)")
+    doc = json.loads(rep.read_text(encoding="utf-8"))
+    base = doc["config"]["base"]
+    if (base.get("epochs"), base.get("dataset"), base.get("d_hidden"), base.get("num_blocks")) != (
+            epochs, dataset, 256, 4) or base.get("stop_after"):  # the reference ResMLP (d = 256, L = 4) at
+        return {}  # the budget only: an audit stopped after its first epochs (--stop-after) is not at the budget
+    opt = base.get("optimizer", "adamw")  # (reports written before the optimizer was a choice: AdamW's)
+    out = {}
+    for m in doc["methods"]:
+        if m.get("shallow_only"):
+            continue
+        angle = (m.get("weight_alignment") or {}).get("angle") or []
+        cka = m.get("cka_to_bp") or []
+        out[(m["method"], opt)] = {
+            "acc": m["trained_test_acc"]["mean"], "frozen": (m.get("frozen_test_acc") or {}).get("mean"),
+            "gamma": m["standard_pair"]["aggregate_cosine_mean_per_layer"]["mean"],
+            "angle": sum(a["mean"] for a in angle[:-1]) / len(angle[:-1]) if len(angle) > 1 else None,
+            "cka": cka[-1]["mean"] if cka else None, "checks": m["checks"], "status": m.get("status"),
+            "n": m.get("n_seeds"), "source": str(folder)}
+    return out
+
+
+def _f(x, spec=".3f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def _check(c: dict) -> str:
+    if c is None or c.get("value") is None:
+        return "—"
+    spec = "+.1f" if c.get("margin_unit") == "pp" else ".3g"
+    return f"{format(c['value'], spec)} {c['status']}"
+
+
+def field_md(found: dict[tuple[str, str], dict], epochs: int, dataset: str) -> str:
+    """The table: every registered method (and every extra row label found) × both optimizers."""
+    labels = list(dict.fromkeys([*METHODS.names(), *sorted(k[0] for k in found)]))
+    head = (f"| method | optimizer | test acc | frozen | Γ mean | ∠(W,Bᵀ)° | CKA to BP (last) | D1 ρ | D2 ‖g_L‖ | "
+            f"D3 gap pp | verdict | published (Table 1, AdamW) | peer: biotorch ResNet-20 |\n|{'---|' * 13}")
+    lines = [f"Field table: {dataset}, {epochs} epochs; {sum(1 for _ in found)} of {len(labels) * 2} cells trained.",
+             "", head]
+    for label in labels:
+        for opt in OPTIMIZERS:
+            pub = TABLE1.get(label) if opt == "adamw" else None
+            pub_s = f"{pub[0]:.3f} ± {pub[1]:.3f}" if pub else "—"
+            peer = BIOTORCH_RESNET20.get((label, opt))
+            pub_s += f" | {1 - peer / 100:.3f}" if peer is not None else " | —"
+            r = found.get((label, opt))
+            if r is None:
+                lines.append(f"| {label} | {opt} | not trained at this budget | | | | | | | | | {pub_s} |")
+                continue
+            ch = r["checks"]
+            flags = [k for k in ("D1", "D2", "D3") if (ch.get(k) or {}).get("status") == "FLAG"]
+            lines.append(f"| {label} | {opt} | {_f(r['acc'])} | {_f(r['frozen'])} | {_f(r['gamma'])} | "
+                         f"{_f(r['angle'], '.1f')} | {_f(r['cka'])} | {_check(ch.get('D1'))} | "
+                         f"{_check(ch.get('D2'))} | {_check(ch.get('D3'))} | "
+                         f"{'FLAG ' + ','.join(flags) if flags else 'PASS'} | {pub_s} |")
+    return "\n".join(lines) + "\n"
+
+
+def field_figure(found: dict[tuple[str, str], dict], path: Path) -> None:
+    """Each trained cell's test accuracy (bar: green PASS, red FLAG) beside its frozen twin's (black tick)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted(found, key=lambda k: (k[1], k[0]))
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.42 * len(keys) + 1.5), 3.6))
+    for i, k in enumerate(keys):
+        r = found[k]
+        flagged = any((r["checks"].get(c) or {}).get("status") == "FLAG" for c in ("D1", "D2", "D3"))
+        ax.bar(i, r["acc"], color="tab:red" if flagged else "tab:green", alpha=0.8)
+        if r["frozen"] is not None:
+            ax.plot([i - 0.4, i + 0.4], [r["frozen"]] * 2, color="black", lw=1.5)
+    ax.set_xticks(range(len(keys)), [f"{lab} ({opt})" for lab, opt in keys], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("test accuracy")
+    ax.set_title("Field at the budget: green PASS, red FLAG (D1/D2/D3); tick = frozen-blocks twin", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``OUT.md DIR [DIR …] [--epochs N] [--dataset NAME]``: write and print the field table (+ OUT.png)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    opts = {"--epochs": "100", "--dataset": "cifar10"}
+    for flag in opts:
+        if flag in argv:
+            i = argv.index(flag)
+            opts[flag] = argv[i + 1]
+            del argv[i:i + 2]
+    if len(argv) < 2:
+        print("usage: python -m depthaudit.report.field OUT.md DIR [DIR ...] [--epochs 100] [--dataset cifar10]",
+              file=sys.stderr)
+        return 2
+    found: dict = {}
+    for d in argv[1:]:
+        for key, row in rows(Path(d), int(opts["--epochs"]), opts["--dataset"]).items():
+            found.setdefault(key, row)  # the first folder named holds a cell: later ones do not replace it
+    md = field_md(found, int(opts["--epochs"]), opts["--dataset"])
+    write_text(Path(argv[0]), md)
+    if found:
+        field_figure(found, Path(argv[0]).with_suffix(".png"))
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

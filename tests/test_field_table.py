@@ -1,0 +1,28 @@
+"""The field table (issue 37): every registered method × both optimizers, a stored cell where one exists at the
+budget, "not trained" where none does — never a gap hidden, never a cell from another model or budget."""
+
+import shutil
+from pathlib import Path
+
+from depthaudit.methods import METHODS
+from depthaudit.report.field import main
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+
+
+def test_every_method_and_optimizer_has_a_row_and_only_the_budgets_cells_are_filled(tmp_path, capsys):
+    for name in ("audit_cifar10_e100", "which_fa_d512_e100", "audit_cifar10_first5"):
+        shutil.copytree(RESULTS / name, tmp_path / name, ignore=shutil.ignore_patterns("runs"))
+    out = tmp_path / "field.md"
+    assert main([str(out), *(str(tmp_path / n) for n in ("audit_cifar10_e100", "which_fa_d512_e100",
+                                                          "audit_cifar10_first5"))]) == 0
+    md = out.read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| method")]
+    assert len(rows) == 2 * len(METHODS.names())  # no extra labels: the d=512 audit's rows are not this model's
+    trained = [r for r in rows if "not trained" not in r]
+    assert sorted(r.split(" | ")[0][2:] + "/" + r.split(" | ")[1] for r in trained) == \
+        ["bp/adamw", "dfa/adamw", "fa/adamw"]  # the 5-epoch audit (its budget stopped early) fills nothing
+    bp = next(r for r in trained if r.startswith("| bp | adamw"))
+    assert "| 0.608 | 0.382 |" in bp and "+22.5 PASS" in bp and "0.615 ± 0.004 | 0.900 |" in bp, bp
+    assert f"3 of {2 * len(METHODS.names())} cells trained" in md and md in capsys.readouterr().out
+    assert out.with_suffix(".png").stat().st_size > 0  # the figure beside the table

@@ -1,0 +1,176 @@
+"""Faults the second independent walk (issue 36) found, each reproduced here as the walker did and fixed.
+
+Tiny models on MNIST-1D; each assertion fails on the code before its fix (named in each docstring)."""
+
+from pathlib import Path
+
+from depthaudit.cli import main
+
+TINY = ["--dataset", "mnist1d", "--d-hidden", "8", "--epochs", "1"]
+PROBES = ["probes", *TINY, "--num-blocks", "1", "--method", "fa", "--alphas", "0", "1", "--probe-batches", "1"]
+
+
+def test_grow_into_a_folder_of_another_recipe_is_refused_not_silently_replaced(tmp_path, capsys):
+    """Walk 113–115: --lr/--batch-size/--weight-decay were not in the grow store's identity, so a rerun with another
+    value retrained both arms and replaced the stored ones without a word."""
+    args = ["grow", "--family", "resmlp", *TINY, "--base-blocks", "1", "--extra", "1", "--out", str(tmp_path)]
+    assert main(args) == 0
+    doc = next(Path(tmp_path).glob("grow_*.json"))
+    before = doc.read_bytes()
+    capsys.readouterr()
+    for extra in (["--lr", "0.002"], ["--batch-size", "64"], ["--weight-decay", "0.5"]):
+        assert main([*args, *extra]) == 2
+        err = capsys.readouterr().err
+        assert "holds runs of a different configuration (differs in: " + extra[0][2:].replace("-", "_") in err, err
+    assert doc.read_bytes() == before
+    assert main(args) == 0  # the default recipe's own folder is still its own (no key added at the defaults)
+
+
+def test_probes_warm_start_runs_are_listed_and_report_never_trains_them(tmp_path, capsys):
+    """Walk 85–87: --list-cells left out the warm start's runs and `report` of a folder run by cells trained them
+    (then ended with "holds no … report.json"). Now they are listed as what they are, and report refuses in one line,
+    writing nothing."""
+    out = str(tmp_path / "p")
+    args = [*PROBES, "--pre-epochs", "1", "--out", out]
+    assert main([*args, "--list-cells"]) == 0
+    listing = capsys.readouterr().out
+    assert "bp_pre/s42\tpending\tBP warm start, not a cell" in listing and "a1/s42\tpending" in listing, listing
+    for cell in ("0", "1"):
+        assert main([*args, "--cell", cell]) == 0
+    capsys.readouterr()
+    assert main(["report", out]) == 2
+    err = capsys.readouterr().err
+    assert "the BP warm start's runs are not stored (bp_pre/s42" in err and "--out " + out + " --out" not in err, err
+    assert not (tmp_path / "p" / "warm_start").exists() and not list((tmp_path / "p").glob("probes_*"))
+
+
+def test_report_of_a_finished_probes_cell_folder_renders_it_and_exits_0(tmp_path, capsys):
+    """Walk 89: every cell done, `report` wrote the probes card and then said the folder "holds no … report.json"
+    (exit 2)."""
+    out = str(tmp_path / "p")
+    for cell in ("0", "1"):
+        assert main([*PROBES, "--out", out, "--cell", cell]) == 0
+    capsys.readouterr()
+    assert main(["report", out]) == 0
+    assert (tmp_path / "p" / "probes_fa.md").is_file() and "holds no" not in capsys.readouterr().err
+
+
+def test_a_fifo_or_folder_given_as_a_file_is_named_for_what_it_is(tmp_path, capsys):
+    """Walk 161–163: --warm-start/--text given a FIFO or a folder said "no such file" (it exists)."""
+    import os
+
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "dir").mkdir()
+    cases = [(["train", "--warm-start", str(tmp_path / "pipe")], "is not a regular file"),
+             (["train", "--warm-start", str(tmp_path / "dir")], "is a folder"),
+             (["saturation", "--family", "gpt", "--text", str(tmp_path / "pipe"), "--list-cells"], "is not a regular"),
+             (["saturation", "--family", "gpt", "--text", str(tmp_path / "dir"), "--list-cells"], "is a folder")]
+    for args, said in cases:
+        assert main([*args, "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "no such file" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_model_folder_without_weights_is_refused_before_the_store_is_claimed(tmp_path, capsys):
+    """Walk 133–135: a folder with config.json alone was refused only when its run started, leaving a claimed store
+    (six paths) that then refused the next, correct, command as "another configuration"."""
+    import json
+
+    import pytest
+
+    pytest.importorskip("transformers")
+    m = tmp_path / "emptymodel"
+    m.mkdir()
+    (m / "config.json").write_text(json.dumps({
+        "model_type": "gpt_neox", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
+        "intermediate_size": 16, "vocab_size": 50, "max_position_embeddings": 64}))
+    out = tmp_path / "o"
+    assert main(["saturation", "--family", "hf", "--model", str(m), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the folder holds no weights" in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists() or not any(out.iterdir())
+    assert main(["saturation", "--family", "hf", "--model", str(tmp_path / "nothere"), "--out", str(out)]) == 2
+    assert "no such folder" in capsys.readouterr().err
+
+
+def test_a_rule_is_said_once_and_messages_hold_no_python_reprs(tmp_path, capsys):
+    """Walk 64/153: "0.0 must be > 0 (float > 0)" said the rule twice; walk 2: "--k_values [5]" a Python list."""
+    assert main(["train", "--method", "cb", "--cb-tau", "0", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "must be > 0" in err and "(float > 0)" not in err, err
+    assert main(["train", "--method", "cb", "--cb-tau", "abc", "--out", str(tmp_path / "o")]) == 2
+    assert "is not a number (float > 0)" in capsys.readouterr().err  # a type error: the rule is not yet said
+    assert main(["ladder", "--num-blocks", "2", "--k-values", "5", "--list-cells", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--k_values 5: each k must be in 0..2" in err and "[" not in err, err
+
+
+def test_identity_on_a_full_disk_does_not_speak_of_stored_runs(tmp_path, monkeypatch, capsys):
+    """Walk 18: identity (which trains nothing) ended a full-disk line with "finished runs are stored"."""
+    import errno
+    import os
+
+    from depthaudit import io as dio
+
+    real = os.fsync
+
+    def fsync(fd):
+        if "id.json" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd)
+
+    monkeypatch.setattr(dio.os, "fsync", fsync)
+    assert main(["identity", "--dataset", "mnist1d", "--out", str(tmp_path / "id.json")]) == 2
+    err = capsys.readouterr().err
+    assert "No space left" in err and "(nothing half-written)" in err and "runs" not in err, err
+    assert not (tmp_path / "id.json").exists()
+
+
+def test_a_file_where_a_folder_must_be_is_said_so(tmp_path, capsys):
+    """Walk 34: a file named runs/.locks gave "File exists; check that path" (it did not say what stood there)."""
+    (tmp_path / "a" / "runs").mkdir(parents=True)
+    (tmp_path / "a" / "runs" / ".locks").write_text("")
+    assert main(["audit", *TINY, "--num-blocks", "1", "--methods", "bp", "--probe-batches", "1",
+                 "--out", str(tmp_path / "a")]) == 2
+    assert "something that is not a folder stands where a folder must be" in capsys.readouterr().err
+
+
+def test_report_on_a_read_only_folder_says_to_copy_it(tmp_path, monkeypatch, capsys):
+    """Walk 141/142: report of a folder on a read-only mount said "choose a writable location" (report has none)."""
+    import errno
+    import os
+    import shutil
+
+    from depthaudit import io as dio
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "results" / "audit_mnist1d", tmp_path / "a")
+    real = os.fsync
+
+    def fsync(fd):
+        if "report" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(dio.os, "fsync", fsync)
+    assert main(["report", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "copy the folder somewhere writable and report it there" in err and "runs are stored" not in err, err
+
+
+def test_a_fifo_where_a_run_record_belongs_is_refused_before_training(tmp_path, capsys):
+    """Walk 27: a FIFO in place of a run's result.json was announced "trains again", trained, then left as it was."""
+    import os
+
+    args = ["audit", *TINY, "--num-blocks", "1", "--methods", "bp", "--probe-batches", "1", "--out", str(tmp_path)]
+    assert main(args) == 0
+    rec = sorted(tmp_path.glob("runs/*_bp_all_*/result.json"))[0]
+    rec.unlink()
+    os.mkfifo(rec)
+    ckpt = rec.parent / "checkpoint.pt"
+    before = ckpt.stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{rec} is not a regular file" in err or f"{rec} is a" in err, err
+    assert "it is not replaced: move it away and rerun" in err and ckpt.stat().st_mtime_ns == before, err
