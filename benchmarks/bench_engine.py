@@ -19,10 +19,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from depthaudit.config import TrainConfig, derive_seed
+from depthaudit.config import TrainConfig
 from depthaudit.data import load_data
 from depthaudit.loop import Stepper, build, cosine_lr, make_optimizer
 from depthaudit.models import build_model
+from depthaudit.seeds import derive_seed
 
 
 class Bare:

@@ -48,6 +48,12 @@ SAME = [  # (command, CLI flags, the API function, the config built in Python wi
      lambda: SaturationConfig(family="resmlp", dataset="mnist1d", extra=[0, 2])),
     ("grow", ["--family", "resmlp", "--dataset", "mnist1d", "--extra", "2"], "grow",
      lambda: GrowConfig(family="resmlp", dataset="mnist1d", extra=2)),
+    ("intervene", [*BASE_FLAGS, "--penalty", "0.01"], "intervene",
+     lambda: da.InterveneConfig(audit=da.AuditConfig(base=da.TrainConfig(**BASE, epochs=30), methods=["dfa"]),
+                                lambdas=[0, 0.01])),
+    ("intervene-grid", [*BASE_FLAGS, "--lambdas", "0", "0.1", "0"], "intervene",
+     lambda: da.InterveneConfig(audit=da.AuditConfig(base=da.TrainConfig(**BASE, epochs=30), methods=["dfa"]),
+                                lambdas=(0, 0.1))),
     ("probes", [*BASE_FLAGS, "--method", "fa:head=exact", "--alphas", "0", "1", "0", "--seeds", "4"], "probes",
      lambda: da.ProbesConfig(base=da.TrainConfig(**BASE).with_method("fa:head=exact"), alphas=[0, 1, 0],
                              seeds=[4])),
@@ -56,7 +62,7 @@ SAME = [  # (command, CLI flags, the API function, the config built in Python wi
 
 @pytest.mark.parametrize("cmd,flags,fn,python", SAME, ids=[s[0] for s in SAME])
 def test_the_cli_and_python_build_the_same_resolved_config(cmd, flags, fn, python, monkeypatch, tmp_path):
-    from_cli = _cli_config(monkeypatch, tmp_path, [cmd, *flags], fn)
+    from_cli = _cli_config(monkeypatch, tmp_path, [cmd.split("-")[0], *flags], fn)
     from_python = python()
     print(cmd, from_python)
     assert from_cli == from_python
@@ -95,6 +101,21 @@ REFUSED = [  # (CLI argv, the Python construction, the field named)
      lambda: GrowConfig(family="resmlp", dataset="mnist1d", epochs=20, stop_after=30), "stop_after"),
     (["saturation", "--family", "resmlp", "--dataset", "mnist1d", "--stop-after", "30"],
      lambda: SaturationConfig(family="resmlp", dataset="mnist1d", stop_after=30), "stop_after"),
+    (["train", "--method", "fa:head=sideways"],
+     lambda: da.TrainConfig(method="fa", method_options={"head": "sideways"}), "method_options"),
+    (["train", "--method", "fa-stream:scale=-1"], lambda: da.TrainConfig().with_method("fa-stream:scale=-1"),
+     "method_options"),
+    (["audit", "--methods", "bp", "ep:beta=0"],
+     lambda: da.AuditConfig(base=da.TrainConfig(), methods=["bp", "ep:beta=0"]), "methods"),
+    (["train", "--warmup", "ep:beta=-1"], lambda: da.TrainConfig(warmup="ep:beta=-1"), "warmup"),
+    (["intervene", "--penalty", "0.01", "--lambdas", "0", "1"],
+     lambda: da.InterveneConfig(audit=da.AuditConfig(base=da.TrainConfig(), methods=["dfa"]), penalty=0.01,
+                                lambdas=(0, 1)), "penalty"),
+    (["intervene", "--scale-penalty", "0.1"],
+     lambda: da.InterveneConfig(audit=da.AuditConfig(base=da.TrainConfig(scale_penalty=0.1), methods=["dfa"])),
+     "scale_penalty"),
+    (["intervene", "--cell", "0", "--list-cells"], lambda: da.SweepOptions(cell="0", list_cells=True), "cell"),
+    (["intervene", "--jobs", "2", "--executor", "slurm"], lambda: da.SweepOptions(jobs=2, executor="slurm"), "jobs"),
 ]
 if NO_CUDA:
     REFUSED += [(["train", "--device", "cuda"], lambda: da.TrainConfig(device="cuda"), "device"),
@@ -161,3 +182,18 @@ def test_data_errors_name_the_python_keyword_and_the_cli_flag(tmp_path, capsys):
     print(exc.value)
     assert str(exc.value).startswith("data_dir ") and "download=True" in str(exc.value)
     assert exc.value.for_cli().startswith("--data-dir ") and exc.value.for_cli().endswith("use --download")
+
+
+def test_a_method_option_is_checked_once_by_the_config(monkeypatch, tmp_path):
+    """The spec's text is parsed at the edge; its values are checked once, where the run config resolves them."""
+    from depthaudit.methods import build_method
+    from depthaudit.methods.options import Option
+    from depthaudit.models import build_model
+
+    calls, check = [], Option.check
+    monkeypatch.setattr(Option, "check", lambda self, v: calls.append(v) or check(self, v))
+    cfg = _cli_config(monkeypatch, tmp_path, ["train", *BASE_FLAGS, "--method", "fa:head=exact"], "train")
+    assert calls == ["exact"] and cfg.method_spec == "fa:head=exact" and cfg.method_spec.name == "fa"
+    calls.clear()
+    method = build_method(cfg.method, build_model("resmlp", (40,), 10, 8, 2, None, 0), cfg.seed, cfg=cfg)
+    assert calls == [] and method.head == "exact"  # the resolved options are the config's: not checked again

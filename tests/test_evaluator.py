@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from depthaudit.config import TrainConfig, derive_seed
+from depthaudit.config import TrainConfig
 from depthaudit.data.base import DataBundle
 from depthaudit.diagnostics import (
     CreditCosine,
@@ -29,6 +29,7 @@ from depthaudit.loop import build, cosine_lr, make_optimizer, train
 from depthaudit.methods import build_method
 from depthaudit.models import ResidualAdapter, build_model
 from depthaudit.runner import probe_batches, tracking_plan
+from depthaudit.seeds import derive_seed
 from depthaudit.verdicts import Thresholds
 
 

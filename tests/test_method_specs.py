@@ -61,7 +61,7 @@ def test_stored_02_configs_read_back_and_keep_their_names():
     for res in sorted(root.glob("*/runs/*/result.json")):
         rec = json.loads(res.read_text())
         if not {"cb_sigma", "credit_mix", "fa_stream_scale", "penalty_form"} <= set(rec["config"]):
-            continue  # written before 0.2's last field: stored under an older hash, found by same_as (tested below)
+            continue  # written before a later config field: stored under an older hash, found by same_as (tested below)
         assert run_slug(TrainConfig.from_dict(rec["config"]), rec.get("tracking")) == res.parent.name, res
         checked += 1
     print("stored runs whose names the new configs reproduce:", checked)

@@ -21,7 +21,7 @@ except PackageNotFoundError:  # running from a source tree without installation
 _LAZY = {
     "audit": "api", "ladder": "api", "intervene": "api", "identity": "api", "train": "api", "Result": "api",
     "saturation": "api", "grow": "api", "probes": "api", "ConfigError": "errors", "nothing_trains": "config",
-    "ProbesConfig": "experiments.probes",
+    "ProbesConfig": "experiments.probes", "InterveneConfig": "experiments.intervene",
     "TrainConfig": "config", "AuditConfig": "experiments.audit", "LadderConfig": "experiments.ladder",
     "SaturationConfig": "experiments.saturation", "GrowConfig": "experiments.grow", "FAMILIES": "experiments.families",
     "DepthFamily": "experiments.families",

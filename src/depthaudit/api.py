@@ -15,21 +15,41 @@ run, and tqdm bars (a widget in Jupyter) where a bar can be drawn; ``progress=Fa
 environment variable ``DEPTHAUDIT_PROGRESS=0`` the bars alone (``=1`` forces them; see :mod:`depthaudit.progress`).
 """
 
+# imports inside functions: the report modules are imported where a report is drawn: they load matplotlib (import cost)
 from __future__ import annotations
 
 import base64
 import contextlib
 import functools
 import html
+import inspect
+import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import TrainConfig, nothing_trains
+import torch
+
+from .config import NAME_NEUTRAL, TrainConfig, nothing_trains
+from .data import load_data
+from .diagnostics.identity import identity_over_seeds
 from .errors import ConfigError, UsageError
-from .experiments.audit import AuditConfig
-from .experiments.ladder import LadderConfig
+from .experiments.audit import AuditConfig, audit_specs, identity_summary, run_audit
+from .experiments.families import FAMILIES
+from .experiments.grow import run_arm
+from .experiments.intervene import InterveneConfig, run_intervention
+from .experiments.ladder import LadderConfig, ladder_specs, open_store
+from .experiments.toward_bp import bp_warm_start, credit_mix_sweep, warm_start_specs, warm_start_store
+from .io import check_output_dir, staged, write_json, write_text
+from .loop import Stepper, build, read_checkpoint
+from .loop import train as train_run
+from .progress import bars, say
+from .report import audit_markdown, audit_terminal, fmt_ms
+from .runlog import check_loggers
+from .runner import fitted_probe_batches, probe_batch, result_record, save_run
+from .stores import FileStore, RunSpec, claim_folder, file_lock, still_owner
+from .sweep import SweepOptions, SweepStatus, batch_cap, pick_cell, run_sweep
 
 if TYPE_CHECKING:
     from .experiments.grow import GrowConfig
@@ -66,8 +86,6 @@ class Result:
 
 
 def _log(progress: bool):
-    from .progress import say
-
     return say if progress else (lambda m: None)
 
 
@@ -79,16 +97,10 @@ def _api_call(fn):
     call ``torch.manual_seed``; the CPU stream, and each CUDA device's where CUDA was initialised before the call,
     are restored afterwards, also when the call raises.
     """
-    import inspect
-
     sig = inspect.signature(fn)
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        import torch
-
-        from .progress import bars
-
         out = sig.bind_partial(*args, **kwargs).arguments.get("out")  # (Path("") is ".": checked before Path())
         if isinstance(out, str) and (not out.strip() or "\0" in out):
             raise ConfigError(f"{{out}} {out!r} is {'an empty path' if not out.strip() else 'a path with a NUL byte'}"
@@ -110,10 +122,6 @@ def _api_call(fn):
 
 
 def _data(cfg: TrainConfig, data):
-    import torch
-
-    from .data import load_data
-
     device = torch.device(cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():  # listing or reporting GPU runs: nothing trains
         device = torch.device("cpu")
@@ -122,9 +130,6 @@ def _data(cfg: TrainConfig, data):
 
 def _sweep(sweep, out: Path, device: str):
     """The sweep's options (the caller's, else the defaults), checked before any folder is claimed."""
-    from .runlog import check_loggers
-    from .sweep import SweepOptions, batch_cap
-
     if sweep is None:
         return SweepOptions(batch_runs=batch_cap(None, device), log_dir=str(Path(out) / "logs"))
     if not isinstance(sweep, SweepOptions):  # e.g. a dict: named here, not an AttributeError deep in the sweep
@@ -138,11 +143,6 @@ def _sweep(sweep, out: Path, device: str):
 def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool = True, force: bool = False,
           progress: bool = True, argv: list[str] | None = None) -> Result:
     """Train one run under ``config`` and write ``out/result.json`` (+ ``checkpoint.pt``)."""
-    from .io import check_output_dir
-    from .loop import Stepper, build, read_checkpoint
-    from .loop import train as train_run
-    from .runner import result_record, save_run
-
     out = Path(out)
     check_output_dir(out)
     if (out / "result.json").exists() and not force:
@@ -172,8 +172,6 @@ def claim_training(out: Path, config: TrainConfig, force: bool):
     config (``out/identity.json``, as the sweeps claim theirs), and an existing result is replaced only with
     ``force``.
     """
-    from .stores import claim_folder, file_lock
-
     made = not out.exists()
     with file_lock(out / ".train.lock", wait=False) as held:
         if not held:
@@ -199,13 +197,7 @@ def claim_training(out: Path, config: TrainConfig, force: bool):
 def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
           replace_report: bool = False, argv: list[str] | None = None) -> Result:
     """The audit protocol: every trained/frozen pair (trained or reused), the card, report.json/.md and figures."""
-    from .experiments.audit import audit_specs, run_audit
-    from .io import check_output_dir, staged, write_json, write_text
-    from .report import audit_markdown, audit_terminal
     from .report.figures import audit_figures
-    from .runner import fitted_probe_batches
-    from .stores import claim_folder, still_owner
-    from .sweep import pick_cell
 
     out = Path(out)  # (the config resolved itself when built: specs parsed, seeds once, every rule checked)
     check_output_dir(out, subdirs=("runs",))
@@ -244,11 +236,7 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
 def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
            audit_dir: str | Path | None = None, verbose: bool = False, argv: list[str] | None = None) -> Result:
     """The depth-utility ladder: train the last k blocks for every k, method and seed; table and figure."""
-    from .experiments.ladder import ladder_specs, open_store
-    from .io import check_output_dir
     from .report.ladder import ladder_report
-    from .runner import fitted_probe_batches
-    from .sweep import pick_cell, run_sweep
 
     base = config.base  # (resolved when built: k-values 0..L by default, each checked)
     out = Path(out)
@@ -278,20 +266,18 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
 
 
 @_api_call
-def intervene(config: AuditConfig, out: str | Path, lambdas=(0.0, 1e-4, 1e-2, 1e-1), *, data=None, sweep=None,
-              progress: bool = True, argv: list[str] | None = None) -> Result:
-    """The audit over a grid of scale-penalty λ, side by side: intervention.json/.md and its figure."""
-    from .experiments.intervene import run_intervention
-    from .io import check_output_dir, staged, write_json, write_text
-    from .report.intervene import intervention_doc, intervention_figure, intervention_md
-    from .runner import fitted_probe_batches
-    from .stores import claim_folder, still_owner
+def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, progress: bool = True,
+              argv: list[str] | None = None) -> Result:
+    """The audit over a grid of scale-penalty λ, side by side: intervention.json/.md and its figure.
 
-    lambdas = list(dict.fromkeys(float(x) for x in lambdas))
-    if not lambdas:  # refused before the folder is claimed
-        raise ConfigError("{lambdas} is empty; give one or more λ >= 0, e.g. (0.0, 0.01)")
-    if any(not x >= 0 for x in lambdas):
-        raise ConfigError(f"{{lambdas}} must be >= 0, got {lambdas}")
+    ``config``: an :class:`~depthaudit.experiments.intervene.InterveneConfig`, or an :class:`AuditConfig` with
+    the grid ``lambdas`` (default: the reference's 0, 1e-4, 1e-2, 1e-1); the config checks both.
+    """
+    from .report.intervene import intervention_doc, intervention_figure, intervention_md
+
+    if not isinstance(config, InterveneConfig):
+        config = InterveneConfig(audit=config, lambdas=lambdas)
+    config, lambdas = config.audit, list(config.lambdas)
     out = Path(out)
     check_output_dir(out, subdirs=("runs",))
     data = _data(config.base, data)
@@ -325,12 +311,7 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
 
     Writes ``out/probes_{method}.json``/``.md`` and ``credit_mix_{method}.png``; the card is the Markdown.
     """
-    from .experiments.toward_bp import bp_warm_start, credit_mix_sweep, warm_start_specs, warm_start_store
-    from .io import check_output_dir, staged, write_json, write_text
     from .report.toward_bp import credit_mix_figure, credit_mix_md, warm_start_md
-    from .runner import fitted_probe_batches
-    from .stores import claim_folder, still_owner
-    from .sweep import SweepStatus
 
     out = Path(out)
     check_output_dir(out, subdirs=("warm_start",))
@@ -385,10 +366,6 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     ``.png``; the result's card is the table ``depthaudit saturation`` prints. The family (``config.family``) is
     looked up in :data:`~depthaudit.experiments.families.FAMILIES`.
     """
-    from .experiments.families import FAMILIES
-    from .io import check_output_dir
-    from .sweep import SweepOptions, run_sweep
-
     family = FAMILIES.get(config.family)
     out = Path(out)
     check_output_dir(out)
@@ -421,12 +398,6 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
     Writes ``out/grow_{name}_{dataset}.json`` (both arms; resumable), its ``.md`` and ``.png``; the card is the
     table ``depthaudit grow`` prints.
     """
-    from .experiments.families import FAMILIES
-    from .experiments.grow import run_arm
-    from .io import check_output_dir
-    from .stores import FileStore, RunSpec
-    from .sweep import SweepOptions, run_sweep
-
     family = FAMILIES.get(config.family)  # (the config resolved its budget and schedule and checked its rules)
     out = Path(out)
     check_output_dir(out)
@@ -456,7 +427,6 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
 
 def _depth_result(store, kind: str, low_signal: float = 5e-3) -> Result:
     """The sweep's table, figure and .md next to its JSON (every family; the family picks the layout)."""
-    from .io import write_text
     from .report.saturation import grow_figure, grow_md, grow_title, saturation_figure, saturation_md, saturation_title
 
     png = store.path.with_suffix(".png")
@@ -475,11 +445,6 @@ def _depth_result(store, kind: str, low_signal: float = 5e-3) -> Result:
 def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 10, probe_batch_size: int = 128,
              data=None, out: str | Path | None = None) -> Result:
     """The frozen-init identity check over seeds (SPEC §1's calibration), optionally written to ``out`` (.json)."""
-    from .diagnostics.identity import identity_over_seeds
-    from .experiments.audit import identity_summary
-    from .io import write_json
-    from .runner import probe_batch
-
     if config.num_blocks < 1:
         raise ConfigError("{num_blocks} 0: the identity check measures residual blocks; give at least 1")
     seeds = list(dict.fromkeys(seeds))
@@ -506,8 +471,6 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
 
 def identity_card(cfg: TrainConfig, summ: dict, n: int, seeds: list, bs: int) -> str:
     """The identity table beside SPEC §1's calibration figures (the reference model on CIFAR-10)."""
-    from .report import fmt_ms
-
     ref = cfg.arch == "resmlp" and cfg.variant == "ref" and cfg.dataset == "cifar10"
     rows = [(f"block {i + 1}: |f_l(h_(l-1))|/|h_(l-1)|", v, "~0.10") for i, v in enumerate(summ["block_ratio"])]
     rows += [("stack: |h_L - h_0|/|h_0|", summ["stack_rel_change"], "0.196 ± 0.003"),
@@ -536,8 +499,6 @@ def check_probe_fits(batch_size: int, data) -> None:
 
 def audit_identity(acfg: AuditConfig, data_sha256: str) -> dict:
     """What an audit folder's report belongs to: the audit config (not where the data was read from) and the data."""
-    from .config import NAME_NEUTRAL
-
     d = acfg.to_dict()
     # fields added later, at the value earlier audits ran with, are left out: a folder claimed before they existed
     # is still this audit's (as run names leave them out, TrainConfig.identity_dict)
@@ -548,8 +509,6 @@ def audit_identity(acfg: AuditConfig, data_sha256: str) -> dict:
 
 def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
     """Refuse to overwrite the report of a different audit configuration in ``out`` (its runs are kept anyway)."""
-    import json
-
     try:
         old = json.loads((out / "report.json").read_text(encoding="utf-8")).get("config")
     except (OSError, ValueError, AttributeError):

@@ -38,7 +38,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .config import TrainConfig, derive_seed
+from .config import TrainConfig
 from .data import DataBundle
 from .data.augment import augment_runs
 from .errors import UsageError
@@ -46,6 +46,7 @@ from .loop import RunOutput, build, cpu_fused_adamw, final_record, fit, measure_
 from .methods import METHODS, CreditMethod
 from .models import MODELS, ResidualModel
 from .recipe import Penalty
+from .seeds import derive_seed
 
 
 class _Call(nn.Module):
@@ -148,10 +149,7 @@ class StackedModel(ResidualModel):
 
     def forward(self, x: torch.Tensor, shared: bool = False) -> torch.Tensor:
         """Logits (R, B, C) from (R, B, …) inputs, or from one (B, …) input every run sees."""
-        h = self.embed(x, shared=shared)
-        for blk in self.blocks:
-            h = h + blk(h)
-        return self.readout(h)
+        return self.readout(self.stream(self.embed(x, shared=shared))[-1])
 
     def write_back(self, models: list[ResidualModel], runs: list[int] | None = None) -> None:
         """Copy each run's parameters into its own model."""

@@ -9,13 +9,16 @@ exception keeps its traceback. A terminal that cannot print the report's symbols
 import codecs
 import errno
 import logging
+import os
+import re
 import signal
 import sys
 import threading
+import traceback
 
 from .commands import build_parser
 from .errors import UsageError, cli_message
-from .io import silence_stdout
+from .io import environment_error, remove_in_flight, silence_stdout
 from .plugins import HALF_WRITTEN, import_plugins_in, plugin_blame, plugin_ended
 
 # what a report prints that an ASCII (or Latin-1, …) terminal cannot: the closest plain spelling
@@ -62,8 +65,6 @@ def _out_of_memory(exc: BaseException) -> str | None:
     if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and (
             "can't allocate memory" in text or "out of memory" in text.lower()
             or "not enough memory" in text.lower())):
-        import re
-
         asked = re.search(r"tried to allocate (\d+) bytes", text)
         first = f"tried to allocate {int(asked[1]) / 2**30:,.1f} GiB" if asked else \
             (text.strip().splitlines()[0][:120] if text.strip() else type(exc).__name__)
@@ -75,7 +76,6 @@ def _out_of_memory(exc: BaseException) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; bad input prints one line and returns 2, an interrupt one line and 130."""
     argv_given, argv = argv, list(sys.argv[1:] if argv is None else argv)
-    import os
 
     for name in ("stderr", "stdout"):  # started with that descriptor closed (`>&-`): results still go to files
         if getattr(sys, name) is None:  # and a closed stdout's lines (the final "ok: … →" one) go to stderr
@@ -121,10 +121,6 @@ BROKEN_PIPE_EXIT = 141
 
 def _reader_gone() -> int:
     """The pipe we print into was closed: stop quietly (no traceback, not even at interpreter exit)."""
-    import os
-
-    from .io import remove_in_flight
-
     remove_in_flight()
     for stream in (sys.stdout, sys.stderr):  # Python's final flush must not fail again on the dead pipe
         try:
@@ -135,10 +131,6 @@ def _reader_gone() -> int:
 
 
 def _main(argv: list[str]) -> int:
-    import os
-
-    from .io import environment_error, remove_in_flight
-
     try:
         try:
             os.getcwd()
@@ -176,7 +168,7 @@ def _main(argv: list[str]) -> int:
         line = _stdout_error(exc) or environment_error(exc) or _out_of_memory(exc) or plugin_blame(exc) \
             or path_error(exc)
         if line is not None and isinstance(exc, OSError) and exc.filename is not None:
-            from .data.base import cache_dir
+            from .data.base import cache_dir  # here: the error path loads no torch unless it names the cache
 
             cache, where = str(cache_dir()), str(exc.filename)
             if where.startswith(cache) or cache.startswith(where.rstrip("/") + "/"):
@@ -190,8 +182,6 @@ def _main(argv: list[str]) -> int:
             print(f"depthaudit: error: {line} {HALF_WRITTEN if trains else '(nothing half-written)'}",
                   file=sys.stderr)
             return 2
-        import traceback
-
         print("depthaudit: internal error (a bug, not your input): please report it with the traceback below",
               file=sys.stderr)
         traceback.print_exc()  # here, not by a re-raise: what follows can never be mistaken for another error
@@ -202,7 +192,6 @@ def _stdout_error(exc: BaseException) -> str | None:
     """One line when writing the standard output itself failed (a full disk, /dev/full); else None."""
     if not isinstance(exc, OSError) or exc.filename is not None:
         return None  # every file depthaudit writes names itself (io._atomic): an unnamed write is stdout's or a log's
-    import traceback
 
     last = (traceback.extract_tb(exc.__traceback__)[-1:] or [None])[0]
     printed = last is not None and (last.line or "").startswith("print(") and "file=" not in (last.line or "")
@@ -220,7 +209,6 @@ def path_error(exc: BaseException) -> str | None:
     """One line for any other ``OSError`` about a named path (a missing folder, a path under /proc, …); else None."""
     if not isinstance(exc, OSError) or exc.filename is None:
         return None
-    import os
 
     why = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
     return f"{exc.filename}: {why}; check that path, or choose another location"

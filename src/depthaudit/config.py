@@ -1,5 +1,6 @@
 """The frozen run configuration: built once by the CLI, passed down, serialised into every result."""
 
+# imports inside functions: data, models, optim, recipe, methods load torch; the CLI's parser reads this module
 import contextlib
 import contextvars
 import os
@@ -9,7 +10,6 @@ from typing import Any
 from .errors import ConfigError, UsageError
 from .fields import arg, check_ranges, check_types, refuse
 from .io import why_not_a_file
-from .seeds import derive_seed  # noqa: F401  (re-exported: loop, runner, batched and scripts import it from here)
 
 DEFAULT_EPOCHS = 20  # the budget of a dataset that registers none
 
@@ -160,15 +160,24 @@ class TrainConfig:
 
             try:
                 parse_method_spec(self.warmup, replace(self, method="bp", method_options={}, warmup=None))
-            except UsageError as exc:  # the warm-up's spec is named by its own field, not taken for --method
+            except ConfigError as exc:  # its options named as the caller gave them: warmup (--warmup)
+                raise exc.renamed("method_options", f"{{warmup}} {self.warmup!r}") from None
+            except UsageError as exc:  # (parse_spec's: an unknown method or option) named by its own field
                 raise refuse(self, f"{{warmup}} {self.warmup!r}: {exc}") from None
         else:  # no warm-up: its fraction is meaningless, one canonical value
             object.__setattr__(self, "warmup_fraction", 0.2)
 
-        # one place validates a method's options: the method's own declarations (types, ranges, choices)
+        # the one check of a method's options: the method's own declarations (types, ranges, choices)
         object.__setattr__(self, "method_options", resolve(
             self.method, METHODS.get(self.method), dict(self.method_options or {}),
             hint="; to switch methods use cfg.with_method(spec), which takes that method's own options"))
+
+    @property
+    def method_spec(self):
+        """The resolved method spec: :class:`~depthaudit.methods.MethodSpec` of ``method`` and every option."""
+        from .methods.specs import MethodSpec
+
+        return MethodSpec(self.method, self.method_options.items())
 
     def with_method(self, spec: str) -> "TrainConfig":
         """This config running method ``spec`` (``"fa"``, ``"fa:head=exact"``) with that method's own options."""

@@ -36,6 +36,12 @@ class ConfigError(UsageError):
 
         return self.FIELD.sub(name, self.template)
 
+    def renamed(self, field: str, to: str) -> "ConfigError":
+        """This refusal with ``{field}`` written as ``to`` (a template: a caller's own field), if it names ``field``."""
+        if self.field != field:
+            return self
+        return ConfigError(self.template.replace("{" + field + "}", to), self.flags)
+
     def for_cli(self) -> str:
         """The message as the command line reads it (fields as flags)."""
         return self.render(cli=True)

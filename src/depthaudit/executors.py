@@ -10,6 +10,8 @@ keeps running and the message names its ``scancel``. Ray (``pip install "depthau
 (``"depthaudit[slurm]"``) are optional; a missing one is one line naming the install.
 """
 
+# imports inside functions: ray and submitit are optional extras, imported by the executor that uses them
+import ctypes
 import os
 import signal
 import socket
@@ -26,9 +28,14 @@ from pathlib import Path
 import torch
 
 from . import progress
+from .batched import group_key
 from .config import TrainConfig
 from .errors import Interrupted, UsageError
-from .fields import arg
+from .fields import arg, refuse
+from .io import remove_in_flight
+from .plugins import import_plugin, plugin_error
+from .runlog import make_watch
+from .runner import run_recipe, run_recipe_stacked
 from .stores import RunSpec
 
 
@@ -67,11 +74,16 @@ class SweepOptions:
     slurm_folder: str | None = None  # submitit's logs (default: <out>/slurm)
     remember: tuple | None = None  # (out, argv): write out/sweep.json once --cell is found (commands.args)
 
+    def __post_init__(self):
+        if self.cell is not None and self.list_cells:
+            raise refuse(self, "{cell} and {list_cells} exclude each other; list first, then run one cell")
+        if (self.jobs or 1) > 1 and self.executor != "local":
+            raise refuse(self, f"{{jobs}} is for the local executor; with {{executor={self.executor}}} every cell is "
+                         "its own task")
+
 
 def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
     """Run one spec and return its result record: the spec's own runner, else the training recipe's."""
-    from .runner import run_recipe
-
     return (spec.runner or run_recipe)(spec, data, log, argv)
 
 
@@ -80,9 +92,6 @@ def execute_group(specs: list[RunSpec], data=None, log=None, argv=None, opts=Non
 
     With ``opts.log`` each run is mirrored live to TensorBoard/W&B (a spec with its own runner: after it ends).
     """
-    from .runlog import make_watch
-    from .runner import run_recipe, run_recipe_stacked
-
     kinds = opts.log if opts is not None else ()
     group = Path(opts.log_dir).parent.name if kinds and opts.log_dir else "depthaudit"
     watches = [make_watch(kinds, opts.log_dir if kinds else None, s.key,
@@ -108,8 +117,6 @@ def stack_groups(specs: list[RunSpec], cap: int) -> list[list[RunSpec]]:
     trainable blocks (each keeps its own tracking plan) under a stackable method and model (:func:`batched.group_key`);
     runs that may stop early on a flag (``--stop-on-flag``) train alone.
     """
-    from .batched import group_key
-
     if cap <= 1:
         return [[s] for s in specs]
     groups: list[list[RunSpec]] = []
@@ -196,8 +203,6 @@ def _busy(group: list[RunSpec], store) -> bool:
 
 def import_env_plugins() -> None:
     """Import the plug-ins the driver imported (``DEPTHAUDIT_PLUGINS``), so their names resolve here too."""
-    from .plugins import import_plugin
-
     for name in filter(None, os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",")):
         import_plugin(name)
 
@@ -216,8 +221,6 @@ def _worker_init(threads: int, parent: int) -> None:
 
 
 def _worker_term(signum, frame) -> None:
-    from .io import remove_in_flight
-
     remove_in_flight()
     os._exit(128 + signum)
 
@@ -225,8 +228,6 @@ def _worker_term(signum, frame) -> None:
 def _die_with_parent(parent: int) -> None:
     """Never outlive the sweep: the kernel kills us when the parent dies (Linux), else a watchdog thread does."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
     except (OSError, AttributeError):
         pass
@@ -256,8 +257,6 @@ def _pool_task(group, store, argv, executor: str, opts: SweepOptions):
     driver arrives without them. So a plug-in's error leaves the worker as the same one line (a
     :class:`UsageError`) that ``--jobs 1`` prints; any other error goes back as it is.
     """
-    from .plugins import plugin_error
-
     try:
         return run_and_store(group, store, None, None, argv, executor, opts)
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # (a worker ignores SIGINT: a KeyboardInterrupt here

@@ -1,14 +1,18 @@
 """Atomic file writes: a reader never sees a half-written result."""
 
 import errno
+import io
 import json
 import math
 import os
 import stat
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from .errors import UsageError
 
 
 def _current_umask() -> int:
@@ -64,8 +68,6 @@ def not_a_file(path: Path) -> str | None:
 
 def check_replaceable(path: Path, flag: str | None = None) -> None:
     """Refuse (one line) to replace what is not a regular file: a result never takes the place of a FIFO or device."""
-    from .errors import UsageError
-
     what = not_a_file(path)
     if what:
         name = f"{flag} {path}" if flag else str(path)
@@ -153,8 +155,6 @@ def save_torch(path: Path, obj: Any) -> None:
     Serialised in memory first: ``torch.save`` into a file reports a failed write (a full disk) as a bare
     ``RuntimeError``, whereas writing its bytes here raises the ``OSError`` every other write does (one line).
     """
-    import io
-
     import torch  # here, not at the top: `depthaudit --help` and the error handler must not import torch
 
     buf = io.BytesIO()
@@ -187,8 +187,6 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
 
     ``subdirs`` are folders the command will create inside it (e.g. the audit's ``runs``).
     """
-    from .errors import UsageError
-
     p = Path(path)
     if p.is_symlink() and not p.exists():
         raise UsageError(f"{flag} {p} is a symbolic link to {os.readlink(p)}, which does not exist; make that folder, "
@@ -219,8 +217,6 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
 
 def silence_stdout() -> None:
     """Point the standard output at /dev/null: what is left in its buffer must not fail again at interpreter exit."""
-    import sys
-
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):

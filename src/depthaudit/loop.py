@@ -8,15 +8,20 @@ import torch
 import torch.nn.functional as F
 
 from . import progress
-from .config import TrainConfig, derive_seed
+from .config import TrainConfig
 from .data import DataBundle
 from .data.augment import augment_batch
 from .diagnostics.base import MEASUREMENT_KEY
 from .errors import UsageError
-from .methods import CreditMethod, build_method
+from .methods import CreditMethod, build_method, parse_method_spec
+from .methods.warmup import Warmup
 from .models import ResidualModel, build_model
-from .optim import cpu_fused_adamw  # noqa: F401  (its home before --optimizer; batched.py reads it here)
+from .optim import (
+    OPTIMIZERS,
+    cpu_fused_adamw,  # noqa: F401  (its home before --optimizer; batched.py reads it here)
+)
 from .recipe import Penalty
+from .seeds import derive_seed
 
 
 @dataclass
@@ -72,8 +77,6 @@ def make_optimizer(model: ResidualModel, cfg: TrainConfig) -> torch.optim.Optimi
     a CIFAR-10 step 17–19 % shorter (``benchmarks/bench_engine.py``). On a GPU, torch's default (multi-tensor).
     With ``cfg.optimizer = "sgd"``, torch's SGD with momentum instead (:mod:`depthaudit.optim`).
     """
-    from .optim import OPTIMIZERS
-
     params = [p for ps in model.groups().values() if ps and all(p.requires_grad for p in ps) for p in ps]
     return OPTIMIZERS.get(cfg.optimizer)(params, cfg.lr, cfg.weight_decay)
 
@@ -110,8 +113,6 @@ def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMeth
         blk.requires_grad_(i in trainable)
     method = build_method(cfg.method, model, cfg.seed, cfg.credit_mix, cfg)
     if cfg.warmup is not None:  # the first round(fraction × budget steps) train under the warm-up method
-        from .methods import parse_method_spec
-        from .methods.warmup import Warmup
 
         name, wcfg = parse_method_spec(cfg.warmup, replace(cfg, method="bp", method_options={}, warmup=None))
         total = cfg.epochs * math.ceil(data.x_train.shape[0] / cfg.batch_size)

@@ -1,8 +1,10 @@
 """Importing a user's plug-in module (methods, models, datasets it registers), in the CLI and in every worker."""
 
 import importlib
+import inspect
 import os
 import sys
+import traceback
 
 from .errors import UsageError
 
@@ -12,8 +14,6 @@ def import_plugin(name: str, given: str | None = None) -> None:
 
     ``given`` is how the user named it, for that line (default ``--plugin NAME``).
     """
-    import traceback
-
     given = given or f"--plugin {name}"
     if name.endswith(".py") or "/" in name or "\\" in name:
         mod = name.removesuffix(".py").replace("/", ".").replace("\\", ".").strip(".")
@@ -66,9 +66,6 @@ def plugin_blame(exc: BaseException, own_code: bool = False) -> str | None:
     Names the plug-in, the error and the plug-in's file and line; None when no plug-in is involved. ``own_code``:
     only when a line of the plug-in's own code is in the traceback.
     """
-    import inspect
-    import os
-
     names = [n for n in os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",") if n in sys.modules]
     if not names:
         return None
@@ -131,8 +128,6 @@ def plugin_error(exc: BaseException) -> UsageError | None:
 
 def defined_at(obj) -> str:
     """``file:line`` where a function or class (a plug-in's factory, loader, method) is defined, else its name."""
-    import inspect
-
     try:
         return f"{inspect.getsourcefile(obj)}:{inspect.getsourcelines(obj)[1]}"
     except (OSError, TypeError):

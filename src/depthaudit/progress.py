@@ -9,6 +9,7 @@ A sweep shows one bar over its runs; a run one bar over its training steps (refr
 the training loop's cost is one counter increment per step). Spawned workers draw none.
 """
 
+# imports inside functions: tqdm is imported when a bar is drawn (import cost: this module is the CLI's)
 from __future__ import annotations
 
 import os

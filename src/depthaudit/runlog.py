@@ -7,6 +7,7 @@ stores stay the source of truth: a logger only mirrors them. ``pip install "dept
 (``offline`` writes under ``--log-dir`` without an account; the tests use it).
 """
 
+# imports inside functions: tensorboard and wandb are optional extras, imported by the log that uses them
 import math
 import re
 from pathlib import Path

@@ -8,13 +8,16 @@ from pathlib import Path
 
 import torch
 
-from .config import TrainConfig, derive_seed
-from .data import DataBundle
+from .batched import graphed, train_stacked
+from .config import TrainConfig
+from .data import DataBundle, load_data
+from .diagnostics import audit_monitor, audit_tracker
 from .diagnostics.base import INIT_MEASUREMENT_KEY
 from .errors import UsageError
-from .io import finite_json, save_torch, write_json
-from .loop import RunOutput
+from .io import environment_error, finite_json, save_torch, write_json
+from .loop import RunOutput, train
 from .provenance import provenance
+from .seeds import derive_seed
 
 SCHEMA = "depthaudit.train.v1"
 
@@ -47,8 +50,6 @@ def save_run(out: Path, rec: dict, run: RunOutput, checkpoint: bool = True) -> N
             failed = exc
     write_json(out / "result.json", rec)
     if failed is not None:
-        from .io import environment_error
-
         raise UsageError(f"{environment_error(failed) or failed}; the run is kept in {out / 'result.json'}, without "
                          "its checkpoint (rerun with --force to write both)") from None
 
@@ -118,9 +119,6 @@ def run_recipe(spec, data: DataBundle | None = None, log=None, argv=None, watch=
 
     Loads the data when not given (a worker process), saves a checkpoint when the spec asks for one.
     """
-    from .data import load_data
-    from .loop import train
-
     cfg = spec.cfg
     if data is None:
         data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
@@ -138,9 +136,6 @@ def run_recipe_stacked(specs: list, data: DataBundle | None = None, log=None, ar
     Each record is what :func:`run_recipe` writes for that spec alone, plus ``timing.stacked_runs`` (and
     ``timing.cuda_graphs`` when the step was replayed as a CUDA graph, ``graphs``).
     """
-    from .batched import train_stacked
-    from .data import load_data
-
     cfg = specs[0].cfg
     if data is None:
         data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
@@ -152,7 +147,6 @@ def run_recipe_stacked(specs: list, data: DataBundle | None = None, log=None, ar
         if w is not None:
             w.close(run.status, run.final)
     recs = [_finish(s, data, run, argv) for s, run in zip(specs, runs, strict=True)]
-    from .batched import graphed
 
     was_graphed = graphed(graphs, cfg.device, cfg.method)
     for rec in recs:
@@ -164,8 +158,6 @@ def run_recipe_stacked(specs: list, data: DataBundle | None = None, log=None, ar
 
 def _measurement(spec, data: DataBundle):
     """The spec's tracker and monitor (None, None without a tracking plan)."""
-    from .diagnostics import audit_monitor, audit_tracker
-
     if not spec.tracking:
         return None, None
     t, cfg = spec.tracking, spec.cfg

@@ -1,4 +1,5 @@
 """Independent random streams from one run seed (init, feedback, shuffle, probe batches, …)."""
+import hashlib
 
 
 def derive_seed(seed: int, tag: str) -> int:
@@ -7,6 +8,4 @@ def derive_seed(seed: int, tag: str) -> int:
     Model init uses ``seed`` itself; every other random stream is derived here so streams never
     share numbers (a feedback matrix must not repeat the embedding's weights).
     """
-    import hashlib
-
     return int.from_bytes(hashlib.sha256(f"{seed}:{tag}".encode()).digest()[:8], "little") >> 1

@@ -10,6 +10,7 @@ truncated, hand-edited, non-numeric or non-finite record is named in one line an
 sweep) or refused (in ``depthaudit report``), never reused or rendered as a number.
 """
 
+# imports inside functions: fcntl is POSIX-only (guarded); runner loads torch, imported where a run is rebuilt
 import glob
 import hashlib
 import json
@@ -23,9 +24,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from .config import nothing_trains
+from .config import NAME_NEUTRAL, TrainConfig, nothing_trains
 from .errors import UsageError
-from .io import finite_json, write_json
+from .io import finite_json, not_a_file, write_json
 
 IDENTITY_FILE = "identity.json"  # in a FileStore's ``.runs`` folder, and in an audit's --out folder
 STATUSES = ("ok", "diverged", "stopped_flagged")
@@ -68,8 +69,6 @@ def read_strict(path: Path) -> Any:
     Raises ``ValueError`` (``json.JSONDecodeError`` included) or ``OSError`` (unreadable). A FIFO or a device is
     never opened (a read would block, or never end): ``ValueError``.
     """
-    from .io import not_a_file
-
     what = not_a_file(Path(path))
     if what:
         raise ValueError(f"it is {what}, not a file")
@@ -696,7 +695,6 @@ def folder_placement(rec: dict, slug: str, sealed_store: bool) -> str | None:
     if bad is None and isinstance(where, dict) and where.get("key") != slug:
         bad = f"was stored in run folder {where.get('key')!r}, not {slug!r} (moved, copied or swapped on disk)"
     if bad is None:
-        from .config import TrainConfig
         from .runner import run_slug
 
         try:
@@ -768,8 +766,6 @@ def _without_neutral(identity: dict) -> dict:
 
     :data:`~depthaudit.config.NAME_NEUTRAL`: a folder claimed before those fields existed stays its own.
     """
-    from .config import NAME_NEUTRAL
-
     def strip(d):
         return {k: v for k, v in d.items() if not (k in NAME_NEUTRAL and v == NAME_NEUTRAL[k])}
 

@@ -7,6 +7,10 @@
 import argparse
 import importlib
 
+from .. import __version__
+from ..plugins import import_plugins_in
+from .parser import Parser
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("run", "train one model under one credit method"),
     "audit": ("audit", "the audit protocol: standard pair vs D1/D2/D3 and per-layer cosine"),
@@ -29,9 +33,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     with no command (``depthaudit --help``) each command is listed from :data:`COMMANDS` alone, fast.
     ``argv=None`` builds every command's full parser.
     """
-    from .. import __version__
-    from .parser import Parser
-
     p = Parser(prog="depthaudit", description="Audit whether a credit-assignment method trains depth.")
     p.add_argument("--version", action="version", version=f"depthaudit {__version__}")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
@@ -62,8 +63,6 @@ def _command_in(argv: list[str]) -> str | None:
 
 def run_command(argv: list[str]) -> int:
     """Parse ``argv`` (a command line without the program name) and run its command (no error handling here)."""
-    from ..plugins import import_plugins_in
-
     import_plugins_in(argv)
     args = build_parser(argv).parse_args(argv)
     return args.func(args, argv)

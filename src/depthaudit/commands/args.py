@@ -4,13 +4,14 @@ The configs are built once here, from the flags given, and passed down (experime
 blocks from them).
 """
 
+# imports inside functions: torch-loading modules are imported inside functions: `depthaudit --help` loads no torch
 import argparse
 import sys
-from dataclasses import fields
+from contextlib import nullcontext
+from dataclasses import fields, replace
 from pathlib import Path
 
-from ..config import TrainConfig
-from ..errors import UsageError
+from ..config import TrainConfig, nothing_trains
 from .parser import POS_INT, Parser, add_fields, field_default, fmt, given
 
 
@@ -105,11 +106,7 @@ def sweep_options(a: argparse.Namespace, out, device: str):
     """The frozen SweepOptions from the sweep flags (the local executor's flags noted when they do nothing)."""
     from ..sweep import SweepOptions, batch_cap
 
-    if a.cell is not None and a.list_cells:
-        raise UsageError("--cell and --list-cells exclude each other; list first, then run one cell")
-    executor = a.executor or "local"
-    if (a.jobs or 1) > 1 and executor != "local":
-        raise UsageError(f"--jobs is for the local executor; with --executor {executor} every cell is its own task")
+    executor = a.executor or "local"  # the rules are SweepOptions' own; the notes below only say what is ignored
     if executor == "local" and any(x is not None for x in (a.gpus_per_run, a.cpus_per_run, a.ray_address)):
         _note("--cpus-per-run, --gpus-per-run and --ray-address are for --executor ray (or slurm); ignored here")
     if executor == "slurm" and (a.gpus_per_run is not None or a.ray_address):
@@ -133,8 +130,6 @@ def remember_sweep(opts, out, argv: list[str]):
 
     The sweep writes it once the cell is known to exist, so a bad ``--cell`` leaves nothing behind.
     """
-    from dataclasses import replace
-
     keep, skip = [], False
     for tok in argv:
         if skip:
@@ -176,10 +171,6 @@ def trains(a: argparse.Namespace) -> bool:
 
 def building(a: argparse.Namespace):
     """The context a command's configs are built in: :func:`~depthaudit.config.nothing_trains` when nothing trains."""
-    from contextlib import nullcontext
-
-    from ..config import nothing_trains
-
     return nullcontext() if trains(a) else nothing_trains()
 
 
@@ -191,7 +182,7 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
     if a.epochs == 0 and zero_epochs:  # (the sweeps' configs refuse 0: AuditConfig, LadderConfig)
         _note("--epochs 0: nothing is trained; the record and checkpoint hold the initial (or --warm-start) weights")
     from ..data import DATASETS
-    from ..methods import parse_method_spec, parse_spec, with_flags
+    from ..methods import parse_spec, with_flags
 
     if (getattr(a, "data_dir", None) or getattr(a, "download", False)) and DATASETS.meta(a.dataset).get("generated"):
         _note(f"--{'data-dir' if a.data_dir else 'download'} has no effect with --dataset {a.dataset}: it is "
@@ -209,11 +200,8 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
         a.method = a.method_spec.name
     if getattr(a, "seeds", None):
         kw["seed"] = a.seeds[0]
-    with building(a):
-        cfg = TrainConfig(**kw)
-        for m in getattr(a, "methods", None) or ():  # each row's options validated now, before any data loads
-            parse_method_spec(m, cfg)
-    return cfg
+    with building(a):  # each --methods row's options: checked by the sweep's config (experiments/resolve.py)
+        return TrainConfig(**kw)
 
 
 def unused_option_note(a: argparse.Namespace, flags: dict) -> None:

@@ -4,10 +4,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from .. import api
 from ..config import TrainConfig
 from ..errors import UsageError
 from ..experiments.audit import AuditConfig
-from ..io import check_output_dir
+from ..experiments.intervene import InterveneConfig
+from ..experiments.probes import ProbesConfig
+from ..io import check_output_dir, check_replaceable
+from ..verdicts import Thresholds
 from . import COMMANDS
 from .args import (
     add_train_args,
@@ -27,8 +31,6 @@ from .parser import NONNEG_FLOAT, NONNEG_INT, add_fields, given, number
 
 def _audit_config(a: argparse.Namespace):
     """The AuditConfig of the flags given (AuditConfig and Thresholds fill in every other default)."""
-    from ..verdicts import Thresholds
-
     a.methods = a.methods or list(AuditConfig.methods)
     a.seeds = a.seeds or list(AuditConfig.seeds)
     base = config_from_args(a)
@@ -43,8 +45,6 @@ def _audit_config(a: argparse.Namespace):
 
 def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     """Run the audit protocol (:func:`depthaudit.audit`) and write report.md, report.json and figures."""
-    from .. import api
-
     acfg = _audit_config(a)
     out = Path(a.out)
     api.same_audit(out, acfg, a.replace_report)
@@ -61,22 +61,16 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
 
 def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     """The audit over a grid of scale-penalty λ, side by side (:func:`depthaudit.intervene`)."""
-    from .. import api
-
-    if a.penalty is not None and a.lambdas is not None:
-        raise UsageError(f"--penalty {a.penalty} is shorthand for --lambdas 0 {a.penalty}; give one of them")
-    if a.scale_penalty:
-        raise UsageError("intervene sets λ from --lambdas (or --penalty); drop --scale-penalty")
     acfg = _audit_config(a)
-    lambdas = [0.0, a.penalty] if a.penalty is not None else a.lambdas
-    if lambdas is not None:
-        dedup_note(lambdas, "--lambdas")
+    if a.lambdas is not None:
+        dedup_note(a.lambdas, "--lambdas")
+    with building(a):  # every rule is the config's own (the Python API builds the same one)
+        icfg = InterveneConfig(audit=acfg, lambdas=a.lambdas, penalty=a.penalty)
     out = Path(a.out)
     opts = sweep_options(a, out, acfg.base.device)
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
-    grid = {} if lambdas is None else {"lambdas": lambdas}  # not given: the reference's grid (api.intervene)
-    res = api.intervene(acfg, out, sweep=opts, argv=["depthaudit", *argv], **grid)
+    res = api.intervene(icfg, out, sweep=opts, argv=["depthaudit", *argv])
     print(res.card)
     if res.stopped:
         return 0
@@ -86,9 +80,6 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
 
 def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     """The toward-BP experiments for one method (:func:`depthaudit.probes`): credit-mix α sweep, BP warm start."""
-    from .. import api
-    from ..experiments.probes import ProbesConfig
-
     dedup_note(a.alphas, "--alphas")
     a.seeds = a.seeds or list(AuditConfig.seeds)
     base = config_from_args(a)
@@ -107,8 +98,6 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
 
 def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     """Frozen-init identity check over seeds (:func:`depthaudit.identity`); JSON with ``--out``."""
-    from .. import api
-
     base = config_from_args(a)
     nb, bs = probe_sizes(a, AuditConfig)
     seeds = a.seeds or list(AuditConfig.seeds)
@@ -116,8 +105,6 @@ def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     if a.out and Path(a.out).is_dir():
         raise UsageError(f"--out {a.out} is a folder; give a .json file path")
     if a.out:
-        from ..io import check_replaceable
-
         check_replaceable(Path(a.out), "--out")
         check_output_dir(Path(a.out).parent or Path("."))
     res = api.identity(base, seeds, probe_batches=nb, probe_batch_size=bs, out=a.out)

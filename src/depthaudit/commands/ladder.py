@@ -1,14 +1,26 @@
 """`depthaudit ladder` and `report`: the depth-utility ladder and rebuilding reports from JSON."""
 
+# imports inside functions: torch/matplotlib modules where used (`--help` loads neither); jsonschema: test extra
 import argparse
+import json
+import os
 import sys
+import tempfile
 from contextlib import contextmanager
+from importlib.resources import files
 from pathlib import Path
 
+from .. import api
 from ..errors import UsageError, cli_message
-from ..experiments.ladder import LadderConfig
-from ..io import check_output_dir
-from . import COMMANDS
+from ..evaluator.monitor import USER_LOOP_RUNS
+from ..experiments.audit import report_mismatch
+from ..experiments.intervene import _row
+from ..experiments.ladder import LadderConfig, placed_in_ladder
+from ..io import check_output_dir, check_replaceable, not_a_file, write_json, write_text
+from ..report import audit_markdown, audit_terminal
+from ..report.card import unrendered
+from ..stores import FileStore, check_folder_records, rebuild_file_store, record_problem
+from . import COMMANDS, run_command
 from .args import (
     add_train_args,
     building,
@@ -26,8 +38,6 @@ from .parser import NONNEG_INT, add_fields, given
 
 def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     """Depth-utility ladder (:func:`depthaudit.ladder`): the last k blocks for every k, method and seed."""
-    from .. import api
-
     if a.gpu is not None:
         if a.device not in (None, "auto", f"cuda:{a.gpu}"):
             raise UsageError(f"--gpu {a.gpu} and --device {a.device} disagree; give one of them")
@@ -106,8 +116,6 @@ def _what_it_holds(d: Path) -> str:
 
 def _assemble_cells(d: Path) -> int:
     """Re-run the command kept in ``d/sweep.json`` with ``--stored-only``: its report, nothing trained."""
-    from . import run_command
-
     sweep = read_json_doc(d / "sweep.json")
     cmd = sweep.get("argv") if isinstance(sweep, dict) else None
     if not isinstance(cmd, list) or not all(isinstance(t, str) for t in cmd):
@@ -140,12 +148,8 @@ def _rendering(path: Path):
 @contextmanager
 def _staged(d: Path):
     """A scratch folder in ``d`` whose files move into ``d`` only if the block succeeds: nothing half-written."""
-    import os
-    import tempfile
-
     with tempfile.TemporaryDirectory(dir=d, prefix=".render-") as tmp:
         yield Path(tmp)
-        from ..io import check_replaceable
 
         for f in Path(tmp).iterdir():  # nothing replaced unless every file can be
             check_replaceable(d / f.name)
@@ -155,12 +159,8 @@ def _staged(d: Path):
 
 def _report_dir(d: Path, a: argparse.Namespace) -> int:
     """Render what one folder holds; returns how many results it found."""
-    from ..io import write_json, write_text
-    from ..report import audit_markdown, audit_terminal
-    from ..report.card import unrendered
     from ..report.figures import audit_figures
     from ..report.ladder import ladder_report
-    from ..stores import FileStore, check_folder_records, rebuild_file_store
 
     found = 0
     for kind in ("ladder", "saturation", "grow"):  # the JSON is derived: rebuilt from the records when missing
@@ -199,7 +199,6 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         slugs = [slug for m in report.get("methods") or [] for kind in ("trained", "frozen")
                  for slug in ((m.get("runs") or {}).get(kind) or [])]
         slugs += [slug for m in report.get("methods") or [] for slug in (m.get("shallow") or {}).get("runs") or []]
-        from ..evaluator.monitor import USER_LOOP_RUNS
 
         # a missing or damaged run record behind the report: named, not rendered (a monitor's report of the
         # user's own training loop keeps no run records: nothing to check)
@@ -305,10 +304,6 @@ def check_audit_dir(path: str | None) -> None:
 
 def read_json_doc(path: Path, runs: bool = False) -> dict:
     """A results file as a dict; a damaged or foreign file is one line naming it (``runs``: needs a runs table)."""
-    import json
-
-    from ..io import not_a_file
-
     if not_a_file(Path(path)):
         raise UsageError(f"{path}: is {not_a_file(Path(path))}, not a results file; move it away")
     try:
@@ -324,8 +319,6 @@ def read_json_doc(path: Path, runs: bool = False) -> dict:
 
 def runs_intact(path: Path, doc: dict, kind: str) -> None:
     """Every run record in a results file is intact (stores.record_problem): a damaged one is named, not rendered."""
-    from ..stores import record_problem
-
     for key, rec in doc["runs"].items():
         bad = record_problem(rec)
         if bad:
@@ -335,12 +328,9 @@ def runs_intact(path: Path, doc: dict, kind: str) -> None:
 
 def check_ladder_doc(path: Path, doc: dict) -> None:
     """The fields the ladder report reads, each of the right type; every run record intact (stores.record_problem)."""
-    from ..stores import record_problem
-
     ident, runs = doc.get("identity"), doc.get("runs")
     ok = isinstance(ident, dict) and all(k in ident for k in ("dataset", "arch", "d_hidden", "num_blocks", "epochs"))
     ok = ok and isinstance(runs, dict)
-    from ..experiments.ladder import placed_in_ladder
 
     for key, rec in (runs or {}).items() if ok else ():
         bad = record_problem(rec) or (placed_in_ladder(ident, key, rec.get("config") or {})
@@ -362,9 +352,6 @@ def check_ladder_doc(path: Path, doc: dict) -> None:
 
 def derived_from_records(path: Path, reports: list[dict], runs_root: Path, intervention: dict | None = None) -> None:
     """A derived file (``report.json``, ``intervention.json``) must say what its run records say: else one line."""
-    from ..experiments.audit import report_mismatch
-    from ..experiments.intervene import _row
-
     with _rendering(path):
         why = next((w for w in (report_mismatch(r, runs_root) for r in reports) if w), None)
         if why is None and intervention is not None:
@@ -382,8 +369,6 @@ def derived_from_records(path: Path, reports: list[dict], runs_root: Path, inter
 
 def check_report_doc(path: Path, doc: dict) -> None:
     """An audit report.json checked against the JSON Schema that ships with the package."""
-    from importlib.resources import files
-
     import jsonschema
 
     schema_file = files("depthaudit.report").joinpath("audit.schema.json")

@@ -8,12 +8,16 @@ bad flag in one line, lists one spelling per flag (``--d-hidden``; ``--d_hidden`
 advanced flags for ``--help-all``.
 """
 
+# imports inside functions: methods (torch) is imported inside a function: `depthaudit --help` loads no torch
 import argparse
 import copy
+import sys
 import typing
 from dataclasses import MISSING, fields
 
+from ..errors import UsageError
 from ..fields import flag_name, out_of_range, text_of
+from ..io import silence_stdout
 
 
 def number(kind, meta: dict | None = None):
@@ -89,8 +93,6 @@ class Parser(argparse.ArgumentParser):
 
     def _print_message(self, message, file=None):
         """As argparse, but a failed write of ``--help``/``--version`` to stdout is said, not dropped (exit 2)."""
-        import sys
-
         if not message or (file or sys.stderr) is not sys.stdout:
             return super()._print_message(message, file)
         try:
@@ -99,9 +101,6 @@ class Parser(argparse.ArgumentParser):
         except BrokenPipeError:
             raise  # the reader went away (`| head`): the CLI ends quietly
         except OSError as exc:  # a full disk, /dev/full
-            from ..errors import UsageError
-            from ..io import silence_stdout
-
             silence_stdout()  # (what is left in the buffer must not fail again at exit)
             raise UsageError(f"cannot write the standard output ({exc.strerror or exc})") from None
 

@@ -1,5 +1,6 @@
 """`depthaudit train`: one run under one credit method."""
 
+# imports inside functions: torch-loading modules are imported inside functions: `depthaudit --help` loads no torch
 import argparse
 from pathlib import Path
 

@@ -1,7 +1,10 @@
 """Data: registry of loaders (:data:`DATASETS`), decoded-array cache, device placement."""
 
+import numpy as np
 import torch
 
+from ..errors import UsageError
+from ..plugins import defined_at
 from . import cifar, mnist1d, teacher  # noqa: F401  (registers the loaders)
 from .base import DATASETS, ArrayData, DataBundle, cache_dir, to_bundle
 
@@ -13,8 +16,6 @@ def load_data(name: str, data_dir: str | None, download: bool, device: torch.dev
     loader = DATASETS.get(name)
     arrays = loader(data_dir=data_dir, download=download)
     if not isinstance(arrays, ArrayData):  # a user's loader that returns something else: named where it is
-        from ..errors import UsageError
-        from ..plugins import defined_at
 
         raise UsageError(f"--dataset {name}: its loader ({defined_at(loader)}) returned a {type(arrays).__name__}, "
                          "not an ArrayData; return depthaudit.data.ArrayData(x_train, y_train, x_test, y_test, "
@@ -25,10 +26,6 @@ def load_data(name: str, data_dir: str | None, download: bool, device: torch.dev
 
 def check_arrays(name: str, a) -> None:
     """What a dataset (built in or a plug-in's) returns must be usable: one line naming what is wrong."""
-    import numpy as np
-
-    from ..errors import UsageError
-
     k = a.num_classes
     if not isinstance(k, int | np.integer) or k < 2:
         raise UsageError(f"--dataset {name}: num_classes is {k!r}; a dataset needs at least 2 classes")

@@ -5,6 +5,7 @@ split has 2,000 examples and a 2 pp accuracy gap is resolvable), ``seed = 42`` a
 ``train_split = 0.8`` → 8,000 train / 2,000 test sequences of length 40, 10 classes.
 """
 
+# imports inside functions: the mnist1d package (scipy, requests) only when the data is generated (cost)
 import hashlib
 
 import numpy as np

@@ -12,6 +12,7 @@ sequence as the model saw them in training.
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from pydoc_data import topics
 
 import numpy as np
 import torch
@@ -43,8 +44,6 @@ class TextData:
 
 
 def _default_text() -> tuple[str, str]:
-    from pydoc_data import topics
-
     return "\n\n".join(topics.topics[k] for k in sorted(topics.topics)), "python stdlib pydoc_data.topics"
 
 

@@ -14,12 +14,15 @@ normalisation couples examples):
   an SVD with a relative rank cut, so rank-deficient features are handled; ``V_l ≤ AG_l`` always.
 """
 
+import statistics
+
 import torch
 import torch.nn.functional as F
 
 from ..models.base import ResidualModel
 from ..models.resmlp import LN_EPS
 from ..models.resnet import ResNetCIFAR
+from .insert import block_features, zero_block
 
 
 def mlp_features(h: torch.Tensor, fc1: torch.nn.Linear) -> torch.Tensor:
@@ -90,8 +93,6 @@ def separated_test(sig: dict, delta: float, margin: float | None, n_examples: in
     whenever the estimate is within t of the population value and Γ lies outside (δ, δ + 2t). ``margin`` is t;
     None takes t = 2 standard errors of the AGmax layer's per-batch AG (ours; needs ≥ 2 batches).
     """
-    import statistics
-
     stat = sig["AGmax"]
     rule = "given (--margin)"
     if margin is None:
@@ -174,8 +175,6 @@ def zero_block_features(model: ResidualModel, seed_of):
     The block is the one the gradient-matched insertion puts there (:func:`depthaudit.depth.insert.zero_block`
     from ``seed_of(l)``): V, matched insertion and growth share one tangent space.
     """
-    from .insert import block_features, zero_block
-
     blocks = {}
 
     def feature_fn(pos, h):

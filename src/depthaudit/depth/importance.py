@@ -31,6 +31,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..models.hf import skip_layers
+
 
 def rankdata(x) -> np.ndarray:
     """Ranks 1..n of ``x``, ties given their average rank (as ``scipy.stats.rankdata``'s default)."""
@@ -124,8 +126,6 @@ def removal_losses(model, layers, batches, sets, log=None) -> tuple[np.ndarray, 
 
     ``sets``: tuples of 1-based block indices. Each set costs one forward pass over the windows.
     """
-    from ..models.hf import skip_layers
-
     todo = list(dict.fromkeys(tuple(sorted(s)) for s in sets))
     t0 = time.perf_counter()
     base = window_losses(model, batches).cpu().numpy()

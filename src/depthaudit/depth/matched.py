@@ -13,6 +13,8 @@ trained further. Reported: the training loss on the analysis batches before and 
 To first order the change is ``−α·⟨g, P_Ψ g⟩/B ≤ 0``; it shrinks as the network saturates.
 """
 
+import copy
+
 import torch
 import torch.nn.functional as F
 
@@ -24,8 +26,6 @@ def _loss(model, batches, loss_fn) -> float:
 
     The insertion's change (~α·B·V², often 1e-8) is below float32's resolution of a loss near 1 (ulp 1.2e-7).
     """
-    import copy
-
     m = copy.deepcopy(model).double().eval()
     with torch.no_grad():
         return sum(loss_fn(m(x.double() if x.is_floating_point() else x), y).item() for x, y in batches) / len(batches)

@@ -52,11 +52,3 @@ def audit_monitor(tracking: dict) -> Monitor | None:
         return None
     return Monitor(mon["rho_max"], mon["ref_factor"] * tracking["eps"], mon.get("stop_on_flag", False))
 
-
-def __getattr__(name: str):
-    """``Probe``: the deprecated name of :class:`Snapshot`, kept for one release (see :mod:`.base`)."""
-    from . import base
-
-    if name == "Probe":
-        return base.__getattr__(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,6 @@ convention (the standard cosine and D2 do).
 """
 
 import math
-import warnings
 from functools import cached_property
 from typing import ClassVar
 
@@ -36,7 +35,7 @@ INIT_MEASUREMENT_KEY = "probe_init"
 
 
 class Snapshot:
-    """The model at one measurement point on the fixed probe batches (formerly ``Probe``).
+    """The model at one measurement point on the fixed probe batches.
 
     Stream states, the method's credits and the exact BP reference, each computed lazily once and shared by
     every diagnostic.
@@ -233,11 +232,3 @@ class Tracker:
         snap = Snapshot(model, method, self.batches, self.eps)
         return {d.name: d.compute(snap) for d in due}
 
-
-def __getattr__(name: str):
-    """``Probe``: the deprecated name of :class:`Snapshot` (kept for one release)."""
-    if name == "Probe":
-        warnings.warn("depthaudit.diagnostics.Probe is now Snapshot; the old name goes in the next release",
-                      DeprecationWarning, stacklevel=2)
-        return Snapshot
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -160,9 +160,7 @@ class FreshBNull(Diagnostic):
         tr = snap.traces[0]
         null = []
         for i in range(self.draws):
-            fresh = method.redrawn(snap.model, derive_seed(self.seed, f"fresh-feedback-{i}"))
-            if hasattr(fresh, "to"):
-                fresh.to(device)
+            fresh = method.redrawn(snap.model, derive_seed(self.seed, f"fresh-feedback-{i}")).to(device)
             cs = [c.detach().float() for c in fresh.checked_credits(snap.model, tr, output_error(tr.logits, y))]
             null.append(standard_cosines(cs, ref, bp, snap.eps))
         t = torch.tensor(null, dtype=torch.float64)  # (draws, L+1)

@@ -7,10 +7,12 @@ mean *is* the card's Γ_l (the law the tests check). Stored: the mean, the 5/25/
 histogram), ``per_sample_cosine.png``.
 """
 
+# imports inside functions: matplotlib is imported only when the figure is drawn (import cost)
 import torch
 import torch.nn.functional as F
 
-from ..verdicts import mean_std
+from ..io import save_figure
+from ..verdicts import fmt_ms, mean_std
 from .base import Diagnostic, Snapshot, register
 
 PERCENTILES = (5, 25, 50, 75, 95)
@@ -77,7 +79,6 @@ class PerSampleCosine(Diagnostic):
         matplotlib.use("Agg")  # as every audit figure (report/figures.py)
         import matplotlib.pyplot as plt
 
-        from ..io import save_figure
 
         L1 = len(methods[0]["per_sample_cosine"])
         fig, axes = plt.subplots(1, L1, figsize=(2.6 * L1, 2.6), sharey=True, squeeze=False)
@@ -99,6 +100,4 @@ class PerSampleCosine(Diagnostic):
 
 
 def _f(ms: dict) -> str:
-    from ..verdicts import fmt_ms
-
     return fmt_ms(ms, ".2f")

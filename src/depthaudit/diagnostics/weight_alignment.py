@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from ..verdicts import mean_std
+from ..verdicts import fmt_ms, mean_std
 from .base import Diagnostic, Snapshot, register
 
 
@@ -78,8 +78,6 @@ class WeightAlignment(Diagnostic):
     @classmethod
     def section(cls, report: dict, table) -> tuple[str, str] | None:
         """One row per method with per-weight feedback: each block's ∠(W, Bᵀ) and ‖B‖/‖W‖."""
-        from ..verdicts import fmt_ms
-
         rows = [[m["method"], *(f"{fmt_ms(a, '.1f')}° / {fmt_ms(r, '.2f')}" for a, r in zip(
             m["weight_alignment"]["angle"], m["weight_alignment"]["ratio"], strict=True))]
                 for m in report["methods"] if m.get("weight_alignment")]

@@ -34,7 +34,6 @@ streams (CPU and CUDA) are the same bit for bit afterwards; the model is measure
 import contextlib
 import math
 import types
-import warnings
 from collections.abc import Sequence
 
 import torch
@@ -299,13 +298,6 @@ class CreditEvaluator:
         # every registered diagnostic, as the CLI's tracker plans it for every measurement (no functional ones)
         plan = {"every": 1, "d1_stat": d1_stat, "functional": None}
         self.diagnostics = [d for cls in registered() if (d := cls.from_plan(plan)) is not None]
-
-    @property
-    def last_probe(self):
-        """The deprecated name of :attr:`last_snapshot` (kept for one release)."""
-        warnings.warn("CreditEvaluator.last_probe is now last_snapshot; the old name goes in the next release",
-                      DeprecationWarning, stacklevel=2)
-        return self.last_snapshot
 
     def __call__(self) -> dict:
         """Measure now; the run (parameters, buffers, grads, RNG, modes) is left exactly as it was."""

@@ -15,8 +15,11 @@ card and figures, so it reads exactly like ``depthaudit audit``'s. ``step`` is w
 epoch or an optimizer step); the card's "epoch" columns show that unit.
 """
 
+# imports inside functions: report.figures (matplotlib) is imported only when a figure is shown (import cost)
+import base64
 import copy
 import hashlib
+import html
 import math
 import sys
 from pathlib import Path
@@ -28,7 +31,11 @@ from ..diagnostics.base import MEASUREMENT_KEY
 from ..diagnostics.identity import identity_stats
 from ..diagnostics.monitor import Monitor, check_values
 from ..errors import UsageError
+from ..experiments.audit import DEFINITIONS, SCHEMA, identity_summary, summarise_method
+from ..io import write_json, write_text
 from ..models.base import ResidualModel
+from ..provenance import provenance
+from ..report import audit_markdown, audit_terminal
 from ..verdicts import Thresholds, decision_table
 from .core import CreditEvaluator, bp_twin, untouched
 
@@ -172,9 +179,6 @@ class TrainingMonitor:
             seed: the run's seed (provenance).
             argv: the command line that produced the run (provenance).
         """
-        from ..experiments.audit import DEFINITIONS, SCHEMA, identity_summary, summarise_method
-        from ..provenance import provenance
-
         if not self.history:
             raise UsageError("the monitor has measured nothing yet; call mon.step(step) in your loop (or "
                              "mon.step(0, force=True) once) before asking for the report")
@@ -244,15 +248,11 @@ class TrainingMonitor:
         if self._report is None:
             return (f"TrainingMonitor of `{self.name}`: {len(self.history)} measurements so far; call "
                     "`mon.report(test_acc=…, frozen_acc=…)` for the card")
-        from ..report import audit_markdown
 
         return audit_markdown(self._report, {})
 
     def _repr_html_(self) -> str:
         """The card as Jupyter shows ``Result``'s (preformatted), with the figures inline once :meth:`write` ran."""
-        import base64
-        import html
-
         if self._report is None:
             return f"<p>{html.escape(self._repr_markdown_())}</p>"
         figs = self._report.get("figures") or {}
@@ -263,8 +263,6 @@ class TrainingMonitor:
 
     def card(self, report: dict | None = None) -> str:
         """The terminal report card, as ``depthaudit audit`` prints it."""
-        from ..report import audit_terminal
-
         return audit_terminal(self._need(report))
 
     def _need(self, report):
@@ -275,8 +273,6 @@ class TrainingMonitor:
 
     def write(self, out, report: dict | None = None) -> dict:
         """Write ``report.json``, ``report.md`` and the audit figures into ``out``; return the report."""
-        from ..io import write_json, write_text
-        from ..report import audit_markdown
         from ..report.figures import audit_figures
 
         report = self._need(report)

@@ -8,7 +8,15 @@ import torch
 
 from ..config import TrainConfig
 from ..data import DataBundle
-from ..diagnostics import INIT_MEASUREMENT_KEY, MEASUREMENT_KEY, ReferenceNorm, StreamNorms, registered
+from ..diagnostics import (
+    INIT_MEASUREMENT_KEY,
+    MEASUREMENT_KEY,
+    CKAToBP,
+    ReferenceNorm,
+    StreamNorms,
+    Tracker,
+    registered,
+)
 from ..diagnostics.identity import identity_over_seeds
 from ..fields import (
     arg,
@@ -19,12 +27,16 @@ from ..fields import (
     refuse,
     seeds_field,
 )
+from ..loop import build
 from ..methods import parse_method_spec
 from ..provenance import provenance
 from ..runner import probe_batch, run_slug, tracking_plan
+from ..runner import probe_batches as draw_probes
+from ..stores import read_record, unsealed
 from ..sweep import FolderStore, RunSpec, SweepStatus, run_sweep
 from ..verdicts import Thresholds, accuracy_gap_pp, check_d1, check_d2, check_d3, decision_table, mean_std
 from .resolve import resolve_sweep
+from .shallow import matched_shallow, shallow_config
 
 SCHEMA = "depthaudit.audit.v2"
 
@@ -186,8 +198,6 @@ def audit_specs(acfg: AuditConfig, data: DataBundle | None = None, runs_dir: Pat
     specs = []
     match = None
     if acfg.shallow_blocks and data is not None:
-        from .shallow import matched_shallow
-
         match = matched_shallow(acfg.base, data.input_shape, data.num_classes, acfg.shallow_blocks)
     for m in acfg.methods:
         for s in acfg.seeds:
@@ -203,8 +213,6 @@ def audit_specs(acfg: AuditConfig, data: DataBundle | None = None, runs_dir: Pat
                     str(Path(runs_dir) / run_slug(cfg, tracking) / "checkpoint.pt")
                 specs.append(RunSpec(f"{m}/{kind}/s{s}", cfg, tracking, checkpoint=ckpt))
             if match is not None:
-                from .shallow import shallow_config
-
                 cfg = shallow_config(replace(parse_method_spec(m, acfg.base)[1], seed=s), match)
                 specs.append(RunSpec(f"{m}/shallow/s{s}", cfg, None))
     return specs
@@ -233,8 +241,6 @@ def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=No
         if summary["method"] in ckas:
             summary["cka_to_bp"] = ckas[summary["method"]]
     if acfg.shallow_blocks:
-        from .shallow import matched_shallow
-
         match = matched_shallow(acfg.base, data.input_shape, data.num_classes, acfg.shallow_blocks)
         for summary, m in zip(methods, acfg.methods, strict=True):
             runs = [recs[f"{m}/shallow/s{s}"] for s in acfg.seeds]
@@ -262,10 +268,6 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
     ``runs_dir/<its folder>``. Empty when the audit has no ``bp`` or a checkpoint is missing (nothing is guessed);
     a diverged run (either twin) adds no seed.
     """
-    from ..diagnostics import CKAToBP, Tracker
-    from ..loop import build
-    from ..runner import probe_batches as draw_probes
-
     if "bp" not in methods:
         return {}
 
@@ -335,8 +337,6 @@ def report_mismatch(report: dict, runs_root: Path) -> str | None:
     Each method's summary is computed again from the records its ``runs`` name (``runs_root/<slug>/result.json``),
     and the decision table from those summaries; a report whose records are not all at hand is not checked.
     """
-    from ..stores import read_record, unsealed
-
     th = Thresholds(**report["thresholds"])
     again = []
     for m in report["methods"]:

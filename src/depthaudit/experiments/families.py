@@ -23,14 +23,19 @@ decorator instantiates a class it is given.
 Nothing here imports torch at module level (``--help`` builds ``--family``'s choices from this registry).
 """
 
+# imports inside functions: torch-loading modules are imported where used: the CLI's parser reads the families here
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
 from ..io import why_not_a_file
 from ..registry import Registry
+from ..seeds import derive_seed
+from ..stores import FileStore
 
 
 class _FamilyRegistry(Registry):
@@ -162,10 +167,6 @@ class DepthFamily:
 
     def saturation_store(self, cfg, out, name: str, sha: str | None):
         """The sweep's store ``out/saturation_{part}_{name}.json``: the shared identity and the family's entries."""
-        from pathlib import Path
-
-        from ..stores import FileStore
-
         ident = {"family": self.name, "data": name, "data_sha256": sha, "epochs": cfg.epochs, "seed": cfg.seed,
                  "batch_size": cfg.batch_size, "lr": cfg.lr, "weight_decay": cfg.weight_decay,
                  "analysis_batches": cfg.analysis_batches, **self.saturation_identity(cfg)}
@@ -291,14 +292,11 @@ class ResNetFamily(DepthFamily):
 
     def grow_arm(self, cfg, data, log, argv, t0) -> dict:
         """Plain backprop; extra block i joins at the end of stage i mod 3."""
-        import time
-
         import torch
 
         from ..loop import evaluate, fit, plain_step
         from ..models.resnet import ResNetCIFAR
         from ..provenance import provenance
-        from ..seeds import derive_seed
 
         device = torch.device(cfg.device)
         grown = cfg.arm == "grown"
@@ -438,14 +436,11 @@ class ResMLPFamily(DepthFamily):
 
     def grow_arm(self, cfg, data, log, argv, t0) -> dict:
         """The audit's recipe under the method; new blocks join on top of the stream from an epoch-start hook."""
-        import time
-
         import torch
 
         from ..depth.insert import insert_zero_block
         from ..loop import evaluate, train
         from ..provenance import provenance
-        from ..seeds import derive_seed
 
         grown, inserted = cfg.arm == "grown", 0
 
@@ -509,8 +504,6 @@ class PretrainedFamily(DepthFamily):
         return cfg
 
     def check(self, cfg, command: str) -> None:
-        from pathlib import Path
-
         if cfg.text is not None and not Path(cfg.text).is_file():
             raise UsageError(f"--text {cfg.text}: {why_not_a_file(cfg.text)}; give a UTF-8 text file or a .npy "
                              "token file")
@@ -524,16 +517,10 @@ class PretrainedFamily(DepthFamily):
                 check_hf(m, cfg.revision, cfg.context)
 
     def load(self, cfg, command: str, data=None):
-        from pathlib import Path
-
         return None, Path(cfg.text).stem if cfg.text else "pydoc", None
 
     def saturation_store(self, cfg, out, name: str, sha: str | None):
         """The cross-model store (its identity names the text and the continued pretraining, not a dataset)."""
-        from pathlib import Path
-
-        from ..stores import FileStore
-
         text_name = Path(cfg.text).stem if cfg.text else "pydoc"
         ident = {"family": "hf", "data": text_name, "text": cfg.text, "revision": cfg.revision,
                  "context": cfg.context, "continue_steps": cfg.continue_steps, "continue_lr": cfg.continue_lr,

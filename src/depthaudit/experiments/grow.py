@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import resolve_device
+from ..config import TrainConfig, resolve_device
+from ..data import load_data
 from ..fields import arg, check_ranges, check_types, like, refuse
+from ..methods import parse_method_spec
 from .cell import Cell
 from .families import FAMILIES
 from .saturation import SaturationConfig, family_batches, family_help, family_names, family_widths, resolve_budget
@@ -118,9 +120,6 @@ class GrowRun(Cell):
 
     def recipe(self):
         """Resmlp family: this arm's recipe run config (grown: starts at ``base_blocks``)."""
-        from ..config import TrainConfig
-        from ..methods import parse_method_spec
-
         blocks = self.base_blocks + (0 if self.arm == "grown" else self.extra)
         base = TrainConfig(dataset=self.dataset, data_dir=self.data_dir, arch=self.arch, d_hidden=self.d_hidden,
                            num_blocks=blocks, epochs=self.epochs, stop_after=self.stop_after,
@@ -137,8 +136,6 @@ def default_schedule(extra: int, epochs: int) -> tuple[int, ...]:
 
 def run_arm(spec, data=None, log=None, argv=None) -> dict:
     """Train one arm and return its record (per-epoch test accuracy/loss, final train loss): the family's grow_arm."""
-    from ..data import load_data
-
     cfg: GrowRun = spec.cfg
     device = torch.device(cfg.device)
     if data is None:

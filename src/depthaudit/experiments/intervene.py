@@ -5,13 +5,50 @@ The evidence it produces: whether the penalty restores D1/D2 (Mode 1) and whethe
 cosines (Mode 2) move with it — reported as measured, whatever the data say.
 """
 
-from dataclasses import replace
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..fields import refuse
 from ..sweep import FolderStore, SweepStatus, run_sweep
 from .audit import AuditConfig, audit_specs, run_audit
 
 LAMBDAS = (0.0, 1e-4, 1e-2, 1e-1)
+
+
+@dataclass(frozen=True)
+class InterveneConfig:
+    """The audit ``audit`` at every λ of ``lambdas`` (default: the reference's grid); it owns its rules.
+
+    ``penalty=x`` is shorthand for ``lambdas=(0, x)`` (resolved into ``lambdas``; give one of them). λ comes from
+    the grid only: a base ``scale_penalty`` is refused. The grid is counted once, in the order given.
+    """
+
+    audit: AuditConfig
+    lambdas: tuple[float, ...] | None = None
+    penalty: float | None = None
+
+    def __post_init__(self):
+        if self.penalty is not None and self.lambdas is not None:
+            raise refuse(self, f"{{penalty}} {self.penalty:g} is shorthand for {{lambdas}} 0 {self.penalty:g}; "
+                         "give one of them")
+        if self.audit.base.scale_penalty:
+            raise refuse(self, f"{{scale_penalty}} {self.audit.base.scale_penalty:g}: intervene sets λ from "
+                         "{lambdas} (or {penalty}); drop {scale_penalty}")
+        lams = LAMBDAS if self.lambdas is None else self.lambdas
+        lams = (0.0, self.penalty) if self.penalty is not None else (lams,) if isinstance(lams, int | float) else lams
+        if any(isinstance(x, bool) or not isinstance(x, int | float) or not (x >= 0 and math.isfinite(x))
+               for x in lams):
+            raise refuse(self, f"{{lambdas}} must be numbers >= 0, got {list(lams)}")
+        if not lams:  # refused before the folder is claimed
+            raise refuse(self, "{lambdas} is empty; give one or more λ >= 0, e.g. (0.0, 0.01)")
+        object.__setattr__(self, "lambdas", tuple(dict.fromkeys(float(x) for x in lams)))
+        object.__setattr__(self, "penalty", None)  # resolved into the grid: one config for one grid
+
+    @property
+    def base(self):
+        """The audit's base run config."""
+        return self.audit.base
 
 
 def _row(m: dict) -> dict:

@@ -4,11 +4,12 @@ k = 0 is exactly the audit's frozen-blocks baseline config (``train_blocks="none
 its full config (``"all"``); 0 < k < L use ``"last:k"``.
 """
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from ..config import LEGACY, TrainConfig
 from ..diagnostics import MEASUREMENT_KEY, CreditCosine, ReferenceNorm, StreamNorms
+from ..errors import UsageError
 from ..fields import arg, methods_field, probe_batch_size_field, probe_batches_field, refuse, seeds_field
 from ..methods import parse_method_spec
 from ..runner import tracking_plan
@@ -16,6 +17,7 @@ from ..stores import EXPECTED
 from ..sweep import FileStore, RunSpec
 from ..verdicts import Thresholds, mean_std
 from .resolve import resolve_sweep
+from .shallow import matched_shallow, shallow_config
 
 SCHEMA = "depthaudit.ladder.v1"
 
@@ -71,8 +73,6 @@ def ladder_specs(lc: LadderConfig, data=None) -> list[RunSpec]:
                                                 train_blocks=blocks_for(k, lc.base.num_blocks)), tracking)
              for m in lc.methods for k in lc.k_values for s in lc.seeds]
     if lc.shallow_blocks and data is not None:
-        from .shallow import matched_shallow, shallow_config
-
         match = matched_shallow(lc.base, data.input_shape, data.num_classes, lc.shallow_blocks)
         specs += [RunSpec(f"{m}/shallow/s{s}", shallow_config(replace(parse_method_spec(m, lc.base)[1], seed=s),
                                                                match)) for m in lc.methods for s in lc.seeds]
@@ -107,10 +107,6 @@ def placed_in_ladder(identity: dict, key: str, config: dict) -> str | None:
     the record's config must hold: a record swapped with another rung's, or copied from a ladder of another ``lr``,
     is caught here even where it predates the record's own note of its place (:data:`~depthaudit.stores.STORED_IN`).
     """
-    from dataclasses import fields
-
-    from ..errors import UsageError
-
     parts = key.split("/")
     if len(parts) != 3 or not parts[2][1:].lstrip("-").isdigit() or not (parts[1] == "shallow"
                                                                            or parts[1][1:].isdigit()):

@@ -20,7 +20,10 @@ import time
 import numpy as np
 import torch
 
-from ..config import derive_seed
+from ..loop import evaluate
+from ..models.gpt import lm_loss
+from ..models.resmlp import MLPBlock
+from ..seeds import derive_seed
 
 
 def attach(layers, pos: int, block: torch.nn.Module) -> list:
@@ -44,9 +47,6 @@ def attach(layers, pos: int, block: torch.nn.Module) -> list:
 
 def grow_arms(model, hf, data, cfg, sig: dict, x_eval, y_eval, log=None) -> dict:
     """Train the three arms for ``cfg.grow_steps`` steps; the record of each (positions, losses, V, timings)."""
-    from ..loop import evaluate
-    from ..models.gpt import lm_loss
-
     log = log or (lambda m: None)
     v = sig["V"]
     hi = max(range(len(v)), key=lambda i: (v[i], -i))
@@ -109,8 +109,6 @@ def grow_arms(model, hf, data, cfg, sig: dict, x_eval, y_eval, log=None) -> dict
 
 def candidate_block(d: int, ratio: int, seed: int, pos: int):
     """The zero-output pre-LN MLP block of position ``pos`` (``fc2 = 0``), drawn from ``seed``: V's and growth's."""
-    from ..models.resmlp import MLPBlock
-
     gen = torch.Generator().manual_seed(derive_seed(seed, f"hf-candidate{pos}") % 2**31)
     blk = MLPBlock(d, ratio, gen, "ref")
     with torch.no_grad():

@@ -21,9 +21,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..config import derive_seed
+from ..data.text import _default_text, load_text
+from ..depth.growth import activation_gradients, separated_test
+from ..depth.importance import StreamScores, depth_importance
+from ..depth.insert import block_features
+from ..errors import UsageError
+from ..loop import evaluate, fit, plain_step
+from ..models.gpt import lm_loss
+from ..models.hf import HFStream, check_context, load_model
 from ..provenance import provenance
+from ..seeds import derive_seed
 from .cell import Cell
+from .lm_grow import candidate_block, grow_arms
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,9 +66,6 @@ class PretrainedRun(Cell):
 
 def tokens_for(text: str | None, tokenizer, vocab: int, model: str) -> tuple[np.ndarray | None, str]:
     """``(token ids, source)`` of the text with the model's tokenizer (None ids: a .npy file is read as is)."""
-    from ..data.text import _default_text
-    from ..errors import UsageError
-
     if text is not None and text.endswith(".npy"):
         return None, text
     if tokenizer is None:
@@ -98,9 +104,6 @@ def window_bos(tokenizer) -> int | None:
 
 def candidate_features(d: int, ratio: int, seed: int, device):
     """``feature_fn(l, h)``: ``[ψ(h), 1]`` of a zero-output pre-LN MLP block drawn from ``seed`` for position l."""
-    from ..depth.insert import block_features
-    from .lm_grow import candidate_block
-
     blocks = {}
 
     def feature_fn(pos, h):
@@ -113,18 +116,11 @@ def candidate_features(d: int, ratio: int, seed: int, device):
 
 def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
     """Sweep runner for one model: load, (continue), measure on held-out windows, return the record."""
-    from ..data.text import load_text
-    from ..depth.growth import activation_gradients, separated_test
-    from ..loop import evaluate, fit, plain_step
-    from ..models.gpt import lm_loss
-    from ..models.hf import HFStream, load_model
-
     cfg: PretrainedRun = spec.cfg
     device = torch.device(cfg.device)
     t0 = time.perf_counter()
     log = log or (lambda m: None)
     hf, tok, source = load_model(cfg.model, cfg.revision, device)
-    from ..models.hf import check_context
 
     check_context(hf.config, cfg.context, cfg.model)  # (a .gguf's positions are known only now)
     timing = {"load_s": round(time.perf_counter() - t0, 3)}
@@ -166,8 +162,6 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
     t1 = time.perf_counter()
     scores = None
     if cfg.importance is not None:
-        from ..depth.importance import StreamScores
-
         scores = StreamScores((1, *cfg.importance))
     sig = activation_gradients(model, batches, feature_fn=candidate_features(d, cfg.mlp_ratio, cfg.seed, device),
                                loss_fn=lm_loss, observe=scores)
@@ -178,8 +172,6 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
     sig["positions_per_batch"] = int(batches[0][0].numel())
     sig["candidate_features"] = cfg.mlp_ratio * d + 1
     if scores is not None:
-        from ..depth.importance import depth_importance
-
         t1 = time.perf_counter()
         log(f"  {cfg.model}: depth importance: one forward pass over the windows per removal (AG took "
             f"{timing['signal_s']:.0f} s)")
@@ -187,8 +179,6 @@ def run_pretrained(spec, data=None, log=None, argv=None) -> dict:
                                              cfg.bootstrap, derive_seed(cfg.seed, "bootstrap") % 2**31, log)
         timing["importance_s"] = round(time.perf_counter() - t1, 3)
     if cfg.grow_steps:
-        from .lm_grow import grow_arms
-
         t1 = time.perf_counter()
         rec["grow"] = grow_arms(model, hf, data, cfg, sig, x_te, y_te, log)
         timing["grow_s"] = round(time.perf_counter() - t1, 3)

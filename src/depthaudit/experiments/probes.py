@@ -4,6 +4,7 @@
 :mod:`.toward_bp`'s credit-mix α sweep and BP warm start, and writes the report).
 """
 
+# imports inside functions: methods (torch) is imported where used: the CLI's parser reads this config
 from dataclasses import dataclass
 
 from ..config import TrainConfig
@@ -41,9 +42,7 @@ class ProbesConfig:
     @property
     def label(self) -> str:
         """The method's canonical spec (``fa``, ``fa:head=exact``): its row and file names."""
-        from ..methods.specs import MethodSpec
-
-        return MethodSpec(self.base.method, self.base.method_options.items()).label
+        return self.base.method_spec.label
 
     @property
     def tag(self) -> str:

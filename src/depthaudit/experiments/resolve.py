@@ -5,8 +5,10 @@ defaults and refuses what cannot run here, in one line naming the field as the c
 (:class:`~depthaudit.errors.ConfigError`).
 """
 
+# imports inside functions: methods (torch) is imported where used: the CLI's parser reads the configs that use this
 from dataclasses import replace
 
+from ..errors import ConfigError
 from ..fields import check_ranges, check_seeds, check_types, refuse
 
 
@@ -42,8 +44,11 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
         specs = resolve_methods(cfg.methods)
         if not specs:
             raise refuse(cfg, "{methods} is empty; give at least one credit method (e.g. bp)")
-        for m in specs:  # each row's options checked now, before any data loads
-            parse_method_spec(m, cfg.base)
+        for m in specs:  # each row's options checked now (by the run config), before any data loads
+            try:
+                parse_method_spec(m, cfg.base)
+            except ConfigError as exc:  # named as this caller gave it: methods (--methods), not method_options
+                raise exc.renamed("method_options", f"{{methods}} entry {str(m)!r}") from None
         object.__setattr__(cfg, "methods", specs)
     k = getattr(cfg, "shallow_blocks", 0)
     if k and not 1 <= k < base.num_blocks:

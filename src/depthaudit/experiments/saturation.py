@@ -20,12 +20,17 @@ import torch
 import torch.nn.functional as F
 
 from ..config import DEFAULT_EPOCHS, TrainConfig, resolve_device
+from ..data import DATASETS
 from ..depth.growth import activation_gradients, credit_signal, separated_test
+from ..depth.matched import gradient_matched
 from ..fields import arg, check_ranges, check_types, like, refuse
+from ..methods import parse_method_spec
 from ..provenance import provenance
 from ..seeds import derive_seed
+from ..stores import RunSpec
 from .cell import Cell
 from .families import FAMILIES, DepthFamily
+from .pretrained import PretrainedRun, run_pretrained
 
 
 def family_names(growable: bool = False):
@@ -62,8 +67,6 @@ def resolve_budget(cfg) -> None:
     ``epochs=None`` is the dataset's (CIFAR 100, others 20; a text family :data:`~depthaudit.config.DEFAULT_EPOCHS`);
     ``stop_after`` trains the first N epochs of it (1..epochs).
     """
-    from ..data import DATASETS
-
     if cfg.epochs is None:
         text = FAMILIES.get(cfg.family).reads_text
         budget = DEFAULT_EPOCHS if text else DATASETS.meta(cfg.dataset).get("epochs", DEFAULT_EPOCHS)
@@ -163,11 +166,7 @@ class SaturationConfig:
         A depth is run by :func:`run_depth` (which asks the family to build and train it), a pretrained model
         (the ``hf`` family) by :func:`depthaudit.experiments.pretrained.run_pretrained`.
         """
-        from ..stores import RunSpec
-
         if FAMILIES.get(self.family).pretrained:
-            from .pretrained import PretrainedRun, run_pretrained
-
             return [RunSpec(m, PretrainedRun(config=self, model=m), runner=run_pretrained) for m in self.model]
         return [RunSpec(f"N{n}", self.run(n), runner=run_depth) for n in dict.fromkeys(self.extra)]
 
@@ -193,8 +192,6 @@ class SaturationRun(Cell):
 
     def recipe(self):
         """Resmlp family: the audit recipe's run config of this depth (method options from the spec)."""
-        from ..methods import parse_method_spec
-
         base = TrainConfig(dataset=self.dataset, data_dir=self.data_dir, arch=self.arch, d_hidden=self.d_hidden,
                            num_blocks=self.base_blocks + self.extra, epochs=self.epochs, stop_after=self.stop_after,
                            batch_size=self.batch_size,
@@ -214,8 +211,6 @@ def _analysis_batches(data, cfg: SaturationRun, device) -> list:
 
 def run_depth(spec, data=None, log=None, argv=None) -> dict:
     """Sweep runner for one depth: train, measure, return the record (a diverged run is recorded unmeasured)."""
-    from ..depth.matched import gradient_matched
-
     cfg: SaturationRun = spec.cfg
     family = FAMILIES.get(cfg.family)
     device = torch.device(cfg.device)

@@ -1,8 +1,12 @@
 """Credit methods, looked up by name in :data:`METHODS`; register your own the same way."""
 
+from dataclasses import replace
+
+from ..seeds import derive_seed
 from .base import METHODS, CreditMethod
 from .bp import BP
 from .credit_bridge import CreditBridge
+from .credit_mix import CreditMix
 from .dfa import DFA
 from .dkp import DirectKolenPollack
 from .drtp import DRTP
@@ -11,7 +15,7 @@ from .fa import FA
 from .fa_stream import FAStream
 from .forward_grad import ForwardGradient
 from .kp import KolenPollack
-from .options import Option
+from .options import Option, resolve
 from .pfa import ProductFA
 from .sign import BRSF, FRSF, USF
 from .sign_dfa import SignDFA
@@ -30,19 +34,13 @@ def build_method(name: str, model, seed: int, credit_mix: float | None = None, c
     """Build a registered method for ``model``: ``METHODS.get(name)(model, feedback_seed, **options)``.
 
     ``seed`` is the run's seed (the feedback seed is derived from it); ``options`` are the method's own
-    (validated against its declaration, defaults filled in), or those of the run config ``cfg``. With
+    (validated against its declaration, defaults filled in), else those the run config ``cfg`` resolved. With
     ``credit_mix`` the method is wrapped in a :class:`CreditMix` toward BP.
     """
-    from ..seeds import derive_seed
-    from .credit_mix import CreditMix
-    from .options import resolve
-
     cls = METHODS.get(name)
-    given = options if options is not None else (cfg.method_options if cfg is not None else {})
-    method = cls(model, derive_seed(seed, "feedback"), **resolve(name, cls, dict(given)))
-    device = next(model.parameters()).device
-    if hasattr(method, "to"):
-        method.to(device)
+    opts = cfg.method_options if options is None and cfg is not None else resolve(name, cls, dict(options or {}))
+    method = cls(model, derive_seed(seed, "feedback"), **opts)
+    method.to(next(model.parameters()).device)
     return method if credit_mix is None else CreditMix(method, credit_mix)
 
 
@@ -53,14 +51,5 @@ def parse_method_spec(spec, base, flags: dict | None = None):
     a yes/no option) or an already parsed :class:`MethodSpec`. ``flags`` are options set by generated flags
     (``{"fa-head": "exact"}``), applied to every method that declares them unless the spec sets them itself.
     """
-    from dataclasses import replace
-
-    from ..errors import UsageError
-
-    ms = spec if isinstance(spec, MethodSpec) else parse_spec(spec)
-    if flags:
-        ms = with_flags(ms, flags)
-    try:  # the run config resolves and checks every option (one place)
-        return ms.name, replace(base, method=ms.name, method_options=dict(ms.given))
-    except UsageError as exc:
-        raise UsageError(f"method spec {str(spec)!r}: {exc}") from None
+    ms = with_flags(parse_spec(spec), flags) if flags else parse_spec(spec)
+    return ms.name, replace(base, method=ms.name, method_options=dict(ms.given))  # the config checks the options

@@ -1,11 +1,12 @@
 """The credit-method interface: turn the output error into a credit at every stream position."""
 
+import copy
 import re
-import warnings
 from typing import ClassVar
 
 import torch
 
+from ..errors import UsageError
 from ..models.base import ResidualModel
 from ..recipe import Trace, local_update, output_error, readout_pass, trace_forward
 from ..registry import Registry
@@ -50,6 +51,11 @@ class CreditMethod:
     # ``--{name}-{key}``, validated from the declaration, passed to ``__init__`` as keywords, stored in every
     # result's ``method_options``; each is kept on the instance as the attribute of the same name
     options: ClassVar[dict[str, Option]] = {}
+    # the method's state, saved with checkpoints, stacked, moved and re-keyed on growth by this class's
+    # state_dict/load_state_dict/to: each attribute named is a dict of tensors, stored under its keys plus the
+    # suffix given; each counter attribute an int, stored as the one key given
+    state_tensors: ClassVar[dict[str, str]] = {}
+    state_counters: ClassVar[dict[str, str]] = {}
 
     def __init__(self, model: ResidualModel, seed: int):
         self.seed = seed
@@ -93,33 +99,11 @@ class CreditMethod:
         """Train the method's own auxiliary network on this batch before its credits are taken (default: none)."""
 
     def measure_credits(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor):
-        """``(states, credits)`` on a batch without touching any ``.grad`` (for diagnostics; draws lazy feedback).
-
-        Formerly ``probe``: a subclass that still overrides ``probe`` is honoured.
-        """
-        if type(self).probe is not CreditMethod.probe:
-            return self.probe(model, x, y)
-        return self._measured_credits(model, x, y)
-
-    def _measured_credits(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor):
+        """``(states, credits)`` on a batch without touching any ``.grad`` (for diagnostics; draws lazy feedback)."""
         tr = trace_forward(model, x, input_grad=self.needs_input_grad, cache=self.needs_cache)
         readout_pass(tr, y, accumulate=False)
         cs = self.checked_credits(model, tr, output_error(tr.logits, y))
         return tr.states, [c.detach() for c in cs]
-
-    def probe(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor):
-        """The deprecated name of :meth:`measure_credits` (kept for one release)."""
-        warnings.warn("CreditMethod.probe is now measure_credits; the old name goes in the next release",
-                      DeprecationWarning, stacklevel=2)
-        if type(self).measure_credits is not CreditMethod.measure_credits:
-            return self.measure_credits(model, x, y)
-        return self._measured_credits(model, x, y)
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "probe" in cls.__dict__:  # a plug-in written before the rename: still used, named once
-            warnings.warn(f"{cls.__qualname__} overrides CreditMethod.probe, now named measure_credits; rename the "
-                          "override (the old name goes in the next release)", DeprecationWarning, stacklevel=2)
 
     def epoch_stats(self) -> dict:
         """Per-epoch figures of the method's own learning (e.g. an auxiliary network's loss); ``{}`` for none."""
@@ -141,8 +125,6 @@ class CreditMethod:
         method that draws on first use draws them then). A method without state returns itself. Methods whose
         state is not indexed that way (an auxiliary network conditioned on L) refuse.
         """
-        from ..errors import UsageError
-
         old = self.state_dict()
         if self.growable and not old and not self.random_feedback:
             return self
@@ -153,8 +135,7 @@ class CreditMethod:
         state = fresh.state_dict()
         state.update({_shift(k, position): v for k, v in old.items()})
         fresh.load_state_dict(state)
-        device = next(model.parameters()).device
-        return fresh.to(device) if hasattr(fresh, "to") else fresh
+        return fresh.to(next(model.parameters()).device)
 
     def after_step(self, model: ResidualModel, lr: float = 0.0, weight_decay: float = 0.0) -> None:
         """Called after the optimizers step with that step's lr and weight decay (learning feedback)."""
@@ -165,13 +146,10 @@ class CreditMethod:
 
         ``model`` is the stacked model; ``trains[group]`` is the (R,) mask of runs whose group trains.
         """
-        import copy
-
         stacked = copy.deepcopy(methods[0])
         states = [m.state_dict() for m in methods]
-        stacked.load_state_dict({k: torch.stack([s[k] for s in states]) for k in states[0]})
-        device = next(model.parameters()).device
-        return stacked.to(device) if hasattr(stacked, "to") else stacked
+        stacked.load_state_dict({k: torch.stack([s[k] for s in states]) for k in states[0]}, check=False)
+        return stacked.to(next(model.parameters()).device)
 
     def unstack(self, methods: list["CreditMethod"], runs: list[int] | None = None) -> None:
         """Write run r's slice of this stacked method's state back into ``methods[r]`` (all runs or ``runs``)."""
@@ -180,8 +158,42 @@ class CreditMethod:
             methods[r].load_state_dict({k: v[r] for k, v in state.items()})
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Feedback tensors to save with a checkpoint."""
-        return {}
+        """The declared state (:attr:`state_tensors`, :attr:`state_counters`) as CPU copies, for checkpoints."""
+        out = {k + sfx: v.detach().cpu().clone() for attr, sfx in self.state_tensors.items()
+               for k, v in getattr(self, attr).items()}
+        return {**out, **{key: torch.tensor(getattr(self, attr)) for attr, key in self.state_counters.items()}}
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+    def load_state_dict(self, state: dict[str, torch.Tensor], check: bool = True) -> None:
+        """Restore what :meth:`state_dict` returned, onto the device each tensor is on (the stream's), else as stored.
+
+        A tensor the method already holds must come back in its shape and none may be missing (one
+        :class:`~depthaudit.errors.UsageError` naming the first misfit); ``check=False`` lets :meth:`stack` put
+        stacked (R, …) tensors in. Stacked runs write each run's slice back through here before its tracker
+        measures it: on a GPU the slice must land where the run's stream is, not on a CPU copy.
+        """
+        keyed = sorted(self.state_tensors.items(), key=lambda a: -len(a[1]))  # longest suffix claims first
+        counters = set(self.state_counters.values())
+        parts: dict[str, dict] = {attr: {} for attr in self.state_tensors}
+        for key, v in state.items():
+            attr = next((a for a, sfx in keyed if key.endswith(sfx) and key not in counters), None)
+            if attr is not None:
+                parts[attr][key[:len(key) - len(self.state_tensors[attr])]] = v
+        misfits = [f"{k} is {tuple(new[k].shape)}, not {tuple(v.shape)}" if k in new else f"{k} is missing"
+                   for attr, new in parts.items() for k, v in getattr(self, attr).items()
+                   if check and (k not in new or new[k].shape != v.shape)]
+        if misfits:
+            raise UsageError(f"{type(self).__name__} state does not fit this method ({len(misfits)} misfits, "
+                             f"first: {misfits[0]}); load the state of the same method on the same model")
+        for attr, new in parts.items():
+            old = getattr(self, attr)
+            dev = next(iter(old.values())).device if old else None
+            setattr(self, attr, {k: v.to(old[k].device if k in old else dev, copy=True) if dev else v.clone()
+                                 for k, v in new.items()})
+        for attr, key in self.state_counters.items():
+            setattr(self, attr, int(state.get(key, 0)))
+
+    def to(self, device) -> "CreditMethod":
+        """Move the declared state tensors to ``device``."""
+        for attr in self.state_tensors:
+            setattr(self, attr, {k: v.to(device) for k, v in getattr(self, attr).items()})
+        return self

@@ -22,6 +22,7 @@ class DFA(CreditMethod):
     random_feedback = True
     stackable = True
     graphable = True
+    state_tensors = {"feedback": ""}  # B0..BL, saved, stacked and moved by CreditMethod
 
     def __init__(self, model: ResidualModel, seed: int):
         super().__init__(model, seed)
@@ -40,20 +41,3 @@ class DFA(CreditMethod):
             self._draw(tr.states, e.shape[1])
         return [(e @ self.feedback[f"B{i}"].mT).view_as(h) for i, h in enumerate(tr.states)]
 
-    def state_dict(self):
-        """The fixed projections."""
-        return {k: v.detach().cpu().clone() for k, v in self.feedback.items()}
-
-    def load_state_dict(self, state):
-        """Restore the projections onto the device they were drawn on (the stream's), else as stored.
-
-        Stacked runs write each run's slice back through here before its tracker measures it: on a GPU the
-        slice must land where the run's stream is, not on the CPU copy :meth:`state_dict` made.
-        """
-        dev = next(iter(self.feedback.values())).device if self.feedback else None
-        self.feedback = {k: v.to(dev, copy=True) if dev is not None else v.clone() for k, v in state.items()}
-
-    def to(self, device) -> "DFA":
-        """Move the projections to ``device``."""
-        self.feedback = {k: v.to(device) for k, v in self.feedback.items()}
-        return self

@@ -44,10 +44,6 @@ class EP(CreditMethod):
     def __init__(self, model: ResidualModel, seed: int, beta: float = 0.5, steps: int = 20, step_size: float = 0.5,
                  credit: str = "state"):
         super().__init__(model, seed)
-        if not beta > 0 or steps < 1 or not step_size > 0:
-            raise UsageError("--ep-beta and --ep-step-size must be > 0 and --ep-steps >= 1")
-        if credit not in CREDITS:
-            raise UsageError(f"--ep-credit {credit!r} not known; use one of {', '.join(CREDITS)}")
         self.beta, self.steps, self.step_size, self.credit = float(beta), int(steps), float(step_size), credit
 
     def _energy(self, model: ResidualModel, h0: torch.Tensor, hs: list[torch.Tensor], y: torch.Tensor):

@@ -24,6 +24,7 @@ class FA(CreditMethod):
     random_feedback = True
     stackable = True
     graphable = True
+    state_tensors = {"feedback": ""}  # block<l>.<name>, readout.<name>
     options = {"head": Option("feedback", "readout credit: feedback = Lillicrap's rule | exact = true gradient",
                               choices=("feedback", "exact"), flag="fa-head", legacy="fa_head")}
     needs_cache = True
@@ -51,8 +52,6 @@ class FA(CreditMethod):
 
     def set_head(self, head: str) -> None:
         """``feedback`` (default) or ``exact``: the latter passes the true loss gradient through the readout."""
-        if head not in ("feedback", "exact"):
-            raise UsageError(f"--fa-head {head!r} not known; use feedback or exact")
         self.head = head
         self.needs_input_grad = head == "exact"  # the exact c_L comes from the readout's own backward
 
@@ -106,17 +105,3 @@ class FA(CreditMethod):
             return onebackward.head(h, model.readout(hd), lambda g: model.readout.fa_vjp(hd, g, fbs["readout"]))
 
         return onebackward.step(model, x, y, groups, block, readout if self.head == "feedback" else None)
-
-    def state_dict(self):
-        """The fixed feedback matrices."""
-        return {k: v.detach().cpu().clone() for k, v in self.feedback.items()}
-
-    def load_state_dict(self, state):
-        """Restore feedback matrices onto the device they were on."""
-        for k in self.feedback:
-            self.feedback[k] = state[k].to(self.feedback[k].device)
-
-    def to(self, device) -> "FA":
-        """Move the feedback to ``device``."""
-        self.feedback = {k: v.to(device) for k, v in self.feedback.items()}
-        return self

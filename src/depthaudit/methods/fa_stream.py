@@ -28,14 +28,13 @@ class FAStream(CreditMethod):
     random_feedback = True
     stackable = True
     graphable = True
+    state_tensors = {"feedback": ""}  # B1..BL
     fast = True  # step takes the one-backward path (methods/onebackward.py) wherever it applies
     options = {"identity": Option(False, "keep the residual identity path, c + c·Bᵀ", legacy="fa_stream_identity"),
                "scale": Option(1.0, "B_l ~ N(0, s²/d)", lo=0, legacy="fa_stream_scale")}
 
     def __init__(self, model: ResidualModel, seed: int, identity: bool = False, scale: float = 1.0):
         super().__init__(model, seed)
-        if not scale >= 0:
-            raise UsageError(f"--fa-stream-scale must be >= 0, got {scale}")
         self.identity, self.scale, self.dim = bool(identity), float(scale), getattr(model, "feature_dim", -1)
         self.feedback: dict[str, torch.Tensor] = {}
         self.num_blocks = len(model.blocks)
@@ -85,21 +84,3 @@ class FAStream(CreditMethod):
             return onebackward.link(h, blk(h.detach()), lambda g: self._down(i, g), self.identity, runs)
 
         return onebackward.step(model, x, y, groups, block)
-
-    def state_dict(self):
-        """The fixed d×d matrices."""
-        return {k: v.detach().cpu().clone() for k, v in self.feedback.items()}
-
-    def load_state_dict(self, state):
-        """Restore the matrices onto the device they were drawn on (the stream's), else as stored.
-
-        Stacked runs write each run's slice back through here before its tracker measures it: on a GPU the
-        slice must land where the run's stream is, not on the CPU copy :meth:`state_dict` made.
-        """
-        dev = next(iter(self.feedback.values())).device if self.feedback else None
-        self.feedback = {k: v.to(dev, copy=True) if dev is not None else v.clone() for k, v in state.items()}
-
-    def to(self, device) -> "FAStream":
-        """Move the matrices to ``device``."""
-        self.feedback = {k: v.to(device) for k, v in self.feedback.items()}
-        return self

@@ -43,6 +43,7 @@ class ForwardGradient(CreditMethod):
     """``c_l = (∇_{h_l}ℓ · v) v`` per example from forward-mode jvps: unbiased for BP's credit."""
 
     name = "fg"
+    state_counters = {"t": STEP_KEY}  # the tangents are drawn from it
     options = {"tangent": Option("gaussian", "tangent distribution", choices=("gaussian", "rademacher")),
                "samples": Option(1, "tangents averaged per credit (K)", lo=1)}
 
@@ -58,9 +59,7 @@ class ForwardGradient(CreditMethod):
         out = []
         for pos, h in enumerate(tr.states):
             def loss_from(hh, pos=pos):  # ℓ_b of every example from position pos on, (B,)
-                for blk in model.blocks[pos:]:
-                    hh = hh + blk(hh)
-                return F.cross_entropy(model.readout(hh), tr.y, reduction="none")
+                return F.cross_entropy(model.readout(model.stream(hh, pos)[-1]), tr.y, reduction="none")
 
             c = torch.zeros_like(h)
             with torch.no_grad():
@@ -73,11 +72,3 @@ class ForwardGradient(CreditMethod):
     def after_step(self, model, lr=0.0, weight_decay=0.0):
         """The next training step draws fresh tangents."""
         self.t += 1
-
-    def state_dict(self):
-        """The tangent-step counter (the tangents are drawn from it)."""
-        return {STEP_KEY: torch.tensor(self.t)}
-
-    def load_state_dict(self, state):
-        """Restore the counter."""
-        self.t = int(state.get(STEP_KEY, 0))

@@ -54,8 +54,3 @@ class KolenPollack(FA):
                 d.mul_(torch.where(self._masks[k], keep, 1.0).view(-1, *[1] * (d.dim() - 1)))
             elif self._weights[k].requires_grad:
                 d.mul_(1.0 - lr * weight_decay)
-
-    def to(self, device) -> "KolenPollack":
-        """Move ``D`` to ``device``."""
-        super().to(device)
-        return self

@@ -104,18 +104,17 @@ def step(model, x: torch.Tensor, y: torch.Tensor, groups: list[list[torch.Tensor
     group, (R,). Returns the mean loss (stacked: the (R,) per-run losses).
     """
     runs = getattr(model, "runs", 0)
-    states = []  # BP: the stream state after each trainable group: h_0 for the embedding, h_l for block l
     h = model.embed(x)  # (B, …, d), stacked (R, B, …, d): every stream state has this one shape
-    if groups[0] and block is not None:
-        h = scaled(h, runs)
-    elif groups[0]:
-        h.retain_grad()
-        states.append(h)
-    for i, (blk, ps) in enumerate(zip(model.blocks, groups[1:], strict=True), start=1):
-        h = h + blk(h) if block is None else block(i, blk, h)
-        if ps and block is None:
-            h.retain_grad()
-            states.append(h)
+    if block is None:  # BP: the model's own walk; keep the state after each trainable group (h_0: the embedding)
+        hs = model.stream(h)
+        states = [s for s, ps in zip(hs, groups, strict=True) if ps]
+        for s in states:
+            s.retain_grad()
+        h = hs[-1]
+    else:
+        states, h = [], scaled(h, runs) if groups[0] else h
+        for i, blk in enumerate(model.blocks, start=1):
+            h = block(i, blk, h)
     logits = model.readout(h) if readout is None else readout(h)
     if runs:  # the sum of the runs' mean losses: each run's parameters get exactly their own gradient
         per_run = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import ConfigError
 
 _BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
@@ -35,7 +35,7 @@ class Option:
         lo: lower bound of a number (``lo_open``: exclusive); ``hi``: upper bound (inclusive).
         flag: the flag's name without ``--`` (default ``{method}-{option}``); methods sharing a flag (``fa-head``
             for fa and its relatives) are set together by it.
-        legacy: the flat field of ``TrainConfig`` that held this option before 0.3 (stored results read back).
+        legacy: the flat config field that holds this option in stored ``depthaudit.train.v1`` records (read back).
     """
 
     default: Any
@@ -133,25 +133,30 @@ def flag_name(method: str, key: str, opt: Option) -> str:
     return opt.flag or f"{method}-{key}".replace("_", "-")
 
 
-def resolve(name: str, cls, given: dict[str, Any], where: str | None = None, hint: str = "") -> dict[str, Any]:
+def resolve(name: str, cls, given: dict[str, Any], hint: str = "") -> dict[str, Any]:
     """Every declared option of ``cls`` in declaration order: ``given`` (validated) over the defaults.
 
-    An unknown key or a bad value is one UsageError naming the method, the option and its valid values.
+    The one check of a method's option values (the run config calls it; a spec's text is only parsed). An
+    unknown key or a bad value is one :class:`ConfigError` naming ``method_options`` (``--method`` on the CLI),
+    the method, the option and its valid values.
     """
     opts = declared(cls)
-    what = where or f"method {name}"
     unknown = [k for k in given if k not in opts]
     if unknown:
         known = ", ".join(opts) or "none"
-        raise UsageError(f"{what}: {name} has no option {unknown[0]!r} (its options: {known}){hint}")
+        raise ConfigError(f"{{method_options}}: {name} has no option {unknown[0]!r} (its options: {known}){hint}",
+                          FLAGS)
     out = {}
     for key, opt in opts.items():
         value = given.get(key, opt.default)
         try:
             out[key] = opt.check(value)
         except ValueError as exc:
-            raise UsageError(f"{what}: option {key}={value!r}: {exc}{opt.hint(exc)}") from None
+            raise ConfigError(f"{{method_options}}: {name} option {key}: {exc}{opt.hint(exc)}", FLAGS) from None
     return out
+
+
+FLAGS = {"method_options": "--method"}  # where the CLI's user gave a method's options (a sweep: --methods)
 
 
 def _fmt(value: Any) -> str:

@@ -32,6 +32,7 @@ class ProductFA(FA):
     name = "pfa"
     stackable = False
     graphable = False
+    state_tensors = {"feedback": "", "expansion": ".R"}  # the learned P (keys as FA's), the fixed Q (<key>.R)
     options = {**FA.options, "ratio": Option(4, "expansion N / out of the intermediate population", lo=1)}
 
     def __init__(self, model: ResidualModel, seed: int, head: str = "feedback", ratio: int = 4):
@@ -66,19 +67,3 @@ class ProductFA(FA):
             u = self._weights[k].detach().flatten(1) - prev + lr * weight_decay * prev  # (out, in)
             self.feedback[k].mul_(1 - lr * weight_decay).add_(self.expansion[k].mT @ u)
         self._prev = {}
-
-    def state_dict(self):
-        """The learned ``P`` (keys as FA's) and the fixed ``Q`` (``<key>.R``)."""
-        return {**super().state_dict(), **{f"{k}.R": q.detach().cpu().clone() for k, q in self.expansion.items()}}
-
-    def load_state_dict(self, state):
-        """Restore ``P`` and ``Q`` onto the device they were on."""
-        super().load_state_dict(state)
-        for k in self.expansion:
-            self.expansion[k] = state[f"{k}.R"].to(self.expansion[k].device)
-
-    def to(self, device) -> "ProductFA":
-        """Move ``P`` and ``Q`` to ``device``."""
-        super().to(device)
-        self.expansion = {k: v.to(device) for k, v in self.expansion.items()}
-        return self

@@ -38,9 +38,11 @@ class MethodSpec(str):
 
 
 def parse_spec(spec: str) -> MethodSpec:
-    """``name`` or ``name:key=value,key=value`` → :class:`MethodSpec` (validated against the declarations).
+    """``name`` or ``name:key=value,key=value`` → :class:`MethodSpec`, each value parsed to its option's type.
 
-    A repeated key is refused (``fa:head=exact,head=feedback`` would be one label for two runs).
+    An unknown key, a value that does not parse and a repeated key (``fa:head=exact,head=feedback`` would be one
+    label for two runs) are refused here; the values themselves are checked once, by the run config that takes
+    them (:func:`~depthaudit.methods.options.resolve`).
     """
     if isinstance(spec, MethodSpec):
         return spec
@@ -62,7 +64,7 @@ def parse_spec(spec: str) -> MethodSpec:
             raise UsageError(f"method spec {spec!r}: option {key!r} is given twice; give it once")
         opt = opts[key]
         try:
-            given[key] = opt.check(opt.parse(val.strip() if eq else None))
+            given[key] = opt.parse(val.strip() if eq else None)
         except ValueError as exc:
             raise UsageError(f"method spec {spec!r}: {key}: {exc}{opt.hint(exc)}") from None
     return MethodSpec(name, given.items())
@@ -89,7 +91,7 @@ def option_flags() -> dict[str, tuple[Option, list[str]]]:
 
 
 def legacy_fields() -> dict[str, tuple[str, str, Any]]:
-    """``{flat TrainConfig field of 0.2: (method, option, default)}`` over every registered method."""
+    """``{flat field of a depthaudit.train.v1 record's config: (method, option, default)}`` over every method."""
     out = {}
     for name in METHODS.names():
         for key, opt in declared(METHODS.get(name)).items():

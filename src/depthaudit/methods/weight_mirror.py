@@ -34,6 +34,7 @@ class WeightMirror(FA):
     name = "wm"
     stackable = False  # one noise stream per run
     graphable = False
+    state_counters = {"t": STEP_KEY}  # kept with the learned feedback
     options = {**FA.options,
                "rate": Option(0.05, "mirror rate η_B = λ_B: B ← (1−rate)B + rate·mean(y xᵀ)", lo=0, hi=1),
                "noise": Option(64, "noise inputs per mirror step", lo=1)}
@@ -60,12 +61,3 @@ class WeightMirror(FA):
     def after_step(self, model, lr=0.0, weight_decay=0.0):
         """Mirror mode after every training step."""
         self.mirror()
-
-    def state_dict(self):
-        """The learned feedback and the mirror-step counter."""
-        return {**super().state_dict(), STEP_KEY: torch.tensor(self.t)}
-
-    def load_state_dict(self, state):
-        """Restore the feedback and the counter."""
-        super().load_state_dict(state)
-        self.t = int(state.get(STEP_KEY, 0))

@@ -2,6 +2,8 @@
 
 import inspect
 
+from ..errors import UsageError
+from ..plugins import defined_at
 from .adapter import ResidualAdapter
 from .base import ResidualModel
 from .resmlp import MODELS, LinearReadout, LNReadout, MLPBlock, ResMLP, StudentNet
@@ -18,15 +20,12 @@ def build_model(arch: str, input_shape, num_classes: int, d_hidden: int, num_blo
     ``mlp_ratio=None`` takes the variant's own expansion (ResMLP ``ref``: 1). ``variant`` is passed to
     factories that take one (the built-in models); a user's factory without it only accepts ``ref``.
     """
-    from ..errors import UsageError
-
     factory = MODELS.get(arch)
     kw = {"d_hidden": d_hidden, "num_blocks": num_blocks, "mlp_ratio": mlp_ratio, "seed": seed}
     if "variant" in inspect.signature(factory).parameters:
         kw["variant"] = variant
     elif variant != "ref":
         raise UsageError(f"--variant {variant}: --arch {arch} has no variants; leave --variant at ref")
-    from ..plugins import defined_at
 
     try:  # a factory (a user's) that cannot take what every model is built with: named, with its file and line
         inspect.signature(factory).bind(input_shape, num_classes, **kw)

@@ -81,8 +81,8 @@ class ResidualAdapter(ResidualModel):
         2. embed → blocks → readout reproduces ``net(x)`` to :data:`FORWARD_TOLERANCE` (relative max |Δlogits|).
         """
         with torch.no_grad():
-            h = self.embed(x)
-            for name, blk in zip(self.block_names, self.blocks, strict=True):
+            states = self.stream(self.embed(x))  # the model's one walk; each block checked on its own input
+            for name, blk, h in zip(self.block_names, self.blocks, states[:-1], strict=True):
                 zeros = {n: torch.zeros_like(p) for n, p in blk.named_parameters()}
                 branch = functional_call(blk, zeros, (h,)) if zeros else None
                 if branch is not None and torch.is_tensor(branch) and branch.shape == h.shape:
@@ -94,8 +94,7 @@ class ResidualAdapter(ResidualModel):
                                "its own skip (pass block_includes_residual=True) or is not a residual branch")
                         raise UsageError(f"ResidualAdapter: block {name!r}: {how}; describe only blocks of the form "
                                          "h + f(h)")
-                h = h + blk(h)
-            mine = self.readout(h)
+            mine = self.readout(states[-1])
             own = self.own_forward(x)
         if not torch.is_tensor(own) or own.shape != mine.shape:
             got = tuple(own.shape) if torch.is_tensor(own) else type(own).__name__

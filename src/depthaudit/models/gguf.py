@@ -8,9 +8,11 @@ Loading needs ``transformers``, ``gguf`` and ``accelerate`` (the ``hf`` extra); 
 architecture transformers cannot read from GGUF is one line naming the fix.
 """
 
+# imports inside functions: transformers is an optional extra (hf), imported where a .gguf file is read
 import hashlib
 import os
 from collections import Counter
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import torch
@@ -130,8 +132,6 @@ def load_gguf(path: str, device) -> tuple[torch.nn.Module, object | None, dict]:
 
 
 def _version(dist: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(dist)
     except PackageNotFoundError:

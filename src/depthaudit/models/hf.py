@@ -6,14 +6,16 @@ layer 1 (after the embeddings), ``h_l`` the output of layer ``l`` (before the fi
 are residual-stream states whatever the layer's inside (Pythia's parallel residual included).
 """
 
+import json
 import os
+import struct
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 from ..errors import UsageError
-from .gguf import INSTALL, require_transformers  # noqa: F401  (re-exported: its home before GGUF)
+from .gguf import INSTALL, is_gguf, load_gguf, require_transformers  # noqa: F401  (re-exported: its home before GGUF)
 
 
 def load_causal_lm(name: str, revision: str | None, device) -> tuple[nn.Module, object | None]:
@@ -62,9 +64,6 @@ def check_context(config, context: int | None, name: str) -> None:
 
 def check_safetensors(path: str, name: str) -> None:
     """A ``.safetensors`` file whose header or size is not whole (truncated, damaged): one line naming it."""
-    import json
-    import struct
-
     size = os.path.getsize(path)
     try:
         with open(path, "rb") as fh:
@@ -84,8 +83,6 @@ def check_safetensors(path: str, name: str) -> None:
 
 def load_model(name: str, revision: str | None, device) -> tuple[nn.Module, object | None, dict]:
     """``(model, tokenizer or None, what was loaded)``; a ``.gguf`` file is dequantized to float32 (:mod:`.gguf`)."""
-    from .gguf import is_gguf, load_gguf
-
     if is_gguf(name):
         if revision:
             raise UsageError(f"--revision {revision}: a .gguf file has no revisions; drop --revision")

@@ -10,6 +10,8 @@ This model is trained with plain backprop (it is not a credit-assignment subject
 ``forward(x, return_states=True)`` → ``(logits, [h_0, …, h_L])`` and ``candidates()``.
 """
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -136,8 +138,6 @@ class ResNetCIFAR(nn.Module):
         Returns a modified copy, or with ``inplace`` this model (existing parameters keep their identity,
         so an optimizer can simply add the new block's parameters).
         """
-        import copy
-
         new = self if inplace else copy.deepcopy(self)
         blk = self.zero_block(position, seed)
         blocks = list(new.blocks)

@@ -3,8 +3,14 @@
 The per-layer and functional sections are the diagnostics' own (:meth:`Diagnostic.section`, in registry order).
 """
 
-from ..diagnostics import registered
+import json
+from pathlib import Path
+
+from ..diagnostics import DIAGNOSTICS, INIT_MEASUREMENT_KEY, MEASUREMENT_KEY, registered
+from ..methods import METHODS
+from ..methods.options import declared
 from ..verdicts import check_cells, fmt_ms
+from .published_audit import table1_md  # (a module of published figures; card.py imports it only here)
 
 __all__ = ["audit_markdown", "audit_terminal", "fmt_ms"]
 
@@ -126,9 +132,6 @@ def _row_options(label: str) -> str | None:
     Read from the row's own label (``fa:head=exact`` states its head; ``fa-stream`` runs without the identity),
     never from the base config; None for a method without options or one not registered here.
     """
-    from ..methods import METHODS
-    from ..methods.options import declared
-
     name, _, given = label.partition(":")
     if name not in METHODS:
         return None
@@ -222,7 +225,6 @@ def audit_markdown(report: dict, figures: dict[str, str]) -> str:
         parts += [f"## {title}", "", body, ""]
     parts += ["Margins are signed distances to the threshold, positive on the passing side "
               "(decades for D1/D2, percentage points for D3).", ""]
-    from .published_audit import table1_md  # (a module of published figures; card.py imports it only here)
 
     t1 = table1_md(report)
     if t1:
@@ -246,11 +248,6 @@ def unrendered(report: dict, runs_dir) -> list[str]:
     Read from the trained runs' own records (``runs_dir/<slug>/result.json``; an unreadable one is skipped, the
     report command names damaged records itself). Their sections need that plug-in (``--plugin``).
     """
-    import json
-    from pathlib import Path
-
-    from ..diagnostics import DIAGNOSTICS, INIT_MEASUREMENT_KEY, MEASUREMENT_KEY
-
     names: set[str] = set()
     for m in report.get("methods") or []:
         for slug in (m.get("runs") or {}).get("trained") or []:

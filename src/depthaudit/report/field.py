@@ -14,6 +14,7 @@ last block's CKA to the audit's BP twin, D1/D2/D3 with their values, Table 1's p
 and the peer benchmark's (biotorch, ResNet-20: another model, for context) under the row's optimizer.
 """
 
+# imports inside functions: matplotlib only when the figure is drawn (import cost)
 import json
 import sys
 from pathlib import Path

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import matplotlib
 
+from ..diagnostics.base import registered
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
@@ -120,7 +122,6 @@ def audit_figures(report: dict, out: Path) -> dict[str, str]:
     cosine_heatmaps(report, out / figs["cosine_heatmap"])
     scale_checks(report, out / figs["scale_checks"])
     depth_utility(report, out / figs["depth_utility"])
-    from ..diagnostics.base import registered
 
     for d in registered():  # each quantity's own figures (diagnostics/*.py)
         figs.update(d.figures(report, out))

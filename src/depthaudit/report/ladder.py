@@ -6,6 +6,8 @@ from pathlib import Path
 
 import matplotlib
 
+from ..io import write_text
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -157,8 +159,6 @@ def ladder_figure(agg: dict, path: Path, title: str, published: dict | None = No
 
 def ladder_report(path: Path, audit_dir: Path | None = None) -> tuple[str, str]:
     """Write ``<stem>.md`` and ``<stem>.png`` beside a ladder JSON; return (markdown, table)."""
-    from ..io import write_text
-
     path = Path(path)
     doc = json.loads(path.read_text(encoding="utf-8"))
     agg = aggregate(doc)

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import matplotlib
 
+from ..io import write_text
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -155,8 +157,6 @@ def importance_figure(name: str, imp: dict, path: Path) -> None:
 
 def write_importance(store) -> None:
     """``importance_<text>.md`` (tables of every model) and one figure per model next to the store's JSON."""
-    from ..io import write_text
-
     parts = []
     for key, rec in store.doc["runs"].items():
         imp, name = rec.get("importance"), key.rsplit("/", 1)[-1]
