@@ -208,3 +208,18 @@ def test_the_ladder_cross_check_finds_the_audits_trained_run(tmp_path, capsys):
     md = next((tmp_path / "l").glob("ladder_*.md")).read_text()
     rows = [r for r in md.splitlines() if r.startswith("| bp/k")]
     assert len(rows) == 2 and all(r.endswith("| yes |") for r in rows), rows
+
+
+def test_sweep_options_from_python_are_checked_where_built(tmp_path):
+    """Walk 175/179/180: SweepOptions(executor='bogus') was refused only after the ladder's store was claimed (which
+    then refused the next, correct, command); jobs=0 and batch_runs=0 were accepted; cell=0 was an AttributeError."""
+    import pytest
+
+    import depthaudit as da
+
+    for kw, said in ((dict(executor="bogus"), "executor 'bogus' not known; use one of local, ray, slurm"),
+                     (dict(jobs=0), "jobs must be >= 1"), (dict(batch_runs=0), "batch_runs must be >= 1"),
+                     (dict(cell=0), "cell must be a string"), (dict(log=("mlflow",)), "log 'mlflow' not known")):
+        with pytest.raises(da.ConfigError, match=said):
+            da.SweepOptions(**kw)
+    assert not any(tmp_path.iterdir())

@@ -31,7 +31,7 @@ from . import progress
 from .batched import group_key
 from .config import TrainConfig
 from .errors import Interrupted, UsageError
-from .fields import arg, refuse
+from .fields import arg, check_choices, check_ranges, check_types, refuse
 from .io import remove_in_flight
 from .plugins import import_plugin, plugin_error
 from .runlog import make_watch
@@ -75,6 +75,9 @@ class SweepOptions:
     remember: tuple | None = None  # (out, argv): write out/sweep.json once --cell is found (commands.args)
 
     def __post_init__(self):
+        check_types(self)  # the Python API's path: jobs=0, executor='bogus', cell=0 are one line here, before a
+        check_ranges(self)  # folder is claimed (the CLI's parser applies the same declarations)
+        check_choices(self)
         if self.cell is not None and self.list_cells:
             raise refuse(self, "{cell} and {list_cells} exclude each other; list first, then run one cell")
         if (self.jobs or 1) > 1 and self.executor != "local":

@@ -170,6 +170,18 @@ def check_types(obj) -> None:
             object.__setattr__(obj, f.name, v)
 
 
+def check_choices(obj) -> None:
+    """Refuse a field (or an item of a tuple field) outside its declared ``choices``: one line naming the field."""
+    for f in fields(obj):
+        choices, v = f.metadata.get("choices"), getattr(obj, f.name)
+        if choices is None or v is None:
+            continue
+        known = tuple(choices() if callable(choices) else choices)
+        for x in v if isinstance(v, tuple | list) else (v,):
+            if x not in known:
+                raise refuse(obj, f"{{{f.name}}} {x!r} not known; use one of {', '.join(map(str, known))}")
+
+
 def check_seeds(obj, name: str = "seeds") -> None:
     """A sweep's seeds: at least one, each counted once (a seed twice would double-count it in mean ± std)."""
     seeds = tuple(dict.fromkeys(getattr(obj, name)))
