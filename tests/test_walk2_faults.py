@@ -223,3 +223,19 @@ def test_sweep_options_from_python_are_checked_where_built(tmp_path):
         with pytest.raises(da.ConfigError, match=said):
             da.SweepOptions(**kw)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_stray_file_in_a_runs_folder_gets_advice_that_works(tmp_path, capsys):
+    """Walk 201–207: a file in a ladder's .runs/ that is no run of its grid: report said "rerun … to train that run
+    again", the rerun was silent, report refused again, forever. Now the rerun names it and the fix is to move it."""
+    args = ["ladder", *TINY, "--num-blocks", "1", "--methods", "bp", "--seeds", "1", "--output_dir", str(tmp_path)]
+    assert main(args) == 0
+    junk = next(tmp_path.glob("ladder_*.runs")) / "junk.json"
+    junk.write_text("{}")
+    capsys.readouterr()
+    assert main(["report", str(tmp_path)]) == 2
+    assert f"move it out of {junk.parent}" in capsys.readouterr().err
+    assert main(args) == 0
+    assert f"{junk} has no 'final' object; it is not a run of this command's grid" in capsys.readouterr().err
+    junk.rename(tmp_path / "junk.json")  # the advice, followed
+    assert main(["report", str(tmp_path)]) == 0

@@ -650,6 +650,19 @@ class FileStore:
                 out[unquote(p.stem)] = unsealed(rec)
         return out
 
+    def strays(self, keys) -> list[tuple[Path, str]]:
+        """Damaged record files in the ``.runs`` folder that no run of ``keys`` (a command's grid) will replace."""
+        keys = set(keys)
+        out = []
+        for p in sorted(self.runs_dir.glob("*.json")) if self.runs_dir.is_dir() else []:
+            if p.name == IDENTITY_FILE or unquote(p.stem) in keys:
+                continue
+            rec, bad = read_record(p)
+            bad = bad or (self.problem(unquote(p.stem), rec) if rec is not None else None)
+            if bad:
+                out.append((p, bad))
+        return out
+
     def __str__(self) -> str:
         return str(self.path)
 

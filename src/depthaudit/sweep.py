@@ -173,6 +173,9 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
                           f"missing ({missing} of the {len(specs)} runs of this stage)") from None
     finally:
         prog.close()
+    for path, bad in store.strays([s.key for s in specs]) if hasattr(store, "strays") and opts.cell is None else ():
+        log(f"depthaudit: note: {path} {bad}; it is not a run of this command's grid, so no rerun replaces it: move "
+            f"it out of {path.parent} (report refuses the folder while it is there)")
     if opts.cell is not None:
         rec = results[specs[0].key]
         return SweepStatus(results, f"cell {specs[0].key}: {_summary(rec)}; stored in {store}. When every cell has "

@@ -183,7 +183,8 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         if store.damaged:
             where, bad = next(iter(store.damaged.items()))
             raise UsageError(f"{where} {bad}; it is left out: rerun the {kind} command that wrote {path.name} "
-                             "to train that run again (the others are reused)")
+                             "to train that run again (the others are reused), or, if it is not a run of that "
+                             f"command's grid (the rerun says so), move it out of {path.with_suffix('.runs')}")
 
     for path in sorted(d.glob("ladder_*.json")):
         check_ladder_doc(path, read_json_doc(path))
