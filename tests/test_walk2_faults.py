@@ -239,3 +239,72 @@ def test_a_stray_file_in_a_runs_folder_gets_advice_that_works(tmp_path, capsys):
     assert f"{junk} has no 'final' object; it is not a run of this command's grid" in capsys.readouterr().err
     junk.rename(tmp_path / "junk.json")  # the advice, followed
     assert main(["report", str(tmp_path)]) == 0
+
+
+def test_report_json_is_sealed_so_an_edited_provenance_shows(tmp_path, capsys):
+    """Walk 255–256: report.json's provenance (git commit, device) edited by hand was rendered as the report's."""
+    import json
+
+    args = ["audit", *TINY, "--num-blocks", "1", "--methods", "bp", "--probe-batches", "1", "--out", str(tmp_path)]
+    assert main(args) == 0
+    p = tmp_path / "report.json"
+    doc = json.loads(p.read_text())
+    assert "record_sha256" in doc
+    assert main(["report", str(tmp_path)]) == 0  # re-rendered and re-sealed: still intact
+    doc = json.loads(p.read_text())
+    doc["provenance"]["device"] = "cuda H100"
+    p.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["report", str(tmp_path)]) == 2
+    assert "report.json was edited after it was written" in capsys.readouterr().err
+    assert "cuda H100" not in (tmp_path / "report.md").read_text()
+    assert main(args) == 0 and json.loads(p.read_text())["provenance"]["device"] != "cuda H100"  # the fix works
+
+
+def test_the_evaluator_names_non_finite_probe_inputs_and_the_monitor_an_empty_out(tmp_path, monkeypatch):
+    """Walk 221: a NaN in a probe batch was blamed on the network's blocks; walk 225: TrainingMonitor.write("")
+    wrote its report into the current folder."""
+    import pytest
+    import torch
+
+    import depthaudit as da
+
+    torch.manual_seed(0)
+    net = torch.nn.ModuleDict({"stem": torch.nn.Linear(8, 16), "head": torch.nn.Linear(16, 3),
+                               "layers": torch.nn.ModuleList([torch.nn.Linear(16, 16)])})
+    x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+    x[0, 0] = float("nan")
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.layers, self.head = net["stem"], net["layers"], net["head"]
+
+        def forward(self, v):
+            h = self.stem(v)
+            for b in self.layers:
+                h = h + b(torch.relu(h))
+            return self.head(h)
+
+    class Block(torch.nn.Module):
+        def __init__(self, lin):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, h):
+            return self.lin(torch.relu(h))
+
+    m = Net()
+    m.layers = torch.nn.ModuleList([Block(net["layers"][0])])
+    from depthaudit.errors import UsageError
+
+    with pytest.raises(UsageError, match="probe batch 0's inputs hold NaN or inf"):
+        da.CreditEvaluator(da.ResidualAdapter(m, embed="stem", blocks="layers", readout="head"), [(x, y)])
+    x[0, 0] = 0.0
+    mon = da.TrainingMonitor(da.ResidualAdapter(m, embed="stem", blocks="layers", readout="head"), [(x, y)])
+    mon.step(0)
+    mon.report(test_acc=0.5, frozen_acc=0.4, budget=1)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="is an empty path"):
+        mon.write("")
+    assert not any(tmp_path.iterdir())

@@ -48,7 +48,7 @@ from .progress import bars, say
 from .report import audit_markdown, audit_terminal, fmt_ms
 from .runlog import check_loggers
 from .runner import fitted_probe_batches, probe_batch, result_record, save_run
-from .stores import FileStore, RunSpec, claim_folder, file_lock, still_owner
+from .stores import FileStore, RunSpec, claim_folder, file_lock, seal, still_owner
 from .sweep import SweepOptions, SweepStatus, batch_cap, pick_cell, run_sweep
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
     with still_owner(out, claim), staged(out) as tmp:  # report, markdown and figures: all of them or none
         figures = audit_figures(report, tmp)
         report["figures"] = figures
-        write_json(tmp / "report.json", report)
+        write_json(tmp / "report.json", seal(report))  # sealed: a hand edit (say, of its provenance) shows
         md = audit_markdown(report, figures)
         write_text(tmp / "report.md", md)
     return Result(out / "report.json", report, audit_terminal(report), md,

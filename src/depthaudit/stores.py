@@ -89,6 +89,17 @@ def seal(rec: dict) -> dict:
     return {**body, SEAL: _digest(body)}
 
 
+def seal_problem(doc: dict) -> str | None:
+    """Why a sealed document (a run record, a report.json) was edited after it was written; None if intact/unsealed."""
+    if not isinstance(doc, dict) or SEAL not in doc:
+        return None
+    try:
+        ok = _digest({k: v for k, v in doc.items() if k != SEAL}) == doc[SEAL]
+    except (TypeError, ValueError):
+        ok = False
+    return None if ok else f"was edited after it was written (its {SEAL} no longer matches its content)"
+
+
 def unsealed(rec: dict) -> dict:
     """The record without its seal and its place (what experiments and the assembled files hold)."""
     return {k: v for k, v in rec.items() if k not in (SEAL, STORED_IN)}

@@ -19,7 +19,7 @@ from ..experiments.ladder import LadderConfig, placed_in_ladder
 from ..io import check_output_dir, check_replaceable, not_a_file, write_json, write_text
 from ..report import audit_markdown, audit_terminal
 from ..report.card import unrendered
-from ..stores import FileStore, check_folder_records, rebuild_file_store, record_problem
+from ..stores import FileStore, check_folder_records, rebuild_file_store, record_problem, seal, seal_problem, unsealed
 from . import COMMANDS, run_command
 from .args import (
     add_train_args,
@@ -195,7 +195,8 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         print(f"{path.name}\n{table}\n")
         found += 1
     if (d / "report.json").exists():
-        report = read_json_doc(d / "report.json")
+        sealed = read_json_doc(d / "report.json")
+        report = unsealed(sealed)
         check_report_doc(d / "report.json", report)
         slugs = [slug for m in report.get("methods") or [] for kind in ("trained", "frozen")
                  for slug in ((m.get("runs") or {}).get(kind) or [])]
@@ -205,11 +206,15 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         # user's own training loop keeps no run records: nothing to check)
         check_folder_records(d / "runs", [s for s in slugs if s not in USER_LOOP_RUNS], d / "report.json")
         derived_from_records(d / "report.json", [report], d / "runs")
+        edited = seal_problem(sealed)  # the rest, provenance included (the records above stand behind the numbers)
+        if edited:
+            raise UsageError(f"{d / 'report.json'} {edited}; rerun the audit command with --out {d} (finished runs "
+                             "are reused) to write it again from the records")
         with _rendering(d / "report.json"), _staged(d) as tmp:
             figures = audit_figures(report, tmp)
             md, text = audit_markdown(report, figures), audit_terminal(report)
         report["figures"] = figures
-        write_json(d / "report.json", report)
+        write_json(d / "report.json", seal(report))
         write_text(d / "report.md", md)
         print(text)
         missing = unrendered(report, d / "runs")  # a plug-in's quantities: said, not dropped silently

@@ -66,6 +66,9 @@ def _check_batches(batches) -> list:
     for i, b in enumerate(batches):
         if not (isinstance(b, Sequence) and len(b) == 2 and all(isinstance(t, torch.Tensor) for t in b)):
             raise UsageError(f"probe batch {i} is not an (x, y) pair of tensors; pass [(x, y), …]")
+        if b[0].is_floating_point() and not bool(torch.isfinite(b[0]).all()):  # (one sync per batch, once)
+            raise UsageError(f"probe batch {i}'s inputs hold NaN or inf values; give finite held-out inputs (the "
+                             "adapter check and every measurement would blame the network for them)")
     sizes = sorted({b[0].shape[0] for b in batches})
     if len(sizes) > 1:
         raise UsageError(f"probe batches of unequal sizes {sizes}: the mean-loss convention needs one batch size "

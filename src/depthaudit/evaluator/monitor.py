@@ -32,10 +32,11 @@ from ..diagnostics.identity import identity_stats
 from ..diagnostics.monitor import Monitor, check_values
 from ..errors import UsageError
 from ..experiments.audit import DEFINITIONS, SCHEMA, identity_summary, summarise_method
-from ..io import write_json, write_text
+from ..io import check_output_dir, write_json, write_text
 from ..models.base import ResidualModel
 from ..provenance import provenance
 from ..report import audit_markdown, audit_terminal
+from ..stores import seal
 from ..verdicts import Thresholds, decision_table
 from .core import CreditEvaluator, bp_twin, untouched
 
@@ -276,11 +277,15 @@ class TrainingMonitor:
         from ..report.figures import audit_figures
 
         report = self._need(report)
+        if isinstance(out, str) and (not out.strip() or "\0" in out):  # as da.train refuses it (not the cwd)
+            raise UsageError(f"out {out!r} is an empty path or holds a NUL byte; give a folder (e.g. "
+                             "'results/monitor'), or '.' for the current folder")
         out = Path(out)
+        check_output_dir(out, "out")  # a FIFO or file where the folder must be: one line
         out.mkdir(parents=True, exist_ok=True)
         self._out = out  # (the figures Jupyter shows inline)
         report["figures"] = audit_figures(report, out)
-        write_json(out / "report.json", report)
+        write_json(out / "report.json", seal(report))
         write_text(out / "report.md", audit_markdown(report, report["figures"]))
         return report
 
