@@ -308,3 +308,21 @@ def test_the_evaluator_names_non_finite_probe_inputs_and_the_monitor_an_empty_ou
     with pytest.raises(UsageError, match="is an empty path"):
         mon.write("")
     assert not any(tmp_path.iterdir())
+
+
+def test_yes_no_flags_take_yes_or_no_and_python_lists_are_named(tmp_path):
+    """Walk 259: `--fa-stream-identity yes` was "unrecognized arguments: yes" though its help says yes/no;
+    walk 38: SaturationConfig(extra=1) was a raw TypeError."""
+    import json
+
+    import pytest
+
+    import depthaudit as da
+
+    for value, want in (([], True), (["yes"], True), (["no"], False)):
+        out = tmp_path / f"o{len(value)}{value[0] if value else ''}"
+        assert main(["train", "--method", "fa-stream", "--fa-stream-identity", *value, "--epochs", "0",
+                     "--d-hidden", "8", "--num-blocks", "1", "--out", str(out)]) == 0
+        assert json.loads((out / "result.json").read_text())["config"]["method_options"]["identity"] is want
+    with pytest.raises(da.ConfigError, match="extra must be a tuple of integers, got 1"):
+        da.SaturationConfig(extra=1)

@@ -39,9 +39,9 @@ def method_option_flags(p: Parser) -> None:
     for f, (opt, owners) in option_flags().items():
         d = ("yes" if opt.default else "no") if opt.type is bool else fmt(opt.default)
         help_text = f"{', '.join(owners)}: {opt.help} ({opt.describe()}; default: {d})".replace("%", "%%")
-        if opt.type is bool:
-            g.add_argument("--" + f, dest=f.replace("-", "_"), action="store_const", const=True, help=help_text,
-                           advanced=True)
+        if opt.type is bool:  # `--fa-stream-identity` alone is yes; `… yes`/`… no` as its help says
+            g.add_argument("--" + f, dest=f.replace("-", "_"), nargs="?", const=True, type=_option_type(opt),
+                           help=help_text, advanced=True, metavar="yes|no")
         else:
             g.add_argument("--" + f, dest=f.replace("-", "_"), type=_option_type(opt), help=help_text, advanced=True,
                            metavar="X" if opt.type is float else "N" if opt.type is int else

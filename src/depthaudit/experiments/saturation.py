@@ -146,8 +146,9 @@ class SaturationConfig:
 
     def __post_init__(self):
         for name in ("extra", "model"):  # lists from a caller or the CLI: stored as tuples (hashable, frozen)
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        if self.importance is not None:
+            v = getattr(self, name)  # (anything else, say extra=1, is refused by check_types in one line)
+            object.__setattr__(self, name, tuple(v) if isinstance(v, list | tuple) else v)
+        if isinstance(self.importance, list):
             object.__setattr__(self, "importance", tuple(self.importance))
         check_types(self)  # d_hidden='8', 8.5 or True: refused here, not deep inside torch
         object.__setattr__(self, "device", resolve_device(self.device))
