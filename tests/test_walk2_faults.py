@@ -326,3 +326,13 @@ def test_yes_no_flags_take_yes_or_no_and_python_lists_are_named(tmp_path):
         assert json.loads((out / "result.json").read_text())["config"]["method_options"]["identity"] is want
     with pytest.raises(da.ConfigError, match="extra must be a tuple of integers, got 1"):
         da.SaturationConfig(extra=1)
+
+
+def test_an_unknown_progress_setting_is_noted_once(monkeypatch, capsys):
+    """Walk 105: DEPTHAUDIT_PROGRESS=banana was ignored without a word."""
+    from depthaudit import progress
+
+    monkeypatch.setenv("DEPTHAUDIT_PROGRESS", "banana")
+    monkeypatch.setattr(progress, "_SAID", set())
+    progress.wanted(True), progress.wanted(True)
+    assert capsys.readouterr().err.count("DEPTHAUDIT_PROGRESS='banana' is not 0 or 1; ignored") == 1

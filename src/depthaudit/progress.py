@@ -19,6 +19,7 @@ from contextvars import ContextVar
 
 _ACTIVE: ContextVar[bool] = ContextVar("depthaudit_progress", default=False)
 ENV = "DEPTHAUDIT_PROGRESS"
+_SAID: set[str] = set()  # unknown values already noted (once per process)
 
 
 def wanted(progress: bool) -> bool:
@@ -30,6 +31,10 @@ def wanted(progress: bool) -> bool:
         return False
     if env in ("1", "true", "yes", "on"):
         return True
+    if env and env not in _SAID:  # a value it does not know: said once, then the output decides as without it
+        _SAID.add(env)
+        print(f"depthaudit: note: {ENV}={os.environ[ENV]!r} is not 0 or 1; ignored (bars follow the output)",
+              file=sys.stderr)
     if "ipykernel" in sys.modules:  # a notebook: tqdm.auto draws a widget
         return True
     try:

@@ -53,4 +53,5 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
     k = getattr(cfg, "shallow_blocks", 0)
     if k and not 1 <= k < base.num_blocks:
         raise refuse(cfg, f"{{shallow_blocks}} {k}: the shallow baseline needs 1 <= blocks < {{num_blocks}} "
-                     f"{base.num_blocks}")
+                     f"{base.num_blocks}" + ("; with one block there is no shallower model: drop the shallow "
+                                            "baseline" if base.num_blocks == 1 else ""))
