@@ -336,3 +336,17 @@ def test_an_unknown_progress_setting_is_noted_once(monkeypatch, capsys):
     monkeypatch.setattr(progress, "_SAID", set())
     progress.wanted(True), progress.wanted(True)
     assert capsys.readouterr().err.count("DEPTHAUDIT_PROGRESS='banana' is not 0 or 1; ignored") == 1
+
+
+def test_identity_with_stdout_closed_says_its_card_on_stderr(tmp_path):
+    """Walk 97: `identity … >&-` printed nothing anywhere and wrote nothing (its only output), exit 0."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root / "src"),
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run(f"{sys.executable} -m depthaudit identity --dataset mnist1d --d-hidden 8 --num-blocks 1 "
+                       "--seeds 1 >&-", shell=True, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0 and "quantity" in p.stderr, p.stderr
