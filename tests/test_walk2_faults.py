@@ -350,3 +350,22 @@ def test_identity_with_stdout_closed_says_its_card_on_stderr(tmp_path):
     p = subprocess.run(f"{sys.executable} -m depthaudit identity --dataset mnist1d --d-hidden 8 --num-blocks 1 "
                        "--seeds 1 >&-", shell=True, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert p.returncode == 0 and "quantity" in p.stderr, p.stderr
+
+
+def test_three_unclear_lines_now_name_the_fix(tmp_path, capsys):
+    """Walk 248: a ViT width not divisible by its heads named the keyword d_hidden with no fix; walk 195:
+    --penalty-form rel without a penalty was silently ignored; walk 90: a sweep.json edited to hold a `train`
+    command ended in "unrecognized arguments: --stored-only"."""
+    import json
+
+    assert main(["train", "--arch", "vit", "--d-hidden", "10", "--epochs", "0", "--out", str(tmp_path / "v")]) == 2
+    assert "give a multiple of 4, e.g. 8" in capsys.readouterr().err
+    assert main(["train", "--penalty-form", "rel", *TINY[:-2], "--epochs", "0", "--num-blocks", "1",
+                 "--out", str(tmp_path / "p")]) == 0
+    assert "--penalty-form rel has no effect without a penalty" in capsys.readouterr().err
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "sweep.json").write_text(json.dumps({"schema": "depthaudit.sweep.v1",
+                                                           "argv": ["train", "--out", "victim"]}))
+    assert main(["report", str(tmp_path / "s")]) == 2
+    assert "sweep.json is damaged (it holds no sweep command)" in capsys.readouterr().err
+    assert not (tmp_path / "victim").exists()

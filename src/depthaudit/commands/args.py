@@ -189,6 +189,9 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
               "generated here, not read")
     flags = method_flag_values(a)
     unused_option_note(a, flags)
+    if getattr(a, "penalty_form", None) not in (None, "abs") and not getattr(a, "scale_penalty", None) \
+            and not getattr(a, "lambdas", None) and not getattr(a, "penalty", None):
+        _note(f"--penalty-form {a.penalty_form} has no effect without a penalty (--scale-penalty > 0)")
     kw = given(a, TrainConfig)
     if getattr(a, "methods", None):  # parsed once, here: each entry a MethodSpec (its canonical label)
         labels = [with_flags(parse_spec(m), flags) for m in a.methods]

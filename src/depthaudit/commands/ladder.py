@@ -118,8 +118,10 @@ def _assemble_cells(d: Path) -> int:
     """Re-run the command kept in ``d/sweep.json`` with ``--stored-only``: its report, nothing trained."""
     sweep = read_json_doc(d / "sweep.json")
     cmd = sweep.get("argv") if isinstance(sweep, dict) else None
-    if not isinstance(cmd, list) or not all(isinstance(t, str) for t in cmd):
-        raise UsageError(f"{d / 'sweep.json'} is damaged; rerun the sweep's command without --cell instead")
+    sweeps = ("audit", "ladder", "intervene", "probes", "saturation", "grow")  # the commands that take --cell
+    if not isinstance(cmd, list) or not all(isinstance(t, str) for t in cmd) or not cmd or cmd[0] not in sweeps:
+        raise UsageError(f"{d / 'sweep.json'} is damaged (it holds no sweep command); rerun the sweep's command "
+                         "without --cell instead")
     flag = "--output_dir" if cmd and cmd[0] == "ladder" else "--out"
     kept = [t for i, t in enumerate(cmd) if t not in ("--out", "--output_dir")
             and not (i and cmd[i - 1] in ("--out", "--output_dir")) and not t.startswith(("--out=", "--output_dir="))]

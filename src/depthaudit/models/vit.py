@@ -71,7 +71,8 @@ class ViTBlock(nn.Module):
                  variant: str = "v0.1"):
         super().__init__()
         if d % heads:
-            raise ValueError(f"d_hidden {d} is not divisible by {heads} heads")
+            raise ValueError(f"the width {d} (--d-hidden, d_hidden) is not divisible by its {heads} attention heads; "
+                             f"give a multiple of {heads}, e.g. {max(heads, d - d % heads)}")
         self.d, self.heads, self.causal = d, heads, causal
         affine = variant == "ref"
         self.ln1 = nn.LayerNorm(d, eps=LN_EPS) if affine else None
