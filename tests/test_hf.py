@@ -102,7 +102,7 @@ def test_cross_model_command_offline_with_revision_passed_through(saved, tmp_pat
 def test_bad_pretrained_inputs_are_one_line(saved, tmp_path, capsys, monkeypatch):
     cases = [
         (["--model", str(saved / "neox"), "--text", str(tmp_path / "none.txt")], "no such file"),
-        (["--model", str(tmp_path / "nowhere")], "cannot load it"),
+        (["--model", str(tmp_path / "nowhere")], "no such folder"),
         ([], "needs --model"),
     ]
     text = tmp_path / "t.txt"
@@ -118,7 +118,7 @@ def test_bad_pretrained_inputs_are_one_line(saved, tmp_path, capsys, monkeypatch
         err = [ln for ln in err if ln.startswith("depthaudit")]
         print(extra, "→", err)
         assert len(err) == 1 and want in err[0] and "Traceback" not in err[0]
-        if want in ("no such file", "cannot load it", "needs --model"):  # refused before the store is claimed
+        if want in ("no such file", "no such folder", "needs --model"):  # refused before the store is claimed
             assert not out.exists(), extra
     assert main(["saturation", "--model", "x", "--out", str(tmp_path / "p")]) == 2
     assert "--family hf" in capsys.readouterr().err

@@ -45,6 +45,7 @@ from .io import check_output_dir, staged, write_json, write_text
 from .loop import Stepper, build, read_checkpoint
 from .loop import train as train_run
 from .progress import bars, say
+from .provenance import provenance
 from .report import audit_markdown, audit_terminal, fmt_ms
 from .runlog import check_loggers
 from .runner import fitted_probe_batches, probe_batch, result_record, save_run
@@ -122,6 +123,9 @@ def _api_call(fn):
 
 
 def _data(cfg: TrainConfig, data):
+    if data is not None and not hasattr(data, "x_test"):  # (data="notdata": named, not an AttributeError)
+        raise ConfigError(f"{{data}} must be a dataset loaded by depthaudit (da.load_data(...)), got "
+                          f"{type(data).__name__}")
     device = torch.device(cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():  # listing or reporting GPU runs: nothing trains
         device = torch.device("cpu")
@@ -135,7 +139,7 @@ def _sweep(sweep, out: Path, device: str):
     if not isinstance(sweep, SweepOptions):  # e.g. a dict: named here, not an AttributeError deep in the sweep
         raise ConfigError(f"{{sweep}} must be a SweepOptions (e.g. da.SweepOptions(jobs=2)), got "
                           f"{type(sweep).__name__}")
-    check_loggers(sweep.log)
+    check_loggers(sweep.log, sweep.log_dir)
     return sweep
 
 
@@ -453,6 +457,8 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
     for name, v, lo in (("probe_batches", probe_batches, 1), ("probe_batch_size", probe_batch_size, 2)):
         if not isinstance(v, int) or isinstance(v, bool) or v < lo:
             raise ConfigError(f"{{{name}}} must be an integer >= {lo}, got {v!r}")
+    if out is not None:  # only a file of its own is replaced (an audit's report.json, a ladder's JSON are not)
+        _check_identity_target(Path(out))
     data = _data(config, data)
     check_probe_fits(probe_batch_size, data)
     n = probe_batches * probe_batch_size
@@ -463,10 +469,29 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
     res = identity_over_seeds(config, data.input_shape, data.num_classes, seeds, x, y, probe_batch_size)
     res["summary"] = identity_summary(res["per_seed"], config.num_blocks)
     card = identity_card(config, res["summary"], x.shape[0], seeds, probe_batch_size)
-    record = {"config": config.to_dict(), **res}
+    record = {"schema": IDENTITY_SCHEMA, "config": config.to_dict(), **res,
+              "provenance": provenance(x.device, data.provenance(), seeds[0], ["depthaudit.identity"])}
     if out is not None:
         write_json(Path(out), record)
     return Result(Path(out) if out is not None else Path("."), record, card)
+
+
+IDENTITY_SCHEMA = "depthaudit.identity_check.v1"
+
+
+def _check_identity_target(out: Path) -> None:
+    """``out`` may be replaced only when absent or an identity check's own JSON (of this schema or none older)."""
+    if not out.exists():
+        return
+    try:
+        doc = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        doc = None
+    ours = isinstance(doc, dict) and (doc.get("schema") == IDENTITY_SCHEMA
+                                      or ("schema" not in doc and {"config", "per_seed", "summary"} <= set(doc)))
+    if not ours:
+        raise UsageError(f"--out {out}: it exists and is not an identity check's result (another command's file); "
+                         "choose another --out")
 
 
 def identity_card(cfg: TrainConfig, summ: dict, n: int, seeds: list, bs: int) -> str:

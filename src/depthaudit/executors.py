@@ -78,6 +78,8 @@ class SweepOptions:
         check_types(self)  # the Python API's path: jobs=0, executor='bogus', cell=0 are one line here, before a
         check_ranges(self)  # folder is claimed (the CLI's parser applies the same declarations)
         check_choices(self)
+        if self.log_dir is not None and not self.log_dir.strip():  # (the cwd is not a log folder)
+            raise refuse(self, "{log_dir} '' is an empty path; give a folder, or leave it out (OUT/logs)")
         if self.cell is not None and self.list_cells:
             raise refuse(self, "{cell} and {list_cells} exclude each other; list first, then run one cell")
         if (self.jobs or 1) > 1 and self.executor != "local":

@@ -1,9 +1,12 @@
 """Name → factory registries (timm style): models, credit methods and datasets are looked up by name."""
 
+import re
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from .errors import UsageError
+
+_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # (".." cannot start a name)
 
 T = TypeVar("T")
 
@@ -24,6 +27,9 @@ class Registry(Generic[T]):
 
     def register(self, name: str, *, overwrite: bool = False, **meta) -> Callable[[T], T]:
         """Decorator that registers ``obj`` under ``name``; ``meta`` are defaults tied to it (e.g. ``epochs``)."""
+        if not isinstance(name, str) or not _SAFE.fullmatch(name):  # it names files and folders of results
+            raise ValueError(f"{self.kind} name {name!r}: use letters, digits and . _ + - only (no '/', no '..'), "
+                             "starting with a letter or digit")
 
         def deco(obj: T) -> T:
             if name in self._items and not overwrite:

@@ -114,10 +114,14 @@ def _first(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
 
 
-def check_loggers(kinds) -> None:
-    """Refuse, before any folder is claimed, a logger that cannot start: its extra missing, W&B without a login."""
+def check_loggers(kinds, log_dir: str | None = None) -> None:
+    """Refuse, before any folder is claimed, a logger that cannot start (extra, W&B login, ``--log-dir``)."""
     import os
 
+    from .io import check_output_dir
+
+    if kinds and log_dir is not None:
+        check_output_dir(log_dir, "--log-dir")
     for kind in kinds or ():
         if kind == "tensorboard":
             try:

@@ -9,7 +9,7 @@ import re
 import statistics
 from dataclasses import asdict, dataclass
 
-from .fields import arg
+from .fields import arg, check_ranges, check_types
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,10 @@ class Thresholds:
     eps: float = arg(1e-8, help="cosine floor ε", lo=0, lo_open=True, metavar="X")
     ref_factor: float = arg(10.0, help="D2 flag when ‖g_L‖ < X·ε", lo=0, lo_open=True, metavar="X", advanced=True)
     gap_min_pp: float = arg(2.0, help="D3 flag when gap < X pp", flag="gap-min", metavar="X")
+
+    def __post_init__(self):
+        check_types(self)  # Thresholds(rho_max=-1) or eps=nan from Python: refused as the CLI refuses the flags
+        check_ranges(self)
 
     def to_dict(self) -> dict:
         """JSON-able."""

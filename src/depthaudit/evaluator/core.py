@@ -292,6 +292,8 @@ class CreditEvaluator:
                              "reference); leave reference at 'auto'")
         if d1_stat not in ("median", "mean"):
             raise UsageError(f"d1_stat={d1_stat!r}: use median (the reference) or mean")
+        if isinstance(eps, bool) or not isinstance(eps, int | float) or not (eps > 0 and math.isfinite(eps)):
+            raise UsageError(f"eps={eps!r}: the cosine floor must be a finite number > 0 (the reference: 1e-8)")
         self.credit, self.reference, self.loss_fn = credit, reference, loss_fn
         self.eps, self.d1_stat, self.eval_mode = eps, d1_stat, eval_mode
         with untouched(self.model):  # the batches fit, and the model described is the network trained

@@ -104,6 +104,9 @@ class TrainingMonitor:
                  thresholds: Thresholds | None = None, stop_on_flag: bool = False, loss_fn=None,
                  eps: float | None = None, d1_stat: str = "median", eval_mode: bool = True, name: str = "method",
                  log=_stderr, device=None):
+        if thresholds is not None and not isinstance(thresholds, Thresholds):
+            raise UsageError(f"thresholds must be a Thresholds (e.g. da.Thresholds(rho_max=50)), got "
+                             f"{type(thresholds).__name__}")
         self.thresholds = thresholds or Thresholds()
         eps = self.thresholds.eps if eps is None else eps
         self.evaluator = CreditEvaluator(model, batches, credit, reference, loss_fn, eps, d1_stat, eval_mode, device)
@@ -282,6 +285,9 @@ class TrainingMonitor:
                              "'results/monitor'), or '.' for the current folder")
         out = Path(out)
         check_output_dir(out, "out")  # a FIFO or file where the folder must be: one line
+        if (out / "identity.json").exists() or (out / "runs").is_dir():  # a CLI command's folder: its report and
+            raise UsageError(f"out {out}: it holds another command's results (its runs and report); write the "
+                             "monitor's report to a folder of its own")  # runs are not replaced by this one
         out.mkdir(parents=True, exist_ok=True)
         self._out = out  # (the figures Jupyter shows inline)
         report["figures"] = audit_figures(report, out)

@@ -29,6 +29,9 @@ class InterveneConfig:
     penalty: float | None = None
 
     def __post_init__(self):
+        if not isinstance(self.audit, AuditConfig):  # (InterveneConfig(audit="bp"): named, not an AttributeError)
+            raise refuse(self, f"{{audit}} must be an AuditConfig (e.g. da.AuditConfig(methods=('bp',))), got "
+                         f"{type(self.audit).__name__}")
         if self.penalty is not None and self.lambdas is not None:
             raise refuse(self, f"{{penalty}} {self.penalty:g} is shorthand for {{lambdas}} 0 {self.penalty:g}; "
                          "give one of them")

@@ -1,0 +1,90 @@
+"""Faults the third independent walk (issue 36) found, each reproduced as the walker did; each fails before its fix."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import depthaudit as da
+from depthaudit.cli import main
+from depthaudit.errors import UsageError
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+TINY = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1"]
+
+
+def test_identity_replaces_only_its_own_file_and_carries_provenance(tmp_path, capsys):
+    """Walk 40/41/44: `identity --out` overwrote an audit's report.json and a ladder's JSON, and its own JSON had no
+    schema and no provenance."""
+    shutil.copytree(RESULTS / "audit_mnist1d", tmp_path / "a", ignore=shutil.ignore_patterns("runs"))
+    before = (tmp_path / "a" / "report.json").read_bytes()
+    args = ["identity", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--seeds", "1"]
+    assert main([*args, "--out", str(tmp_path / "a" / "report.json")]) == 2
+    assert "is not an identity check's result" in capsys.readouterr().err
+    assert (tmp_path / "a" / "report.json").read_bytes() == before
+    assert main([*args, "--out", str(tmp_path / "id.json")]) == 0
+    assert main([*args, "--out", str(tmp_path / "id.json")]) == 0  # its own file: replaced
+    doc = json.loads((tmp_path / "id.json").read_text())
+    assert doc["schema"] == "depthaudit.identity_check.v1" and doc["provenance"]["torch"] and doc["provenance"]["git"]
+
+
+def test_registered_names_cannot_escape_their_folders():
+    """Walk 82/83: a plug-in dataset named 'my/data' or '../../esc' wrote results through those paths."""
+    from depthaudit.data import DATASETS
+
+    for bad in ("my/data", "../../esc", "", ".hidden"):
+        with pytest.raises(ValueError, match="use letters, digits"):
+            DATASETS.register(bad)(lambda *a: None)
+
+
+def test_python_configs_and_arguments_of_the_wrong_kind_are_one_line(tmp_path):
+    """Walk 104, 118, 122, 218, 220, 107: each was a raw AttributeError/RuntimeError or accepted."""
+    with pytest.raises(da.ConfigError, match="audit must be an AuditConfig"):
+        da.InterveneConfig(audit="bp", lambdas=(0, 1))
+    for kw in (dict(rho_max=-1), dict(eps=float("nan"))):
+        with pytest.raises(da.ConfigError):
+            da.Thresholds(**kw)
+    with pytest.raises(da.ConfigError, match="log_dir '' is an empty path"):
+        da.SweepOptions(log=("tensorboard",), log_dir="")
+    lc = da.LadderConfig(base=da.TrainConfig(d_hidden=8, num_blocks=1, epochs=1), methods=("bp",))
+    with pytest.raises(da.ConfigError, match="data must be a dataset loaded by depthaudit"):
+        da.ladder(lc, tmp_path / "l", data="notdata")
+    import torch
+
+    from depthaudit.models import ResMLP
+
+    model = ResMLP((8,), 3, d_hidden=8, num_blocks=1, seed=0)
+    pb = [(torch.randn(16, 8), torch.randint(0, 3, (16,)))]
+    with pytest.raises(UsageError, match="eps=-1"):
+        da.CreditEvaluator(model, pb, eps=-1)
+    with pytest.raises(UsageError, match="thresholds must be a Thresholds"):
+        da.TrainingMonitor(model, pb, thresholds={"rho": 5})
+
+
+def test_a_bad_log_dir_is_refused_before_the_folder_is_claimed(tmp_path, capsys):
+    """Walk 193–197: --log-dir a file (or under /proc) was refused after the store was claimed, which then refused
+    the next, correct, command as "another configuration"."""
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "a"
+    assert main(["audit", *TINY, "--methods", "bp", "--log", "tensorboard", "--log-dir", str(tmp_path / "afile"),
+                 "--out", str(out)]) == 2
+    assert "--log-dir" in capsys.readouterr().err and not out.exists()
+
+
+def test_the_monitor_does_not_write_over_a_commands_folder(tmp_path):
+    """Walk 131: TrainingMonitor.write into a CLI audit folder replaced the audit's report with its own."""
+    shutil.copytree(RESULTS / "audit_mnist1d", tmp_path / "a")
+    before = (tmp_path / "a" / "report.json").read_bytes()
+    import torch
+
+    from depthaudit.models import ResMLP
+
+    model = ResMLP((40,), 10, d_hidden=8, num_blocks=1, seed=0)
+    pb = [(torch.randn(16, 40), torch.randint(0, 10, (16,)))]
+    mon = da.TrainingMonitor(model, pb)
+    mon.step(0)
+    mon.report(test_acc=0.5, frozen_acc=0.4, budget=1)
+    with pytest.raises(UsageError, match="holds another command's results"):
+        mon.write(tmp_path / "a")
+    assert (tmp_path / "a" / "report.json").read_bytes() == before
