@@ -88,3 +88,38 @@ def test_the_monitor_does_not_write_over_a_commands_folder(tmp_path):
     with pytest.raises(UsageError, match="holds another command's results"):
         mon.write(tmp_path / "a")
     assert (tmp_path / "a" / "report.json").read_bytes() == before
+
+
+def test_a_swapped_or_damaged_checkpoint_is_named_not_read(tmp_path, capsys):
+    """Walk 53: fa's checkpoint copied over bp's made the CKA table read fa 1.000 (no refusal); walk 48: a truncated
+    checkpoint was an internal error (EOFError). Each record now carries its checkpoint's sha256."""
+    args = ["audit", *TINY, "--methods", "bp", "fa", "--probe-batches", "1", "--out", str(tmp_path)]
+    assert main(args) == 0
+    bp = next(tmp_path.glob("runs/*_bp_all_*"))
+    fa = next(tmp_path.glob("runs/*_fa_all_*"))
+    assert json.loads((bp / "result.json").read_text())["checkpoint_sha256"]
+    good = (bp / "checkpoint.pt").read_bytes()
+    for damage in ((fa / "checkpoint.pt").read_bytes(), good[: len(good) // 2]):
+        (bp / "checkpoint.pt").write_bytes(damage)
+        capsys.readouterr()
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"{bp / 'checkpoint.pt'} is not the checkpoint its run record was written with" in err, err
+        assert len([ln for ln in err.splitlines() if "error" in ln]) == 1 and "Traceback" not in err
+    shutil.move(bp, tmp_path / "moved")  # the advice, followed: that run trains again
+    assert main(args) == 0
+
+
+def test_a_swapped_warm_start_checkpoint_is_retrained_not_used(tmp_path, capsys):
+    """Walk 187/188: probes' BP pre-run checkpoint swapped for another run's: the warm-started arms trained from the
+    foreign weights, silently."""
+    args = ["probes", *TINY, "--method", "fa", "--alphas", "0", "--pre-epochs", "1", "--probe-batches", "1",
+            "--out", str(tmp_path / "p")]
+    assert main(args) == 0
+    ckpt = next((tmp_path / "p" / "warm_start").glob("bp_pre_s*.pt"))
+    assert main(["train", *TINY, "--seed", "7", "--out", str(tmp_path / "t")]) == 0
+    shutil.copy(tmp_path / "t" / "checkpoint.pt", ckpt)
+    capsys.readouterr()
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert f"{ckpt} is not the checkpoint its run record was written with" in err and "trains again" in err, err

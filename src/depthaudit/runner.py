@@ -11,6 +11,7 @@ import torch
 from .batched import graphed, train_stacked
 from .config import TrainConfig
 from .data import DataBundle, load_data
+from .data.base import sha256_file
 from .diagnostics import audit_monitor, audit_tracker
 from .diagnostics.base import INIT_MEASUREMENT_KEY
 from .errors import UsageError
@@ -172,4 +173,17 @@ def _finish(spec, data: DataBundle, run: RunOutput, argv) -> dict:
     if spec.checkpoint:
         save_torch(Path(spec.checkpoint), {"config": rec["config"], "model": run.model.state_dict(),
                                            "method": run.method.state_dict(), "status": run.status})
-    return rec
+        rec["checkpoint_sha256"] = sha256_file(Path(spec.checkpoint))  # sealed with the record: a swapped or
+    return rec  # damaged checkpoint shows before its weights are read (CKA to BP, a warm start)
+
+
+def checkpoint_problem(path: Path, rec: dict) -> str | None:
+    """Why ``path`` is not the checkpoint ``rec`` was written with (digest, unreadable); None when it is."""
+    want = rec.get("checkpoint_sha256")
+    if want is None:  # a record older than the digest: nothing to compare
+        return None
+    try:
+        got = sha256_file(Path(path))
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None if got == want else "is not the checkpoint its run record was written with (its sha256 differs)"

@@ -18,6 +18,7 @@ from ..diagnostics import (
     registered,
 )
 from ..diagnostics.identity import identity_over_seeds
+from ..errors import UsageError
 from ..fields import (
     arg,
     d1_stat_field,
@@ -30,7 +31,7 @@ from ..fields import (
 from ..loop import build
 from ..methods import parse_method_spec
 from ..provenance import provenance
-from ..runner import probe_batch, run_slug, tracking_plan
+from ..runner import checkpoint_problem, probe_batch, run_slug, tracking_plan
 from ..runner import probe_batches as draw_probes
 from ..stores import read_record, unsealed
 from ..sweep import FolderStore, RunSpec, SweepStatus, run_sweep
@@ -279,7 +280,15 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
             return False
         cfg = TrainConfig.from_dict({**rec["config"], "device": str(data.x_test.device), "warm_start": None})
         model, method = build(cfg, data)
-        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["model"])
+        bad = checkpoint_problem(path, rec)
+        try:
+            state = None if bad else torch.load(path, map_location="cpu", weights_only=True)["model"]
+        except Exception as exc:  # truncated, not a checkpoint (EOFError, UnpicklingError, KeyError…)
+            bad = f"cannot be read ({type(exc).__name__}: {str(exc)[:80]})"
+        if bad:
+            raise UsageError(f"{path} {bad}; the CKA to BP reads it: move {path.parent} away and rerun the audit to "
+                             "train that run again (the others are reused)")
+        model.load_state_dict(state)
         return model.eval(), method
 
     out = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..config import LEGACY, TrainConfig, nothing_trains
 from ..diagnostics import INIT_MEASUREMENT_KEY, MEASUREMENT_KEY, CreditCosine, RobustCosine
 from ..errors import UsageError
-from ..runner import tracking_plan
+from ..runner import checkpoint_problem, tracking_plan
 from ..sweep import FileStore, FolderStore, RunSpec, SweepStatus, run_sweep
 from ..verdicts import Thresholds, mean_std
 
@@ -117,8 +117,13 @@ def bp_warm_start(base: TrainConfig, method: str, pre_epochs: int, seeds, out: P
     else:
         with nothing_trains():  # the arms are built now; the checkpoints they name are written by the pre-runs
             pre, arm_specs = warm_start_specs(base, method, pre_epochs, seeds, out, probe_plan, eps)
-        for spec in pre:  # a reused pre-run still needs its checkpoint on disk
-            if store.get(spec) is not None and not Path(spec.checkpoint).exists():
+        for spec in pre:  # a reused pre-run still needs its own checkpoint on disk (not one swapped in)
+            rec = store.get(spec)
+            bad = None if rec is None else ("is missing" if not Path(spec.checkpoint).exists()
+                                            else checkpoint_problem(Path(spec.checkpoint), rec))
+            if bad:
+                if log is not None:
+                    log(f"depthaudit: note: {spec.checkpoint} {bad}; {spec.key} trains again to rewrite it")
                 store.path(spec).unlink(missing_ok=True)
         run_sweep(pre, store, data=data, log=log, argv=argv)
         recs = run_sweep(arm_specs, store, data=data, log=log, argv=argv).records
