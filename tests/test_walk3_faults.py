@@ -123,3 +123,24 @@ def test_a_swapped_warm_start_checkpoint_is_retrained_not_used(tmp_path, capsys)
     assert main(args) == 0
     err = capsys.readouterr().err
     assert f"{ckpt} is not the checkpoint its run record was written with" in err and "trains again" in err, err
+
+
+def test_stderr_on_a_full_device_loses_only_the_progress(tmp_path):
+    """Walk 223–227: with stderr on /dev/full the first progress line failed and every command ended in exit 1
+    (after claiming its store). Now the lines are lost quietly, as with `2>&-`, and the work is done; bad input
+    still exits 2."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root / "src"),
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    py = f"{sys.executable} -m depthaudit"
+    p = subprocess.run(f"{py} train {' '.join(TINY)} --out t 2>/dev/full", shell=True, env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and (tmp_path / "t" / "result.json").is_file(), p.stdout
+    p = subprocess.run(f"{py} train --lr -1 --out u 2>/dev/full", shell=True, env=env, cwd=tmp_path, timeout=300)
+    assert p.returncode == 2 and not (tmp_path / "u").exists()

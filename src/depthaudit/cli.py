@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     # works: the command's own line about what it could not write is the one that matters
     logging.getLogger("matplotlib").setLevel(logging.ERROR)
     plain_terminal()
+    real_err = sys.stderr
+    if sys.stderr is sys.__stderr__:  # a process's own stderr (not a test's capture): progress and notes that
+        sys.stderr = _Tolerant(sys.stderr)  # cannot be written (`2>/dev/full`) are lost quietly, as with `2>&-`
     old_term = old_int = None
     SIGNALLED.clear()
     if threading.current_thread() is threading.main_thread():
@@ -102,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return 2
     finally:
+        sys.stderr = real_err
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
         if old_int is not None:
@@ -111,6 +115,43 @@ def main(argv: list[str] | None = None) -> int:
 
 
 _silence_stdout = silence_stdout  # (its home is io.py, which commands/parser.py reads without importing the CLI)
+
+
+class _Tolerant:
+    """The standard error, written through; once a write fails (a full device), fd 2 becomes /dev/null, quietly."""
+
+    def __init__(self, stream):
+        self._stream, self._dead = stream, False
+
+    def _drop(self) -> None:
+        self._dead = True
+        try:  # what is still buffered drains into /dev/null: Python's exit flush cannot fail (exit 120) on it
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        if not self._dead:
+            try:
+                n = self._stream.write(text)
+                self._stream.flush()
+                return n
+            except (OSError, ValueError):
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._dead:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._drop()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 # Exit status when whoever reads our output stops reading (`depthaudit … | head -1`): 141 = 128 + SIGPIPE, the
