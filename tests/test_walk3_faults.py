@@ -144,3 +144,28 @@ def test_stderr_on_a_full_device_loses_only_the_progress(tmp_path):
     assert p.returncode == 0 and (tmp_path / "t" / "result.json").is_file(), p.stdout
     p = subprocess.run(f"{py} train --lr -1 --out u 2>/dev/full", shell=True, env=env, cwd=tmp_path, timeout=300)
     assert p.returncode == 2 and not (tmp_path / "u").exists()
+
+
+def test_hf_models_that_cannot_run_are_refused_before_the_store_is_claimed(tmp_path, capsys):
+    """Walk 241–249: no tokenizer, token ids beyond the vocabulary (after the claim: the next run was refused as
+    "differs in: context"), a config.json whose vocab_size the weights do not have (an internal-error traceback)."""
+    import numpy as np
+
+    tf = pytest.importorskip("transformers")
+    m = tmp_path / "tinygpt"
+    tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=300, n_positions=64)).save_pretrained(m)
+    voc = tmp_path / "tg_voc"
+    shutil.copytree(m, voc)
+    cfg = json.loads((voc / "config.json").read_text())
+    (voc / "config.json").write_text(json.dumps({**cfg, "vocab_size": 100}))
+    np.save(tmp_path / "ids.npy", np.random.default_rng(0).integers(0, 300, 5000))
+    np.save(tmp_path / "big.npy", np.random.default_rng(0).integers(0, 500, 5000))
+    cases = [([str(m)], "ships no tokenizer"), ([str(voc), "--text", str(tmp_path / "ids.npy")],
+                                                "its weights do not fit its config.json"),
+             ([str(m), "--text", str(tmp_path / "big.npy")], "is not below the model's vocabulary (300)")]
+    capsys.readouterr()  # (transformers' own notes while saving)
+    for args, said in cases:
+        out = tmp_path / "o"
+        assert main(["saturation", "--family", "hf", "--model", *args, "--context", "16", "--out", str(out)]) == 2
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("depthaudit")]
+        assert len(err) == 1 and said in err[0] and not out.exists(), err

@@ -514,7 +514,7 @@ class PretrainedFamily(DepthFamily):
             if is_gguf(m):
                 check_gguf(m, cfg.revision)
             else:
-                check_hf(m, cfg.revision, cfg.context)
+                check_hf(m, cfg.revision, cfg.context, cfg.text)
 
     def load(self, cfg, command: str, data=None):
         return None, Path(cfg.text).stem if cfg.text else "pydoc", None

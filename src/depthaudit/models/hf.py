@@ -24,7 +24,7 @@ def load_causal_lm(name: str, revision: str | None, device) -> tuple[nn.Module, 
     return model, tok
 
 
-def check_hf(name: str, revision: str | None, context: int | None = None) -> None:
+def check_hf(name: str, revision: str | None, context: int | None = None, text: str | None = None) -> None:
     """Refuse a ``--model`` whose configuration cannot be read before any work, so nothing is written.
 
     No such repo or folder, offline and not cached, no such revision, a truncated ``*.safetensors`` in a local
@@ -49,8 +49,22 @@ def check_hf(name: str, revision: str | None, context: int | None = None) -> Non
                              f"{', '.join(files[:4]) or 'nothing'}; give a folder with config.json and its weights")
         for f in weights:
             if f.endswith(".safetensors"):
-                check_safetensors(os.path.join(name, f), name)
+                check_safetensors(os.path.join(name, f), name, getattr(config, "vocab_size", None))
+        tokenizer = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+        if not (text or "").endswith(".npy") and not any(f in files for f in tokenizer):  # (refused here, before
+            raise UsageError(f"--model {name} ships no tokenizer; give token ids as --text FILE.npy")  # the claim)
     check_context(config, context, name)
+    vocab = getattr(config, "vocab_size", None)
+    if (text or "").endswith(".npy") and os.path.isfile(text) and isinstance(vocab, int):
+        import numpy as np
+
+        try:
+            top = int(np.load(text, mmap_mode="r").max(initial=0))
+        except (OSError, ValueError, TypeError):
+            return  # (an unreadable token file is named when it is loaded)
+        if top >= vocab:
+            raise UsageError(f"--text {text}: token id {top} is not below the model's vocabulary ({vocab}); give ids "
+                             "made with this model's tokenizer")
 
 
 def check_context(config, context: int | None, name: str) -> None:
@@ -62,8 +76,8 @@ def check_context(config, context: int | None, name: str) -> None:
                          f"{limit} or less")
 
 
-def check_safetensors(path: str, name: str) -> None:
-    """A ``.safetensors`` file whose header or size is not whole (truncated, damaged): one line naming it."""
+def check_safetensors(path: str, name: str, vocab: int | None = None) -> None:
+    """A ``.safetensors`` file not whole (truncated, damaged) or not the config's (its embedding rows): one line."""
     size = os.path.getsize(path)
     try:
         with open(path, "rb") as fh:
@@ -79,6 +93,12 @@ def check_safetensors(path: str, name: str) -> None:
     if size < need:
         raise UsageError(f"--model {name}: {path} is truncated ({size} of {need} bytes); copy or download it "
                          "again") from None
+    embed = ("wte.weight", "embed_tokens.weight", "embed_in.weight", "word_embeddings.weight")
+    for k, t in header.items():
+        shape = t.get("shape") if isinstance(t, dict) else None
+        if k.endswith(embed) and isinstance(vocab, int) and shape and shape[0] != vocab:
+            raise UsageError(f"--model {name}: its weights do not fit its config.json ({k} has {shape[0]} rows, "
+                             f"vocab_size says {vocab}); give the config the weights were saved with")
 
 
 def load_model(name: str, revision: str | None, device) -> tuple[nn.Module, object | None, dict]:
