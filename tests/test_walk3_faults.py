@@ -169,3 +169,19 @@ def test_hf_models_that_cannot_run_are_refused_before_the_store_is_claimed(tmp_p
         assert main(["saturation", "--family", "hf", "--model", *args, "--context", "16", "--out", str(out)]) == 2
         err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("depthaudit")]
         assert len(err) == 1 and said in err[0] and not out.exists(), err
+
+
+def test_four_inputs_that_were_silently_reread_are_named(tmp_path, capsys):
+    """Walk 3's unclear 11, 20, 25/101, 212: --device '' read as auto; --jobs with --cell; --penalty 0 collapsing the
+    grid to λ = 0 (and penalty=-0.1 named as lambdas); `identity --out newdir/` writing a file named newdir."""
+    assert main(["train", "--device", "", "--out", str(tmp_path / "d")]) == 2
+    assert "--device '' is empty" in capsys.readouterr().err
+    with pytest.raises(da.ConfigError, match="penalty 0.0: the penalized λ"):
+        da.InterveneConfig(audit=da.AuditConfig(base=da.TrainConfig()), penalty=0.0)
+    with pytest.raises(da.ConfigError, match=r"^penalty -0.1"):
+        da.InterveneConfig(audit=da.AuditConfig(base=da.TrainConfig()), penalty=-0.1)
+    assert main(["identity", "--out", str(tmp_path / "newdir") + "/"]) == 2
+    assert "is a folder; give a .json file path" in capsys.readouterr().err and not (tmp_path / "newdir").exists()
+    args = ["audit", *TINY, "--cell", "0", "--jobs", "2", "--probe-batches", "1", "--out", str(tmp_path / "c")]
+    assert main(args) == 0
+    assert "--jobs has no effect with --cell" in capsys.readouterr().err

@@ -315,6 +315,8 @@ def resolve_device(spec: str | None) -> str:
     """
     import torch
 
+    if isinstance(spec, str) and not spec.strip():  # --device '': not a device (None is the default: auto)
+        raise ConfigError("{device} '' is empty; give cpu, cuda, cuda:N or auto")
     spec = spec or "auto"
     if spec == "auto":
         return "cuda:0" if torch.cuda.is_available() else "cpu"

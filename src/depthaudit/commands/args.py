@@ -113,6 +113,8 @@ def sweep_options(a: argparse.Namespace, out, device: str):
         _note("--gpus-per-run and --ray-address are for --executor ray; ignored here")
     if executor != "slurm" and (a.slurm_partition or a.slurm_gpus is not None):
         _note("--slurm-* flags are for --executor slurm; ignored here")
+    if getattr(a, "cell", None) is not None and (getattr(a, "jobs", None) or 1) > 1:
+        _note("--jobs has no effect with --cell: one cell runs in this process")
     opts = given(a, SweepOptions)
     opts.update(batch_runs=batch_cap(getattr(a, "batch_runs", 1), device),
                 log_dir=a.log_dir or str(Path(out) / "logs"))

@@ -102,7 +102,7 @@ def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     nb, bs = probe_sizes(a, AuditConfig)
     seeds = a.seeds or list(AuditConfig.seeds)
     dedup_note(seeds, "--seeds")
-    if a.out and Path(a.out).is_dir():
+    if a.out and (Path(a.out).is_dir() or a.out.endswith(("/", "\\"))):  # (`newdir/` names a folder, not a file)
         raise UsageError(f"--out {a.out} is a folder; give a .json file path")
     if a.out:
         check_replaceable(Path(a.out), "--out")

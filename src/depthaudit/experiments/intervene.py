@@ -38,6 +38,10 @@ class InterveneConfig:
         if self.audit.base.scale_penalty:
             raise refuse(self, f"{{scale_penalty}} {self.audit.base.scale_penalty:g}: intervene sets λ from "
                          "{lambdas} (or {penalty}); drop {scale_penalty}")
+        if self.penalty is not None and (isinstance(self.penalty, bool) or not isinstance(self.penalty, int | float)
+                                         or not (self.penalty > 0 and math.isfinite(self.penalty))):
+            raise refuse(self, f"{{penalty}} {self.penalty!r}: the penalized λ beside λ = 0 must be a number > 0 "
+                         "(e.g. 0.01)")
         lams = LAMBDAS if self.lambdas is None else self.lambdas
         lams = (0.0, self.penalty) if self.penalty is not None else (lams,) if isinstance(lams, int | float) else lams
         if any(isinstance(x, bool) or not isinstance(x, int | float) or not (x >= 0 and math.isfinite(x))
