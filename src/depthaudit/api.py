@@ -107,6 +107,10 @@ def _api_call(fn):
             raise ConfigError(f"{{out}} {out!r} is {'an empty path' if not out.strip() else 'a path with a NUL byte'}"
                               "; give a path (e.g. 'results/run1'), or '.' for the current folder")
 
+        given = sig.bind_partial(*args, **kwargs).arguments.get("config")
+        want = sig.parameters["config"].annotation if "config" in sig.parameters else None
+        if isinstance(want, str) and want.isidentifier() and given is not None and type(given).__name__ != want:
+            raise ConfigError(f"{{config}} must be a {want} (da.{want}(...)), got {type(given).__name__}")
         cpu = torch.get_rng_state()
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         sweep = kwargs.get("sweep")  # a sweep that trains nothing: its configs may name a device this machine lacks
@@ -130,6 +134,17 @@ def _data(cfg: TrainConfig, data):
     if device.type == "cuda" and not torch.cuda.is_available():  # listing or reporting GPU runs: nothing trains
         device = torch.device("cpu")
     return data if data is not None else load_data(cfg.dataset, cfg.data_dir, cfg.download, device)
+
+
+def _buildable(cfgs, data) -> None:
+    """Refuse, before any folder is claimed, a run this data cannot train: built once on the CPU, then dropped.
+
+    (An image augmentation on vectors, a ViT width not divisible by its heads: one line, nothing written.)
+    """
+    for cfg in cfgs:
+        c = replace(cfg, device="cpu", warm_start=None)
+        model, method = build(c, data)
+        Stepper(c, data, model, method)
 
 
 def _sweep(sweep, out: Path, device: str):
@@ -214,6 +229,7 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     if opts.cell is not None:
         pick_cell(audit_specs(config, data), opts.cell)
+    _buildable([base.with_method(m) for m in config.methods], data)
     log = _log(progress)
     claim = None
     if not opts.list_cells and not opts.stored_only:  # the folder's report belongs to one audit: claimed before
@@ -252,6 +268,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
     specs = ladder_specs(config, data)
     if opts.cell is not None:
         pick_cell(specs, opts.cell)
+    _buildable([base.with_method(m) for m in config.methods], data)
     store = open_store(out, config, data.sha256)  # refuses a file of another configuration
     log = _log(progress)
     if not opts.list_cells and not opts.stored_only:  # (--stored-only: run_sweep claims once every cell is found)
@@ -288,6 +305,7 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
     check_probe_fits(config.probe_batch_size, data)
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     opts = _sweep(sweep, out, config.base.device)
+    _buildable([config.base.with_method(m) for m in config.methods], data)
     claim = None
     if not opts.list_cells and opts.cell is None and not opts.stored_only:  # the report belongs to one
         # configuration: claimed before training (a λ grid of the same configuration may replace the report: its
@@ -325,6 +343,7 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
     opts = _sweep(sweep, out, base.device)
     plan = (fitted_probe_batches(data, config.probe_batches, config.probe_batch_size), config.probe_batch_size)
     ident = config.identity(plan, data.sha256)
+    _buildable([base], data)
     claim = None
     if not opts.list_cells and opts.cell is None and not opts.stored_only:  # this method's report in OUT belongs
         # to one configuration: claimed under the folder's lock before anything trains (another method's probes
@@ -378,8 +397,8 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     data, name, sha = family.load(config, "saturation", data)
     specs = config.specs()
     family.check_recipe(specs[0].cfg, data)
-    store = family.saturation_store(config, out, name, sha)
-    opts = sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs"))
+    opts = _sweep(sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs")), out, config.device)
+    store = family.saturation_store(config, out, name, sha)  # (its loggers checked above, before this claim)
     log = _log(progress)  # run_log too: a pretrained model's passes take minutes each, each stage is said
     status = run_sweep(specs, store, data=family.sweep_data(data) if opts.jobs == 1 else None,
                        argv=argv or ["depthaudit.saturation"], opts=opts, log=log, run_log=log)
@@ -420,7 +439,7 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
     ident.update({k: getattr(config, k) for k in ("lr", "weight_decay", "batch_size")
                   if getattr(config, k) != defaults[k]})
     store = FileStore(out / f"grow_{family.grow_name(config)}_{config.dataset}.json", "depthaudit.grow.v1", ident)
-    opts = sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs"))
+    opts = _sweep(sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs")), out, config.device)
     log = _log(progress)
     status = run_sweep(specs, store, data=data if opts.jobs == 1 else None, argv=argv or ["depthaudit.grow"],
                        run_log=log, opts=opts, log=log)

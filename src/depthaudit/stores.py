@@ -770,10 +770,10 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
         claim["file"] = name
     with file_lock(folder / ".lock"):
         old = _read_claim(folder, name)
+        if old is not None and old.get("kind", kind) != kind:  # another command's folder: never taken over, not
+            raise UsageError(f"{folder} holds the results of another command ({old.get('kind', 'a sweep')}); "
+                             f"{kind} cannot write there: use another {flag}")  # even by --force/--replace-report
         if old is not None and not take_over:
-            if old.get("kind") != kind:  # another command's folder: its configuration is beside the point
-                raise UsageError(f"{folder} holds the results of another command ({old.get('kind', 'a sweep')}); "
-                                 f"{kind} cannot write there: use another {flag}")
             diff = identity_diff(_without_neutral(old.get("identity") or {}), _without_neutral(claim["identity"]))
             if diff:
                 kept = "its result is replaced" if kind == "train" else "the runs of both are kept"

@@ -70,6 +70,8 @@ def _check_batches(batches) -> list:
             raise UsageError(f"probe batch {i}'s inputs hold NaN or inf values; give finite held-out inputs (the "
                              "adapter check and every measurement would blame the network for them)")
     sizes = sorted({b[0].shape[0] for b in batches})
+    if sizes[0] < 1:  # (an empty batch measures nothing: torch's min() on it was the only message)
+        raise UsageError("a probe batch holds no examples; give batches of B_p >= 1 held-out examples (e.g. 128)")
     if len(sizes) > 1:
         raise UsageError(f"probe batches of unequal sizes {sizes}: the mean-loss convention needs one batch size "
                          "B_p; drop the last, smaller batch (or cut the held-out set into equal batches)")

@@ -49,10 +49,12 @@ def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, d
     recs = status.records
     rows = []
     for a in alphas:
-        rs = [recs[f"a{a:g}/s{s}"] for s in seeds]
+        every = [recs[f"a{a:g}/s{s}"] for s in seeds]
+        rs = [r for r in every if r.get("status") != "diverged"]  # a diverged run is a status, not a result
         cos = [_final_cos(r) for r in rs]
-        L1 = len(cos[0].get("per_layer", []))
-        rows.append({"alpha": float(a), "test_acc": mean_std([r["final"]["test_acc"] for r in rs]),
+        L1 = max((len(c.get("per_layer", [])) for c in cos), default=0)
+        rows.append({"alpha": float(a), "diverged": len(every) - len(rs),
+                     "test_acc": mean_std([r["final"]["test_acc"] for r in rs]),
                      "cos_mean_per_layer": mean_std([c.get("mean_per_layer") for c in cos]),
                      "cos_concat": mean_std([c.get("concat") for c in cos]),
                      "per_layer": [mean_std([c["per_layer"][i] for c in cos]) for i in range(L1)]})
@@ -129,14 +131,16 @@ def bp_warm_start(base: TrainConfig, method: str, pre_epochs: int, seeds, out: P
         recs = run_sweep(arm_specs, store, data=data, log=log, argv=argv).records
     rows = []
     for arm in (f"{method}_from_bp", f"{method}_scratch", "bp_continued"):
-        rs = [recs[f"{arm}/s{s}"] for s in seeds]
+        every = [recs[f"{arm}/s{s}"] for s in seeds]
+        rs = [r for r in every if r.get("status") != "diverged"]  # a diverged run is a status, not a result
         start = [_final_cos({INIT_MEASUREMENT_KEY: r.get(INIT_MEASUREMENT_KEY)}) for r in rs]
         end = [_final_cos(r) for r in rs]
-        rows.append({"arm": arm, "test_acc": mean_std([r["final"]["test_acc"] for r in rs]),
+        rows.append({"arm": arm, "diverged": len(every) - len(rs),
+                     "test_acc": mean_std([r["final"]["test_acc"] for r in rs]),
                      "cos_mean_start": mean_std([c.get("mean_per_layer") for c in start]),
                      "cos_mean_end": mean_std([c.get("mean_per_layer") for c in end]),
                      "cos_concat_end": mean_std([c.get("concat") for c in end]),
                      "history": [[h["epoch"], h["test_acc"],
                                   CreditCosine.read(h.get(MEASUREMENT_KEY)).get("mean_per_layer")]
-                                 for h in rs[0]["history"]]})
+                                 for h in (rs or every)[0]["history"]]})
     return {"method": method, "pre_epochs": pre_epochs, "rows": rows}

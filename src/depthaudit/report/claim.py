@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from ..io import save_figure  # noqa: E402
 from .published_audit import SECTION5, SECTION5_COS, TABLE1, TABLE1_GAMMA  # noqa: E402
 
+PNG = b"\x89PNG\r\n\x1a\n"  # the first bytes of every PNG file
 FAMILIES = ("bp", "fa", "dfa", "sb", "cb", "ep", "other")
 
 
@@ -123,7 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) < 2:
         print("usage: python -m depthaudit.report.claim OUT.png DIR [DIR ...]", file=sys.stderr)
         return 2
-    ours = [p for d in argv[1:] for p in points(Path(d))]
+    out = Path(argv[0])
+    if out.suffix.lower() != ".png" or (out.exists() and not (out.is_file() and out.read_bytes()[:8] == PNG)):
+        print(f"depthaudit: error: {out}: give a new or depthaudit-written .png path (its own figure is all it "
+              "replaces)", file=sys.stderr)
+        return 2
+    try:
+        ours = [p for d in argv[1:] for p in points(Path(d))]
+    except (ValueError, OSError, KeyError) as exc:
+        print(f"depthaudit: error: {exc}", file=sys.stderr)
+        return 2
     for p in ours:
         print(f"{p['label']:36s} λ={p['lambda']:<7g} {p['epochs']:>3} ep  acc {p['acc']:.3f}  Γ {p['gamma']:.3f}  "
               f"({p['source']})")
@@ -133,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             rho = spearman([p["gamma"] for p in pts], [p["acc"] for p in pts])
             print(f"Spearman(Γ, accuracy) over {len(pts)} non-BP points{'' if lo is None else f' with Γ > {lo}'}: "
                   f"{rho:.2f}")
-    claim_figure(ours, Path(argv[0]))
+    claim_figure(ours, out)
     return 0
 
 

@@ -37,7 +37,7 @@ def rows(folder: Path, epochs: int, dataset: str) -> dict[tuple[str, str], dict]
     """``{(label, optimizer): row}`` of one audit folder's report at ``epochs`` on ``dataset`` (else nothing)."""
     rep = Path(folder) / "report.json"
     if not rep.is_file():
-        raise SystemExit(f"{folder}: no report.json; pass audit folders (depthaudit audit --out DIR)")
+        raise ValueError(f"{folder}: no report.json; pass audit folders (depthaudit audit --out DIR)")
     doc = json.loads(rep.read_text(encoding="utf-8"))
     base = doc["config"]["base"]
     if (base.get("epochs"), base.get("dataset"), base.get("d_hidden"), base.get("num_blocks")) != (
@@ -132,14 +132,22 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m depthaudit.report.field OUT.md DIR [DIR ...] [--epochs 100] [--dataset cifar10]",
               file=sys.stderr)
         return 2
+    out = Path(argv[0])
+    if out.exists() and not (out.is_file() and out.read_text(errors="replace").startswith("Field table:")):
+        print(f"depthaudit: error: {out} exists and is not a field table; choose another OUT.md", file=sys.stderr)
+        return 2  # (only its own file is replaced: never an audit's report.md or a user's notes)
     found: dict = {}
-    for d in argv[1:]:
-        for key, row in rows(Path(d), int(opts["--epochs"]), opts["--dataset"]).items():
-            found.setdefault(key, row)  # the first folder named holds a cell: later ones do not replace it
+    try:
+        for d in argv[1:]:
+            for key, row in rows(Path(d), int(opts["--epochs"]), opts["--dataset"]).items():
+                found.setdefault(key, row)  # the first folder named holds a cell: later ones do not replace it
+    except (ValueError, OSError, KeyError) as exc:
+        print(f"depthaudit: error: {exc}", file=sys.stderr)
+        return 2
     md = field_md(found, int(opts["--epochs"]), opts["--dataset"])
-    write_text(Path(argv[0]), md)
+    write_text(out, md)
     if found:
-        field_figure(found, Path(argv[0]).with_suffix(".png"))
+        field_figure(found, out.with_suffix(".png"))
     print(md)
     return 0
 
