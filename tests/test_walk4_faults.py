@@ -91,3 +91,19 @@ def test_probes_report_a_diverged_run_as_diverged_not_as_an_accuracy(tmp_path, c
     row = json.loads((out / "probes_fa.json").read_text())["credit_mix"]["rows"][0]
     assert row["diverged"] == 1 and row["test_acc"]["mean"] is None and row["test_acc"]["n"] == 0
     assert "| 0 | — (1 diverged) |" in (out / "probes_fa.md").read_text()
+
+
+def test_an_edited_sweep_json_is_named_not_its_intact_records(tmp_path, capsys):
+    """W8 (194, 196): a ladder JSON whose schema was edited blamed the intact .runs folder ("differs in: schema")
+    and advised moving the records away too; the JSON alone is at fault (and is rebuilt from them)."""
+    args = ["ladder", *TINY, "--methods", "bp", "--seeds", "1", "--output_dir", str(tmp_path)]
+    assert main(args) == 0
+    doc = next(tmp_path.glob("ladder_*.json"))
+    doc.write_text(doc.read_text().replace("ladder.v1", "ladder.v9"))
+    capsys.readouterr()
+    for cmd in (["report", str(tmp_path)], args):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert "it was edited; move " + doc.name + " away" in err and "runs away" not in err, err
+    doc.unlink()  # the advice, followed
+    assert main(["report", str(tmp_path)]) == 0

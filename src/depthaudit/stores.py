@@ -478,10 +478,17 @@ class FileStore:
         return doc, marker
 
     def _check(self, doc: dict | None, marker: dict | None) -> None:
+        mine = marker is not None and marker.get("schema") == self.schema and not identity_diff(
+            marker.get("identity") or {}, self.identity, self.defaults)
         for what, owner in ((self.path, doc), (self.runs_dir, marker)):
             if owner is None:
                 continue
             diff = identity_diff(owner.get("identity") or {}, self.identity, self.defaults)
+            if (owner.get("schema") != self.schema or diff) and owner is doc and mine:  # the records are this
+                raise UsageError(  # configuration's: only the derived JSON disagrees (edited by hand)
+                    f"{self.path} differs from its records in {self.runs_dir.name} (in: "
+                    f"{', '.join(diff[:6]) or 'schema'}): it was edited; move {self.path.name} away (it is rebuilt "
+                    "from the records) and rerun")
             if owner.get("schema") != self.schema or diff:
                 raise UsageError(
                     f"{what} holds runs of a different configuration (differs in: "

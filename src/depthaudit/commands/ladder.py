@@ -19,7 +19,16 @@ from ..experiments.ladder import LadderConfig, placed_in_ladder
 from ..io import check_output_dir, check_replaceable, not_a_file, write_json, write_text
 from ..report import audit_markdown, audit_terminal
 from ..report.card import unrendered
-from ..stores import FileStore, check_folder_records, rebuild_file_store, record_problem, seal, seal_problem, unsealed
+from ..stores import (
+    FileStore,
+    check_folder_records,
+    identity_diff,
+    rebuild_file_store,
+    record_problem,
+    seal,
+    seal_problem,
+    unsealed,
+)
 from . import COMMANDS, run_command
 from .args import (
     add_train_args,
@@ -180,6 +189,14 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         if not path.with_suffix(".runs").is_dir():
             return
         doc = read_json_doc(path)
+        marker = path.with_suffix(".runs") / "identity.json"
+        if marker.is_file():  # the records' own claim: a JSON that disagrees with it is the edited one
+            own = read_json_doc(marker)
+            diff = identity_diff(own.get("identity") or {}, doc.get("identity") or {})
+            if own.get("schema") != doc.get("schema") or diff:
+                raise UsageError(f"{path} differs from its records' claim {marker} (in: "
+                                 f"{', '.join(diff[:6]) or 'schema'}): it was edited; move {path.name} away (report "
+                                 "rebuilds it from the records)")
         store = FileStore(path, doc.get("schema"), doc.get("identity") or {}, log=lambda m: None)
         store.assemble()
         if store.damaged:
