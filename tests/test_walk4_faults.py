@@ -107,3 +107,15 @@ def test_an_edited_sweep_json_is_named_not_its_intact_records(tmp_path, capsys):
         assert "it was edited; move " + doc.name + " away" in err and "runs away" not in err, err
     doc.unlink()  # the advice, followed
     assert main(["report", str(tmp_path)]) == 0
+
+
+def test_a_float64_default_dtype_is_named_before_any_folder_is_claimed(tmp_path, capsys):
+    """W2 (88): a plug-in calling torch.set_default_dtype(torch.float64) was an internal error after the claim."""
+    import torch
+
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert main(["audit", *TINY, "--methods", "bp", "--out", str(tmp_path / "a")]) == 2
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert "torch's default dtype is torch.float64" in capsys.readouterr().err and not (tmp_path / "a").exists()

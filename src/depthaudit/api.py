@@ -141,6 +141,9 @@ def _buildable(cfgs, data) -> None:
 
     (An image augmentation on vectors, a ViT width not divisible by its heads: one line, nothing written.)
     """
+    if torch.get_default_dtype() != torch.float32:  # (a plug-in's torch.set_default_dtype: the models would be
+        raise UsageError(f"torch's default dtype is {torch.get_default_dtype()} (set by a plug-in or your code); "
+                         "depthaudit trains in float32: leave the default dtype alone")  # float64, the data not)
     for cfg in cfgs:
         c = replace(cfg, device="cpu", warm_start=None)
         model, method = build(c, data)
