@@ -119,3 +119,15 @@ def test_a_float64_default_dtype_is_named_before_any_folder_is_claimed(tmp_path,
     finally:
         torch.set_default_dtype(torch.float32)
     assert "torch's default dtype is torch.float64" in capsys.readouterr().err and not (tmp_path / "a").exists()
+
+
+def test_a_subclass_of_the_config_is_still_that_config(tmp_path):
+    """The wrong-kind check (W3) must not refuse a user's subclass of TrainConfig."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Mine(da.TrainConfig):
+        pass
+
+    res = da.train(Mine(d_hidden=8, num_blocks=1, epochs=0), tmp_path / "t", progress=False)
+    assert json.loads(res.path.read_text())["status"] == "ok"

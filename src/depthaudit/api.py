@@ -109,7 +109,8 @@ def _api_call(fn):
 
         given = sig.bind_partial(*args, **kwargs).arguments.get("config")
         want = sig.parameters["config"].annotation if "config" in sig.parameters else None
-        if isinstance(want, str) and want.isidentifier() and given is not None and type(given).__name__ != want:
+        if isinstance(want, str) and want.isidentifier() and given is not None \
+                and want not in {c.__name__ for c in type(given).__mro__}:  # (a subclass of the config is one)
             raise ConfigError(f"{{config}} must be a {want} (da.{want}(...)), got {type(given).__name__}")
         cpu = torch.get_rng_state()
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
