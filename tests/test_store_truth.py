@@ -185,17 +185,23 @@ def test_a_hand_edited_report_json_is_refused(audit_dir, tmp_path, capsys):
     assert "report.json: method bp's 'checks' is not what its run records give" in err
 
 
-def test_a_hand_edited_intervention_json_is_refused(tmp_path, capsys):
-    out = tmp_path / "iv"
-    assert main(["intervene", *AUDIT, "--lambdas", "0", "0.01", "--out", str(out)]) == 0
-    assert main(["report", str(out)]) == 0
-    capsys.readouterr()
+def _edited_intervention_report(out, capsys) -> tuple[str, dict]:
+    """Edit one λ cell of ``out/intervention.json`` by hand, then `report` it: its one error line, the edited doc."""
     doc = json.loads((out / "intervention.json").read_text())
     doc["rows"][0]["by_lambda"][1]["test_acc"]["mean"] = 0.99
     (out / "intervention.json").write_text(json.dumps(doc))
     assert main(["report", str(out)]) == 2
     err = _one_error(capsys.readouterr().err)
     print(err)
+    return err, doc
+
+
+def test_a_hand_edited_intervention_json_is_refused(tmp_path, capsys):
+    out = tmp_path / "iv"
+    assert main(["intervene", *AUDIT, "--lambdas", "0", "0.01", "--out", str(out)]) == 0
+    assert main(["report", str(out)]) == 0
+    capsys.readouterr()
+    err, doc = _edited_intervention_report(out, capsys)
     assert "its row for bp at λ=0.01 is not what its audit says" in err
     doc["rows"][0]["by_lambda"][1]["test_acc"]["mean"] = 0.99
     doc["audits"]["0.01"]["methods"][0]["trained_test_acc"]["mean"] = 0.99  # the audit edited to agree
@@ -319,12 +325,7 @@ def test_an_intervention_json_whose_run_records_are_missing_is_refused(tmp_path,
     assert main(["intervene", *AUDIT, "--lambdas", "0", "0.01", "--out", str(out)]) == 0
     capsys.readouterr()
     shutil.rmtree(out / "runs")
-    doc = json.loads((out / "intervention.json").read_text())
-    doc["rows"][0]["by_lambda"][1]["test_acc"]["mean"] = 0.99
-    (out / "intervention.json").write_text(json.dumps(doc))
-    assert main(["report", str(out)]) == 2
-    err = _one_error(capsys.readouterr().err)
-    print(err)
+    err, doc = _edited_intervention_report(out, capsys)
     assert "intervention.json: its run" in err and "has no record" in err, err
 
 

@@ -333,7 +333,7 @@ def test_an_unknown_progress_setting_is_noted_once(monkeypatch, capsys):
     from depthaudit import progress
 
     monkeypatch.setenv("DEPTHAUDIT_PROGRESS", "banana")
-    monkeypatch.setattr(progress, "_SAID", set())
+    progress._unknown.cache_clear()
     progress.wanted(True), progress.wanted(True)
     assert capsys.readouterr().err.count("DEPTHAUDIT_PROGRESS='banana' is not 0 or 1; ignored") == 1
 

@@ -12,6 +12,7 @@ the training loop's cost is one counter increment per step). Spawned workers dra
 # imports inside functions: tqdm is imported when a bar is drawn (import cost: this module is the CLI's)
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from contextlib import contextmanager, nullcontext
@@ -19,7 +20,11 @@ from contextvars import ContextVar
 
 _ACTIVE: ContextVar[bool] = ContextVar("depthaudit_progress", default=False)
 ENV = "DEPTHAUDIT_PROGRESS"
-_SAID: set[str] = set()  # unknown values already noted (once per process)
+
+
+@functools.cache  # once per value and process
+def _unknown(value: str) -> None:
+    print(f"depthaudit: note: {ENV}={value!r} is not 0 or 1; ignored (bars follow the output)", file=sys.stderr)
 
 
 def wanted(progress: bool) -> bool:
@@ -31,10 +36,8 @@ def wanted(progress: bool) -> bool:
         return False
     if env in ("1", "true", "yes", "on"):
         return True
-    if env and env not in _SAID:  # a value it does not know: said once, then the output decides as without it
-        _SAID.add(env)
-        print(f"depthaudit: note: {ENV}={os.environ[ENV]!r} is not 0 or 1; ignored (bars follow the output)",
-              file=sys.stderr)
+    if env:  # a value it does not know: said once, then the output decides as without it
+        _unknown(os.environ[ENV])
     if "ipykernel" in sys.modules:  # a notebook: tqdm.auto draws a widget
         return True
     try:

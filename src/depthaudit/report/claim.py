@@ -130,10 +130,9 @@ def main(argv: list[str] | None = None) -> int:
               "replaces)", file=sys.stderr)
         return 2
     try:
-        ours = [p for d in argv[1:] for p in points(Path(d))]
-        seen: set = set()  # one run stored in two folders (an audit's bp/dfa reused by another) is one point
-        ours = [p for p in ours if (k := (p["label"], p["lambda"], p["epochs"], p["acc"], p["gamma"])) not in seen
-                and not seen.add(k)]
+        # one run stored in two folders (an audit's bp/dfa reused by another) is one point
+        ours = list({(p["label"], p["lambda"], p["epochs"], p["acc"], p["gamma"]): p
+                     for d in argv[1:] for p in points(Path(d))}.values())
     except (ValueError, OSError, KeyError) as exc:
         print(f"depthaudit: error: {exc}", file=sys.stderr)
         return 2
