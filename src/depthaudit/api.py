@@ -24,6 +24,8 @@ import functools
 import html
 import inspect
 import json
+import os
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -49,7 +51,7 @@ from .provenance import provenance
 from .report import audit_markdown, audit_terminal, fmt_ms
 from .runlog import check_loggers
 from .runner import fitted_probe_batches, probe_batch, result_record, save_run
-from .stores import FileStore, RunSpec, claim_folder, file_lock, seal, still_owner
+from .stores import ORDERLESS, FileStore, RunSpec, claim_folder, file_lock, identity_diff, seal, still_owner
 from .sweep import SweepOptions, SweepStatus, batch_cap, pick_cell, run_sweep
 
 if TYPE_CHECKING:
@@ -103,6 +105,8 @@ def _api_call(fn):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         out = sig.bind_partial(*args, **kwargs).arguments.get("out")  # (Path("") is ".": checked before Path())
+        if out is not None and not isinstance(out, str | os.PathLike):
+            raise ConfigError(f"{{out}} must be a folder path (a str or Path), got {type(out).__name__} {out!r}")
         if isinstance(out, str) and (not out.strip() or "\0" in out):
             raise ConfigError(f"{{out}} {out!r} is {'an empty path' if not out.strip() else 'a path with a NUL byte'}"
                               "; give a path (e.g. 'results/run1'), or '.' for the current folder")
@@ -284,9 +288,16 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
                        opts=opts, log=log, run_log=(lambda m: log("    " + m)) if verbose else None)
     if not status.complete:
         return Result.stopped_sweep(store.path, status)
-    doc, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None)
+    md, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None)
+    doc = json.loads(store.path.read_text(encoding="utf-8"))  # (the record: the ladder JSON, every run in it)
+    asked = {c.key for c in specs}
+    beyond = sorted(k for k in (doc.get("runs") or {}) if k not in asked)
+    if beyond:  # one ladder file per configuration: its table counts the runs an earlier call added too
+        log(f"depthaudit: note: the table counts every run in {store.path.name}, also {len(beyond)} this call did not "
+            f"ask for ({', '.join(beyond[:4])}{' …' if len(beyond) > 4 else ''}); a separate --output_dir keeps "
+            "ladders apart")
     md_path = store.path.with_suffix(".md")
-    return Result(store.path, doc, table, md_path.read_text(encoding="utf-8") if md_path.exists() else table,
+    return Result(store.path, doc, table, md_path.read_text(encoding="utf-8") if md_path.exists() else md,
                   [store.path.with_suffix(".png")])
 
 
@@ -480,8 +491,9 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
     for name, v, lo in (("probe_batches", probe_batches, 1), ("probe_batch_size", probe_batch_size, 2)):
         if not isinstance(v, int) or isinstance(v, bool) or v < lo:
             raise ConfigError(f"{{{name}}} must be an integer >= {lo}, got {v!r}")
+    before = None
     if out is not None:  # only a file of its own is replaced (an audit's report.json, a ladder's JSON are not)
-        _check_identity_target(Path(out))
+        before = _check_identity_target(Path(out))
     data = _data(config, data)
     check_probe_fits(probe_batch_size, data)
     n = probe_batches * probe_batch_size
@@ -496,16 +508,24 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
               "provenance": provenance(x.device, data.provenance(), seeds[0], ["depthaudit.identity"])}
     if out is not None:
         write_json(Path(out), record)
+        if before is not None and (before.get("config") != record["config"] or before.get("seeds") != res.get("seeds")):
+            diff = sorted(k for k in set(before.get("config") or {}) | set(record["config"])
+                          if (before.get("config") or {}).get(k) != record["config"].get(k))
+            print(f"depthaudit: note: replaced {out}, the identity check of another configuration (it differed in "
+                  f"{', '.join(diff[:6]) or 'seeds'})", file=sys.stderr)
     return Result(Path(out) if out is not None else Path("."), record, card)
 
 
 IDENTITY_SCHEMA = "depthaudit.identity_check.v1"
 
 
-def _check_identity_target(out: Path) -> None:
-    """``out`` may be replaced only when absent or an identity check's own JSON (of this schema or none older)."""
+def _check_identity_target(out: Path) -> dict | None:
+    """``out`` may be replaced only when absent or an identity check's own JSON (of this schema or none older).
+
+    Returns the check ``out`` holds (None: none), so that replacing one of another configuration is said.
+    """
     if not out.exists():
-        return
+        return None
     try:
         doc = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
     except (OSError, ValueError, UnicodeDecodeError):
@@ -515,6 +535,7 @@ def _check_identity_target(out: Path) -> None:
     if not ours:
         raise UsageError(f"--out {out}: it exists and is not an identity check's result (another command's file); "
                          "choose another --out")
+    return doc
 
 
 def identity_card(cfg: TrainConfig, summ: dict, n: int, seeds: list, bs: int) -> str:
@@ -569,7 +590,8 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
     new_base = _comparable_base(new["base"])
     diff = sorted({k for k in set(old) | set(new) if k != "base" and old.get(k) != new.get(k)}
                   | {k for k in set(where(old_base)) | set(where(new_base)) if old_base.get(k) != new_base.get(k)})
-    if diff:
+    diff = [k for k in diff if k not in ORDERLESS or identity_diff({k: old.get(k)}, {k: new.get(k)})]
+    if diff:  # (the same methods or seeds in another order: the same runs, the rows reordered)
         raise UsageError(f"{out}/report.json is the report of another audit (differs in {', '.join(diff[:6])}); "
                          "use another --out, or --replace-report to overwrite it (the runs of both stay in runs/)")
 

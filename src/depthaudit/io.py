@@ -185,9 +185,20 @@ def why_not_a_file(path) -> str:
 def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -> None:
     """Refuse, before any work, an output folder that cannot be made or written (one line, the fix named).
 
-    ``subdirs`` are folders the command will create inside it (e.g. the audit's ``runs``).
+    ``subdirs`` are folders the command will create inside it (e.g. the audit's ``runs``). The refusal names the
+    folder as the caller gave it: ``flag`` on the command line, the keyword ``out`` from Python.
     """
+    from .errors import ConfigError
+
+    if not isinstance(path, str | os.PathLike):
+        raise ConfigError(f"{{out}} must be a folder path (a str or Path), got {type(path).__name__} {path!r}",
+                          {"out": flag})
     p = Path(path)
+
+    def UsageError(text: str) -> ConfigError:  # noqa: N802 (the one error of this check, in the caller's terms)
+        return ConfigError(text.replace(f"{flag} {p}", f"{{out={p}}}").replace(f"another {flag}", "another {out}"),
+                           {"out": flag})
+
     if p.is_symlink() and not p.exists():
         raise UsageError(f"{flag} {p} is a symbolic link to {os.readlink(p)}, which does not exist; make that folder, "
                          f"or choose another {flag}")

@@ -323,14 +323,23 @@ def file_lock(path: Path, wait: bool = True):
         fh.close()
 
 
+ORDERLESS = ("methods", "seeds")  # identity lists whose order names no other run
+
+
 def identity_diff(old: dict, new: dict, defaults: dict | None = None, prefix: str = "") -> list[str]:
-    """The keys (dotted for nested objects) where two identities differ; a missing key counts as its default."""
+    """The keys (dotted for nested objects) where two identities differ; a missing key counts as its default.
+
+    A sweep's ``methods`` and ``seeds`` are sets: the same ones in another order name the same runs.
+    """
     defaults = defaults or {}
     out = []
     for k in sorted(set(old) | set(new)):
         a, b = old.get(k, defaults.get(k)), new.get(k, defaults.get(k))
         if isinstance(a, dict) and isinstance(b, dict):
             out += identity_diff(a, b, None, f"{prefix}{k}.")
+        elif not prefix and k in ORDERLESS and isinstance(a, list) and isinstance(b, list) \
+                and sorted(map(json.dumps, a)) == sorted(map(json.dumps, b)):
+            continue
         elif a != b:
             out.append(f"{prefix}{k}")
     return out

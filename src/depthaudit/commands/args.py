@@ -203,6 +203,8 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
         a.method_spec = with_flags(parse_spec(a.method), flags)
         kw.update(method=a.method_spec.name, method_options=dict(a.method_spec.given))
         a.method = a.method_spec.name
+    if getattr(a, "credit_mix", None) is not None and (getattr(a, "method", None) or "bp") == "bp":
+        _note("--credit-mix has no effect with --method bp: BP's credit mixed toward BP is BP's")
     if getattr(a, "seeds", None):
         kw["seed"] = a.seeds[0]
     with building(a):  # each --methods row's options: checked by the sweep's config (experiments/resolve.py)

@@ -82,6 +82,9 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     skip = ("runs", "logs", "slurm")  # an audit's run folders, live logs, scheduler logs: nothing to render
     dirs = [d, *sorted(p for p in d.rglob("*") if p.is_dir() and not p.name.startswith(".")
                        and not p.name.endswith(".runs") and not any(x in skip for x in p.relative_to(d).parts))]
+    if a.audit_dir and not any(next(sub.glob("ladder_*.json"), None) for sub in dirs):
+        print(f"depthaudit: note: --audit-dir has no effect here: {d} holds no ladder (it cross-checks a ladder's "
+              "k=L rung against the audit)", file=sys.stderr)
     found = 0
     for sub in dirs:
         if (sub / "sweep.json").exists():  # cells ran separately (--cell): assemble them with the sweep's command

@@ -73,6 +73,39 @@ class _Formatter(argparse.HelpFormatter):
         return f"{text} (default: {d})"
 
 
+def _repeated_note(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Name each flag given more than once: argparse keeps only the last (`--seeds 1 --seeds 2` trains seed 2)."""
+    dests, seen = {}, {}
+    for a in parser._actions:
+        for o in a.option_strings:
+            dests[o] = a
+    for tok in argv:
+        if tok == "--":
+            break
+        a = dests.get(tok.partition("=")[0]) if tok.startswith("--") else None
+        if a is not None and not isinstance(a, (argparse._AppendAction, argparse._HelpAction)):
+            seen.setdefault(a.dest, []).append(tok.partition("=")[0])
+    for flags in seen.values():
+        if len(flags) > 1:
+            print(f"depthaudit: note: {flags[-1]} is given {len(flags)} times; only the last one counts",
+                  file=sys.stderr)
+
+
+def _close_flag(parser: argparse.ArgumentParser, message: str) -> str | None:
+    """The real flag nearest the first unknown ``--flag`` in ``message`` (``--seed`` → ``--seeds``), if any."""
+    import difflib
+
+    unknown = next((t.partition("=")[0] for t in message.split()[2:] if t.startswith("--")), None)
+    if unknown is None:
+        return None
+    opts = [o for a in parser._actions for o in a.option_strings]
+    for a in parser._actions:  # the top-level parser reports its commands' unknown flags: look in them too
+        if isinstance(a, argparse._SubParsersAction):
+            opts += [o for p in a.choices.values() for b in p._actions for o in b.option_strings]
+    found = difflib.get_close_matches(unknown, [o for o in opts if o.startswith("--") and "_" not in o], n=1)
+    return found[0] if found else None
+
+
 def fmt(v) -> str:
     """A default as one types it: ``0.001``, ``1e-8``, ``42``."""
     return f"{v:g}".replace("e-0", "e-") if isinstance(v, float) else str(v)
@@ -83,6 +116,7 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kw):
         kw.setdefault("formatter_class", _Formatter)
+        kw.setdefault("allow_abbrev", False)  # `--seed 2` must not silently mean `--seeds 2` (an audit has no --seed)
         sub = kw.get("prog", "").count(" ")
         if sub:  # subcommands: the groups below say it all
             kw.setdefault("usage", "%(prog)s [options]")
@@ -103,6 +137,11 @@ class Parser(argparse.ArgumentParser):
         except OSError as exc:  # a full disk, /dev/full
             silence_stdout()  # (what is left in the buffer must not fail again at exit)
             raise UsageError(f"cannot write the standard output ({exc.strerror or exc})") from None
+
+    def parse_known_args(self, args=None, namespace=None):
+        """As argparse; a flag given twice (the last one counts) is said on stderr, once per flag."""
+        _repeated_note(self, list(sys.argv[1:] if args is None else args))
+        return super().parse_known_args(args, namespace)
 
     def add_argument(self, *names, **kw):
         """Every ``--multi-word`` flag also takes ``--multi_word`` (the seed harness's spelling)."""
@@ -135,8 +174,10 @@ class Parser(argparse.ArgumentParser):
         return text
 
     def error(self, message):
-        """One line naming the problem, exit 2."""
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        """One line naming the problem, exit 2 (an unknown flag close to a real one: that one is named)."""
+        hint = _close_flag(self, message) if message.startswith("unrecognized arguments:") else None
+        hint = f"; did you mean {hint}?" if hint else ""
+        self.exit(2, f"{self.prog}: error: {message}{hint} (see --help)\n")
 
 
 # the flags that name a file or folder: an empty value (`--out ""`, an unset shell variable) is refused, not

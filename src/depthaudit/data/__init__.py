@@ -34,7 +34,10 @@ def check_arrays(name: str, a) -> None:
             raise UsageError(f"--dataset {name}: its {split} split has {len(x)} inputs and {len(y)} labels; "
                              "they must match (and not be empty)")
         y = np.asarray(y)
-        if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= k:
+        if not np.issubdtype(y.dtype, np.integer):
+            raise UsageError(f"--dataset {name}: its {split} labels are {y.dtype}, not integers; give integer class "
+                             f"labels in 0..{k - 1} (e.g. y.astype(int64))")
+        if y.min() < 0 or y.max() >= k:
             raise UsageError(f"--dataset {name}: its {split} labels span {y.min()}..{y.max()} but it declares "
                              f"{k} classes; labels must be integers in 0..{k - 1}")
         x = np.asarray(x)

@@ -21,6 +21,7 @@ import copy
 import hashlib
 import html
 import math
+import numbers
 import sys
 from pathlib import Path
 
@@ -137,6 +138,9 @@ class TrainingMonitor:
 
     def step(self, step: int, force: bool = False) -> list[str]:
         """Measure at ``step`` when ``schedule(step)`` (or ``force``); return the checks that first fired now."""
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+            raise UsageError(f"monitor step {step!r}: give your loop's step or epoch counter, an integer >= 0")
+        step = int(step)  # (a numpy or torch integer is one)
         if not (force or self.schedule(step)):
             return []
         if self.history and step <= self.history[-1]["epoch"]:

@@ -76,6 +76,7 @@ class GrowConfig:
         if not FAMILIES.get(self.family).growable:
             able = ", ".join(n for n in FAMILIES.names() if FAMILIES.get(n).growable)
             raise refuse(self, f"{{family}} {self.family}: grow cannot grow it; use one of {able}")
+        FAMILIES.get(self.family).method_spec(self.method, "grow")  # a misspelt or ungrowable method: refused here
         resolve_budget(self)
         if self.epochs < 1:
             raise refuse(self, "{epochs} must be >= 1 for grow (insertions happen at epoch starts)")
