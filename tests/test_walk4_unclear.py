@@ -141,3 +141,42 @@ def test_a_ladder_table_counting_earlier_runs_says_so_and_returns_its_json(tmp_p
     res = da.ladder(replace(lc, seeds=(2,)), tmp_path / "l")
     assert "also 2 this call did not ask for (bp/k0/s1, bp/k1/s1)" in capsys.readouterr().err
     assert Path(res.path).name.startswith("ladder_")
+
+
+def test_a_plugin_changing_the_working_folder_does_not_move_the_results(tmp_path, monkeypatch, capsys):
+    """87: a plug-in that chdir'd at import sent `--out t87` (relative) into its own folder."""
+    plug, work = tmp_path / "plug", tmp_path / "work"
+    plug.mkdir()
+    work.mkdir()
+    (plug / "walk4_chdir_plugin.py").write_text(f"import os\nos.chdir({str(plug)!r})\n")
+    monkeypatch.syspath_prepend(str(plug))
+    monkeypatch.chdir(work)
+    assert main(["--plugin", "walk4_chdir_plugin", "train", *TINY, "--out", "t87"]) == 0
+    assert "a plug-in changed the working folder" in capsys.readouterr().err
+    assert (work / "t87" / "result.json").is_file() and not (plug / "t87").exists()
+
+
+def test_a_plugin_given_as_an_absolute_path_is_named_with_an_importable_fix(tmp_path, capsys):
+    """92: `--plugin /abs/dir/p.py` suggested `--plugin abs.dir.p`, not importable from where the user is."""
+    assert main(["--plugin", str(tmp_path / "myplug.py"), "train", "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert f"PYTHONPATH={tmp_path} depthaudit --plugin myplug" in err and not (tmp_path / "t").exists()
+
+
+def test_field_and_claim_say_which_folders_they_left_out(tmp_path, capsys):
+    """120, 121: a folder of another dataset/budget (field) or with nothing to plot (claim) was dropped silently."""
+    from depthaudit.report import claim, field
+
+    a = tmp_path / "a"
+    assert main(["audit", *TINY, "--methods", "bp", "--probe-batches", "1", "--out", str(a)]) == 0
+    capsys.readouterr()
+    assert field.main([str(tmp_path / "f.md"), str(a)]) == 0
+    cap = capsys.readouterr()
+    assert f"{a} left out: its audit is mnist1d, 1 epochs" in cap.err and "0 of" in cap.out
+    assert field.main([str(tmp_path / "f.md"), str(a), "--dataset", "mnist1d", "--epochs", "1"]) == 0
+    assert "left out" in capsys.readouterr().err  # (d=8 L=1 is not the reference ResMLP: still left out, said)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert claim.main([str(tmp_path / "c.png"), str(a), str(empty)]) == 0
+    err = capsys.readouterr().err
+    assert f"{empty} holds no audit or intervention result" in err and f"{a} holds" not in err

@@ -16,6 +16,11 @@ def import_plugin(name: str, given: str | None = None) -> None:
     """
     given = given or f"--plugin {name}"
     if name.endswith(".py") or "/" in name or "\\" in name:
+        if os.path.isabs(name):  # its folder on PYTHONPATH, its file's stem the module
+            folder, mod = os.path.dirname(name), os.path.basename(name).removesuffix(".py")
+            example = f"--plugin {mod}" if given.startswith("--plugin") else mod
+            raise UsageError(f"{given}: give a module name, not a path (e.g. PYTHONPATH={folder} depthaudit "
+                             f"{example} …, or run from {folder})")
         mod = name.removesuffix(".py").replace("/", ".").replace("\\", ".").strip(".")
         example = f"--plugin {mod}" if given.startswith("--plugin") else mod
         raise UsageError(f"{given}: give a module name, not a path (e.g. {example}, run from the folder "
@@ -41,8 +46,21 @@ def import_plugin(name: str, given: str | None = None) -> None:
 
 def import_plugins_in(argv: list[str]) -> None:
     """Import every ``--plugin MODULE`` of ``argv`` (also ``--plugin=MODULE``); workers inherit the list."""
-    if "" not in sys.path and os.getcwd() not in sys.path:  # like `python -m`: modules beside you import
-        sys.path.insert(0, os.getcwd())
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:  # like `python -m`: modules beside you import
+        sys.path.insert(0, cwd)
+    try:
+        _import_all(argv)
+    finally:  # a plug-in that changed the working folder: relative paths (--out) are still the user's
+        if os.getcwd() != cwd:
+            moved = os.getcwd()
+            os.chdir(cwd)
+            print(f"depthaudit: note: a plug-in changed the working folder to {moved}; changed back to {cwd} (relative "
+                  "paths are read from where you ran the command)", file=sys.stderr)
+
+
+def _import_all(argv: list[str]) -> None:
+    """The imports of :func:`import_plugins_in`: the environment's plug-ins, then each ``--plugin``."""
     # plug-ins named in the environment (how workers inherit them; a user may set it too) are imported here as
     # well, so `--jobs 1` and `--jobs N` see the same plug-ins and a broken one is one line before any work
     env = os.environ.get("DEPTHAUDIT_PLUGINS", "")

@@ -323,6 +323,8 @@ def file_lock(path: Path, wait: bool = True):
         fh.close()
 
 
+RETRAINED = "it is not reused: that run is retrained (when the sweep trains)"  # (a listing trains nothing)
+LEFT_OUT = "it is left out and not reused: that run is retrained (when the sweep trains)"
 ORDERLESS = ("methods", "seeds")  # identity lists whose order names no other run
 
 
@@ -399,14 +401,14 @@ class FolderStore:
                 raise UsageError(f"{p} {bad}; it is not replaced: move it away and rerun")  # not after training
             if bad:
                 if p == path and not quiet:
-                    self.named(p, bad, "it is not reused: the run trains again")
+                    self.named(p, bad, RETRAINED)
                 continue
             if rec is None:
                 continue
             bad = folder_placement(rec, p.parent.name, self.sealed())
             if bad:
                 if p == path and not quiet:
-                    self.named(p, bad, "it is not reused: the run trains again")
+                    self.named(p, bad, RETRAINED)
                 continue
             seen = ((rec.get("provenance") or {}).get("data") or {}).get("sha256")
             if self.data_sha256 is not None and seen != self.data_sha256:
@@ -416,7 +418,7 @@ class FolderStore:
                 return rec if p == path else {**rec, "stored_as": p.parent.name}
             if p == path and not quiet:  # this run's own folder holds another configuration's record (copied in)
                 self.named(p, "holds a run of another configuration than its folder's name says",
-                           "it is not reused: the run trains again")
+                           RETRAINED)
         return None
 
     def put(self, spec: RunSpec, rec: dict) -> None:
@@ -587,18 +589,18 @@ class FileStore:
             bad = self.problem(spec.key, rec)
         if bad:
             if not quiet:
-                self.named(p, bad, "it is not reused: the run trains again")
+                self.named(p, bad, RETRAINED)
             return None
         if rec is None and self.runs_dir.is_dir():  # the JSON is derived from the records: its copy is no record
             if spec.key in self.doc["runs"] and not quiet:
-                self.named(*self._no_record(spec.key), "it is not reused: the run trains again")
+                self.named(*self._no_record(spec.key), RETRAINED)
             return None
         if rec is None:
             rec = self.doc["runs"].get(spec.key)
             bad = rec is not None and (record_problem(rec) or self.problem(spec.key, rec, copy=True))
             if bad:
                 if not quiet:
-                    self.named(Path(f"{self.path} (run {spec.key})"), bad, "it is not reused: the run trains again")
+                    self.named(Path(f"{self.path} (run {spec.key})"), bad, RETRAINED)
                 return None
         return unsealed(rec) if self._matches(spec, rec) else None
 
@@ -646,11 +648,11 @@ class FileStore:
             bad = record_problem(rec) or self.problem(k, rec, copy=True)
             if bad:  # a copy only the JSON held (an earlier version's file): named, left out, trained again
                 self.damaged[f"{self.path} (run {k})"] = bad
-                self.named(Path(f"{self.path} (run {k})"), bad, "it is left out and not reused: the run trains again")
+                self.named(Path(f"{self.path} (run {k})"), bad, LEFT_OUT)
             elif derived and k not in files and str(self._run_path(k)) not in self.damaged:
                 where, bad = self._no_record(k)
                 self.damaged[str(where)] = bad
-                self.named(where, bad, "it is left out and not reused: the run trains again")
+                self.named(where, bad, LEFT_OUT)
             elif not derived:
                 runs[k] = unsealed(rec)
         for k, v in (doc or {}).items():  # what another version or command added at the top level stays

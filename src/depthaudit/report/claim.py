@@ -131,11 +131,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         # one run stored in two folders (an audit's bp/dfa reused by another) is one point
+        found = {d: points(Path(d)) for d in argv[1:]}
         ours = list({(p["label"], p["lambda"], p["epochs"], p["acc"], p["gamma"]): p
-                     for d in argv[1:] for p in points(Path(d))}.values())
+                     for d in argv[1:] for p in found[d]}.values())
     except (ValueError, OSError, KeyError) as exc:
         print(f"depthaudit: error: {exc}", file=sys.stderr)
         return 2
+    for d in (d for d, pts in found.items() if not pts):
+        print(f"depthaudit: note: {d} holds no audit or intervention result (report.json, intervention.json): "
+              "nothing of it is plotted", file=sys.stderr)
     for p in ours:
         print(f"{p['label']:36s} λ={p['lambda']:<7g} {p['epochs']:>3} ep  acc {p['acc']:.3f}  Γ {p['gamma']:.3f}  "
               f"({p['source']})")

@@ -42,7 +42,12 @@ def rows(folder: Path, epochs: int, dataset: str) -> dict[tuple[str, str], dict]
     base = doc["config"]["base"]
     if (base.get("epochs"), base.get("dataset"), base.get("d_hidden"), base.get("num_blocks")) != (
             epochs, dataset, 256, 4) or base.get("stop_after"):  # the reference ResMLP (d = 256, L = 4) at
-        return {}  # the budget only: an audit stopped after its first epochs (--stop-after) is not at the budget
+        # the budget only: an audit stopped after its first epochs (--stop-after) is not at the budget
+        print(f"depthaudit: note: {folder} left out: its audit is {base.get('dataset')}, {base.get('epochs')} epochs"
+              f"{' (stopped after ' + str(base['stop_after']) + ')' if base.get('stop_after') else ''}, d="
+              f"{base.get('d_hidden')} L={base.get('num_blocks')}; this table is {dataset}, {epochs} epochs on the "
+              "reference ResMLP (d=256, L=4): give --dataset/--epochs for another", file=sys.stderr)
+        return {}
     opt = base.get("optimizer", "adamw")  # (reports written before the optimizer was a choice: AdamW's)
     out = {}
     for m in doc["methods"]:
