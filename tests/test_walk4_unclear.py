@@ -180,3 +180,15 @@ def test_field_and_claim_say_which_folders_they_left_out(tmp_path, capsys):
     assert claim.main([str(tmp_path / "c.png"), str(a), str(empty)]) == 0
     err = capsys.readouterr().err
     assert f"{empty} holds no audit or intervention result" in err and f"{a} holds" not in err
+
+
+def test_an_audit_inside_another_audits_run_store_is_refused(tmp_path, capsys):
+    """145: `audit --out A0/runs` wrote a second audit among A0's run folders."""
+    a = tmp_path / "a"
+    assert main(["audit", *TINY, "--methods", "bp", "--probe-batches", "1", "--out", str(a)]) == 0
+    before = sorted(p.name for p in (a / "runs").iterdir())
+    capsys.readouterr()
+    for cmd, flag in (("audit", "--out"), ("ladder", "--output_dir"), ("intervene", "--out")):
+        assert main([cmd, *TINY, "--methods", "bp", flag, str(a / "runs")]) == 2, cmd
+        assert "it is the run store of the results in" in capsys.readouterr().err
+    assert sorted(p.name for p in (a / "runs").iterdir()) == before

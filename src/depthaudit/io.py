@@ -202,6 +202,9 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
     if p.is_symlink() and not p.exists():
         raise UsageError(f"{flag} {p} is a symbolic link to {os.readlink(p)}, which does not exist; make that folder, "
                          f"or choose another {flag}")
+    if p.name == "runs" and p.is_dir() and (p.parent / "identity.json").is_file():
+        raise UsageError(f"{flag} {p}: it is the run store of the results in {p.parent} (their runs/ folder); "
+                         f"choose another {flag}")
     for q in (p, *(p / s for s in subdirs)):
         if q.exists() and not q.is_dir():
             raise UsageError(f"{flag} {p}: {q} exists and is not a folder; move it or choose another {flag}")
