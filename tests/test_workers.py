@@ -65,3 +65,21 @@ def test_workers_die_with_a_killed_parent(tmp_path):
     for w in left:
         os.kill(w, signal.SIGKILL)
     assert not left
+
+
+def test_workers_report_progress_at_every_tenth_of_the_budget(tmp_path, capfd):
+    """A spawned worker draws no bar: its run's epoch lines at every tenth of the budget reach stderr (heartbeat)."""
+    import depthaudit as da
+
+    args = ["audit", "--methods", "bp", "--jobs", "2", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1",
+            "--epochs", "20", "--probe-batches", "1", "--out", str(tmp_path / "a")]
+    assert main(args) == 0
+    err = capfd.readouterr().err
+    for key in ("bp/trained/s42", "bp/frozen/s42"):
+        epochs = [int(line.split("epoch ")[1].split("/")[0]) for line in err.splitlines()
+                  if line.startswith(f"  {key}: epoch ")]
+        assert epochs == list(range(2, 21, 2)), (key, epochs)
+    cfg = da.AuditConfig(base=da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=3), methods=("bp",),
+                         probe_batches=1)
+    da.audit(cfg, tmp_path / "quiet", sweep=da.SweepOptions(jobs=2), progress=False)
+    assert "epoch" not in capfd.readouterr().err  # progress=False: the workers are quiet too

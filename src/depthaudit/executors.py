@@ -255,15 +255,37 @@ def _remote_task(group, store, argv, executor: str, threads: int, opts: SweepOpt
     return _pool_task(group, store, argv, executor, opts)
 
 
-def _pool_task(group, store, argv, executor: str, opts: SweepOptions):
+def heartbeat(group) -> "callable":
+    """A worker's progress: its epoch lines at every tenth of the budget (and the last), every other line as is.
+
+    A spawned worker draws no bar; without this a 100-epoch run in ``--jobs N`` is silent until it ends.
+    Lines are whole (``print`` with flush), so workers writing to one stderr do not tear each other's.
+    """
+    import re
+    import sys
+
+    who = group[0].key if len(group) == 1 else f"{len(group)} stacked runs ({group[0].key}, …)"
+
+    def say(msg: str) -> None:
+        m = re.search(r"epoch (\d+)/(\d+)", msg)
+        if m and int(m[1]) % max(1, int(m[2]) // 10) and m[1] != m[2]:
+            return
+        print(f"  {who}: {msg.strip()}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def _pool_task(group, store, argv, executor: str, opts: SweepOptions, beat: bool = False):
     """What a worker process runs: :func:`run_and_store`; an error a user's plug-in caused is named here.
+
+    ``beat``: print the run's progress (:func:`heartbeat`; the driver asks for it when it shows progress).
 
     Only here does the traceback hold the plug-in's frames (file and line); an exception sent back to the
     driver arrives without them. So a plug-in's error leaves the worker as the same one line (a
     :class:`UsageError`) that ``--jobs 1`` prints; any other error goes back as it is.
     """
     try:
-        return run_and_store(group, store, None, None, argv, executor, opts)
+        return run_and_store(group, store, None, heartbeat(group) if beat else None, argv, executor, opts)
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # (a worker ignores SIGINT: a KeyboardInterrupt here
         blamed = plugin_error(exc)  # was raised by code, e.g. a plug-in's; sys.exit(0) must not end the sweep as 0)
         if blamed is not None:
@@ -352,7 +374,7 @@ def _local_pool(groups, store, opts: SweepOptions, argv, log):
             futs = {}
             for i, g in enumerate(remaining):
                 try:
-                    futs[pool.submit(_pool_task, g, store, argv, "local", opts)] = i
+                    futs[pool.submit(_pool_task, g, store, argv, "local", opts, log is progress.say)] = i
                 except BrokenProcessPool:  # a worker died while groups were still being handed out
                     broken = True
                     break

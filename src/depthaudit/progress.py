@@ -6,7 +6,8 @@ bars even into a pipe) and the output can show a bar (stderr is a terminal, or t
 Without a bar the same work prints its plain lines (one per epoch, one per finished run) as before.
 
 A sweep shows one bar over its runs; a run one bar over its training steps (refreshed at most twice a second:
-the training loop's cost is one counter increment per step). Spawned workers draw none.
+the training loop's cost is one counter increment per step). Spawned workers (``--jobs N``) draw none: each prints
+its run's epoch line at every tenth of the budget (:func:`depthaudit.executors.heartbeat`).
 """
 
 # imports inside functions: tqdm is imported when a bar is drawn (import cost: this module is the CLI's)
