@@ -135,6 +135,8 @@ class TrainConfig:
         if self.stop_after is not None and not 1 <= self.stop_after <= self.epochs:
             raise refuse(self, f"{{stop_after}} must be in 1..{{epochs}} ({self.epochs}), got {self.stop_after}")
         trainable_blocks(self.train_blocks, self.num_blocks)  # validates the spelling and k
+        object.__setattr__(self, "train_blocks", canonical_blocks(self.train_blocks))  # `ALL`, `last:02`: stored as
+        # `all`, `last:2` (one run, one name and hash)
         if self.warm_start and not os.path.isfile(self.warm_start) and not _NOTHING_TRAINS.get():  # (not read then)
             inside = os.path.join(self.warm_start, "checkpoint.pt")
             if os.path.isdir(self.warm_start):
@@ -336,6 +338,13 @@ def resolve_device(spec: str | None) -> str:
     if dev.type != "cpu":
         raise ConfigError(f"{{device}} {spec}: unsupported device type; use cpu, cuda[:N] or auto")
     return "cpu"
+
+
+def canonical_blocks(spec: str) -> str:
+    """A valid ``train_blocks`` spelling in its one stored form: lower case, no blanks, ``k`` without leading zeros."""
+    spec = spec.strip().lower()
+    kind, sep, k = spec.partition(":")
+    return f"{kind.strip()}:{int(k)}" if sep else spec
 
 
 def trainable_blocks(spec: str, num_blocks: int) -> tuple[int, ...]:
