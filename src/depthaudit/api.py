@@ -44,7 +44,7 @@ from .experiments.intervene import InterveneConfig, run_intervention
 from .experiments.ladder import LadderConfig, ladder_specs, open_store
 from .experiments.toward_bp import bp_warm_start, credit_mix_sweep, warm_start_specs, warm_start_store
 from .io import check_output_dir, staged, write_json, write_text
-from .loop import Stepper, build, read_checkpoint
+from .loop import Stepper, build, check_fits, read_checkpoint
 from .loop import train as train_run
 from .progress import bars, say
 from .provenance import provenance
@@ -496,6 +496,7 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
         before = _check_identity_target(Path(out))
     data = _data(config, data)
     check_probe_fits(probe_batch_size, data)
+    check_fits(config, data)  # (a model this machine cannot hold: one line, not a swapping machine)
     n = probe_batches * probe_batch_size
     if n > data.x_test.shape[0]:
         raise ConfigError(f"{{probe_batches}} {probe_batches} × {{probe_batch_size}} {probe_batch_size} = {n} exceeds "

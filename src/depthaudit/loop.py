@@ -94,8 +94,47 @@ def read_checkpoint(path: str) -> dict:
     return ckpt
 
 
+def check_fits(cfg: TrainConfig, data: DataBundle) -> None:
+    """Refuse, before a weight is allocated, a model whose training cannot fit the device's free memory.
+
+    Its parameter count is read off the same model built with 1 and 2 blocks on the ``meta`` device (no memory, no
+    Python object per block of a huge ``num_blocks``): base + L · per-block. Training holds at least four float32
+    copies of them (weights, gradients, AdamW's two moments). A model that cannot be built on ``meta`` (a user's
+    factory) is not checked here.
+    """
+    try:
+        with torch.device("meta"):
+            p1, p2 = (sum(p.numel() for p in build_model(cfg.arch, data.input_shape, data.num_classes, cfg.d_hidden, n,
+                                                         cfg.mlp_ratio, cfg.seed, cfg.variant).parameters())
+                      for n in (1, 2))
+    except UsageError:
+        raise
+    except Exception:  # noqa: BLE001 (a factory that needs real tensors: built for real below, as before)
+        return
+    params = (p1 - (p2 - p1)) + (p2 - p1) * cfg.num_blocks
+    need, free = 16 * params, free_memory(cfg.device)
+    if free is not None and need > free:
+        raise UsageError(f"--num-blocks {cfg.num_blocks}, --d-hidden {cfg.d_hidden}: the model has {params:.3g} "
+                         f"parameters; training them needs at least {need / 2**30:.3g} GiB (weights, gradients, "
+                         f"optimizer state), more than the {free / 2**30:.3g} GiB free on {cfg.device}; give fewer "
+                         "blocks or a narrower model")
+
+
+def free_memory(device: str) -> int | None:
+    """Bytes free for a model on ``device``: CUDA's free memory, the CPU's available RAM (Linux); None if unknown."""
+    if device.startswith("cuda"):
+        return torch.cuda.mem_get_info(torch.device(device))[0]
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            kb = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+        return kb * 1024
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
 def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMethod]:
     """Model (init from ``cfg.seed``) with the frozen blocks' params not requiring grad, and its method."""
+    check_fits(cfg, data)
     model = build_model(cfg.arch, data.input_shape, data.num_classes, cfg.d_hidden, cfg.num_blocks,
                         cfg.mlp_ratio, cfg.seed, cfg.variant).to(cfg.device)
     if cfg.warm_start:  # BP warm start: weights from another run (e.g. BP-trained); feedback fresh
