@@ -47,3 +47,72 @@ def test_a_model_too_big_for_the_machine_is_refused_before_it_is_allocated(tmp_p
 
     with pytest.raises(UsageError, match=re.escape(f"the model has {params:.3g} parameters")):
         loop.build(cfg, data)
+
+
+def _edit_first_acc(path, key_filter=None):
+    doc = json.loads(path.read_text())
+    key = sorted(k for k in doc["runs"] if key_filter is None or key_filter(k))[-1]
+    doc["runs"][key]["final"]["test_acc"] = 0.9725
+    path.write_text(json.dumps(doc))
+    return key
+
+
+def test_a_json_edited_while_its_records_are_away_is_neither_rendered_nor_reused(tmp_path, capsys):
+    """80–82: with `.runs` moved away (or a file in its place) an edited ladder/saturation JSON was rendered, and a
+    rerun laundered the edit into a new sealed record."""
+    import shutil
+
+    lad = tmp_path / "L"
+    args = ["ladder", *TINY, "--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--output_dir", str(lad)]
+    assert main(args) == 0
+    path = next(lad.glob("ladder_*.json"))
+    _edit_first_acc(path)
+    shutil.move(path.with_suffix(".runs"), tmp_path / "moved")
+    capsys.readouterr()
+    assert main(["report", str(lad)]) == 2
+    err = capsys.readouterr().err
+    assert "was edited after it was written" in err and "run records (ladder_d8_L1_mnist1d.runs) are missing" in err
+    assert main(args) == 0  # the rerun: named, every run retrained, the edit nowhere
+    cap = capsys.readouterr()
+    assert "its runs are not reused" in cap.err and "2 of 2 runs already finished" not in cap.err
+    assert "0.9725" not in path.read_text() and "0.973" not in cap.out
+    assert not any("0.9725" in p.read_text() for p in path.with_suffix(".runs").glob("*.json"))
+    assert main(["report", str(lad)]) == 0
+
+    # a file where the records folder must be: named as such
+    shutil.rmtree(path.with_suffix(".runs"))
+    path.with_suffix(".runs").write_text("not a folder")
+    capsys.readouterr()
+    assert main(["report", str(lad)]) == 2
+    assert "is not a folder (a file stands where" in capsys.readouterr().err
+
+    sat = tmp_path / "S"
+    sargs = ["saturation", "--family", "resmlp", "--dataset", "mnist1d", "--d-hidden", "8", "--extra", "0",
+             "--epochs", "1", "--analysis-batches", "1", "--out", str(sat)]
+    assert main(sargs) == 0
+    spath = next(sat.glob("saturation_*.json"))
+    _edit_first_acc(spath)
+    shutil.move(spath.with_suffix(".runs"), tmp_path / "smoved")
+    capsys.readouterr()
+    assert main(["report", str(sat)]) == 2
+    assert "was edited after it was written" in capsys.readouterr().err
+
+
+def test_an_unsealed_json_of_an_earlier_version_still_becomes_records(tmp_path, capsys):
+    """The other side of the rule: a JSON older than records and seals (no .runs, no seal) is read as before."""
+    import shutil
+
+    from depthaudit.stores import SEAL
+
+    lad = tmp_path / "L"
+    args = ["ladder", *TINY, "--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--output_dir", str(lad)]
+    assert main(args) == 0
+    path = next(lad.glob("ladder_*.json"))
+    doc = json.loads(path.read_text())
+    doc.pop(SEAL)
+    path.write_text(json.dumps(doc))
+    shutil.rmtree(path.with_suffix(".runs"))
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "2 of 2 runs already finished" in capsys.readouterr().err
+    assert len(list(path.with_suffix(".runs").glob("*%2F*.json"))) == 2  # its runs became records

@@ -458,10 +458,25 @@ class FileStore:
         self.doc = {"schema": schema, "identity": self.identity, **self.meta, "runs": {}}
         doc, marker = self._read_owner()
         self._check(doc, marker)  # a store of another configuration: refused now, before any work
+        doc = self._trusted(doc)
         runs = (doc or {}).get("runs")
         self.doc["runs"] = dict(runs) if isinstance(runs, dict) else {}  # (checked by get when used)
 
     # -- identity -------------------------------------------------------------------------------------------
+
+    def _trusted(self, doc: dict | None) -> dict | None:
+        """``doc`` as a source of runs: a sealed JSON edited after it was written, with no records beside it, is not.
+
+        Where the records are (``.runs``), the JSON is derived and rebuilt from them; without them a JSON this version
+        wrote (sealed) is the only copy, so an edit of it must not be reused nor turned into records (its runs are
+        named and retrained). A JSON without a seal is an earlier version's (older than ``.runs`` folders).
+        """
+        bad = seal_problem(doc) if doc is not None and not self.runs_dir.is_dir() else None
+        if bad is None:
+            return doc
+        self.named(self.path, f"{bad}, and its records ({self.runs_dir.name}) are missing",
+                   "its runs are not reused: each is retrained (when the sweep trains)")
+        return {k: v for k, v in doc.items() if k not in ("runs", SEAL)}
 
     def _read_owner(self) -> tuple[dict | None, dict | None]:
         """``(doc, marker)`` as on disk (either None when absent); a damaged JSON is refused with advice that works."""
@@ -516,6 +531,7 @@ class FileStore:
         with file_lock(self.path.with_suffix(".lock")):
             doc, marker = self._read_owner()
             self._check(doc, marker)
+            doc = self._trusted(doc)
             if not self.runs_dir.is_dir():  # a store older than record folders: its JSON's runs become records
                 self._records_from(doc)
             if marker is None:
@@ -637,7 +653,7 @@ class FileStore:
                 doc, _ = self._read_owner()
             except UsageError:
                 doc = None  # a damaged JSON is derived data: rebuilt from the records
-            self._assemble_locked(doc)
+            self._assemble_locked(self._trusted(doc))
 
     def _assemble_locked(self, doc: dict | None) -> None:
         self.damaged = {}
@@ -656,11 +672,11 @@ class FileStore:
             elif not derived:
                 runs[k] = unsealed(rec)
         for k, v in (doc or {}).items():  # what another version or command added at the top level stays
-            if k not in ("schema", "identity", "runs"):
+            if k not in ("schema", "identity", "runs", SEAL):
                 self.doc.setdefault(k, v)
         runs.update(files)
         self.doc["runs"] = runs
-        write_json(self.path, self.doc)
+        write_json(self.path, seal(self.doc))  # sealed: without its records, an edit of this copy still shows
 
     def read_runs(self) -> dict[str, dict]:
         """``{key: record}`` of every intact record file; damaged ones are kept in :attr:`damaged`."""

@@ -188,8 +188,20 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
                       file=sys.stderr)
 
     def assembled(path: Path, kind: str) -> None:
-        """Records a worker stored but did not assemble (killed between) join the JSON; a damaged one is refused."""
-        if not path.with_suffix(".runs").is_dir():
+        """Records a worker stored but did not assemble (killed between) join the JSON; a damaged one is refused.
+
+        Without its records the JSON is the only copy: rendered only if it is as written (its seal holds; an
+        earlier version's JSON, older than records and seals, is rendered as before).
+        """
+        runs = path.with_suffix(".runs")
+        if runs.exists() and not runs.is_dir():
+            raise UsageError(f"{runs} is not a folder (a file stands where {path.name}'s run records must be); move it "
+                             f"away, then rerun the {kind} command that wrote {path.name} (its runs train again)")
+        if not runs.is_dir():
+            bad = seal_problem(read_json_doc(path))
+            if bad:
+                raise UsageError(f"{path} {bad}, and its run records ({runs.name}) are missing, so nothing shows what "
+                                 f"was measured; rerun the {kind} command that wrote it (its runs train again)")
             return
         doc = read_json_doc(path)
         marker = path.with_suffix(".runs") / "identity.json"
