@@ -119,7 +119,7 @@ def test_a_foreign_unsealed_record_in_a_runs_folder_is_named_when_it_is_retraine
     (tmp_path / "a" / "report.json").unlink()
     assert main(["audit", *args, "--lr", "0.001", "--out", str(tmp_path / "a")]) == 0
     err = _err(capsys)
-    assert f"{mine} holds a run of another configuration" in err and "the run trains again" in err, err
+    assert f"{mine} holds a run of another configuration" in err and "that run is retrained" in err, err
     assert json.loads(mine.read_text())["config"]["lr"] == 0.001
 
 

@@ -60,7 +60,7 @@ def _rerun_trains_again(out: Path, ladder: Path, capsys, names: list[str], words
     err = capsys.readouterr().err
     for name in names:
         said = [ln for ln in err.splitlines() if name in ln]
-        assert len(said) == 1 and words in said[0] and "trains again" in said[0], err
+        assert len(said) == 1 and words in said[0] and "is retrained" in said[0], err
     assert f"{2 - len(names)} of 2 runs already finished" in err or len(names) == 2, err
     fresh = without_wallclock(json.loads((out / FILE).read_text())["runs"])
     assert fresh == without_wallclock(json.loads((ladder / FILE).read_text())["runs"])
