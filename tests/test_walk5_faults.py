@@ -116,3 +116,54 @@ def test_an_unsealed_json_of_an_earlier_version_still_becomes_records(tmp_path, 
     assert main(args) == 0
     assert "2 of 2 runs already finished" in capsys.readouterr().err
     assert len(list(path.with_suffix(".runs").glob("*%2F*.json"))) == 2  # its runs became records
+
+
+def test_an_altered_decoded_cache_is_rebuilt_from_the_source(tmp_path, monkeypatch, capsys):
+    """105: the decoded CIFAR cache (.npz) replaced by one with other labels trained silently, its results naming
+    the zip's sha256."""
+    import numpy as np
+
+    from depthaudit.data.base import ArrayData, cache_dir, cached_arrays
+
+    monkeypatch.setenv("DEPTHAUDIT_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (20, 4, 4, 3), dtype=np.uint8)
+    y = rng.integers(0, 3, 20).astype(np.int64)
+    builds = []
+
+    def build():
+        builds.append(1)
+        return ArrayData(x, y, x[:5], y[:5], 3, "src", "a" * 64)
+
+    first = cached_arrays("toy", build)
+    again = cached_arrays("toy", build)
+    assert len(builds) == 1 and np.array_equal(again.y_train, y)  # an intact entry is read, not rebuilt
+    path = cache_dir() / "decoded" / "toy.npz"
+    z = dict(np.load(path))
+    z["y_train"] = np.zeros_like(z["y_train"])  # the walker's edit: every label 0, the rest (hashes too) kept
+    np.savez(path, **z)
+    capsys.readouterr()
+    got = cached_arrays("toy", build)
+    assert len(builds) == 2 and np.array_equal(got.y_train, y) and np.array_equal(first.x_train, got.x_train)
+    assert "is damaged, altered or older than its digest; it is rebuilt from the source" in capsys.readouterr().err
+
+
+def test_python_configs_refuse_an_empty_path_as_the_cli_does():
+    """56: TrainConfig(data_dir="") was accepted and read as "the default cache"."""
+    import pytest
+
+    for cls, kw in ((da.TrainConfig, {"data_dir": ""}), (da.TrainConfig, {"warm_start": " "}),
+                    (da.SaturationConfig, {"text": ""}), (da.GrowConfig, {"data_dir": ""})):
+        with pytest.raises(da.ConfigError, match="is an empty path; give a path"):
+            cls(**kw)
+
+
+def test_integers_beyond_64_bits_are_refused_in_one_line(tmp_path, capsys):
+    """16–18: --d-hidden / --num-blocks / --extra 99999999999999999999 were internal-error tracebacks."""
+    for cmd in (["train", *TINY, "--d-hidden", "99999999999999999999", "--out", str(tmp_path / "t")],
+                ["train", *TINY, "--num-blocks", "99999999999999999999", "--out", str(tmp_path / "t")],
+                ["saturation", "--family", "resmlp", "--dataset", "mnist1d", "--extra", "99999999999999999999",
+                 "--out", str(tmp_path / "s")]):
+        assert main(cmd) == 2
+        assert "99999999999999999999 must be <= 9223372036854775807" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

@@ -75,7 +75,12 @@ def out_of_range(value, meta) -> str | None:
         return f"must be {'>' if meta.get('lo_open') else '>='} {lo}"
     if hi is not None and value > hi:
         return f"must be <= {hi}"
+    if isinstance(value, int) and abs(value) > INT64_MAX:  # (torch sizes, seeds and counts are 64-bit)
+        return f"must be <= {INT64_MAX}"
     return None
+
+
+INT64_MAX = 2**63 - 1
 
 
 def refuse(obj, template: str):
@@ -168,6 +173,12 @@ def check_types(obj) -> None:
             raise refuse(obj, f"{{{f.name}}} must be {_kind(hint)}, got {getattr(obj, f.name)!r}")
         if v is not getattr(obj, f.name):
             object.__setattr__(obj, f.name, v)
+        if f.name in PATH_FIELDS and isinstance(v, str) and (not v.strip() or "\0" in v):  # as the CLI refuses them
+            raise refuse(obj, f"{{{f.name}}} {v!r} is {'an empty path' if not v.strip() else 'a path with a NUL byte'}"
+                         f"; give a path, or leave {{{f.name}}} out (None) for its default")
+
+
+PATH_FIELDS = ("data_dir", "warm_start", "text")  # a config's paths: '' is never read as "the default"
 
 
 def check_choices(obj) -> None:

@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,22 +76,40 @@ def sha256_files(paths: list[Path], root: Path) -> str:
     return h.hexdigest()
 
 
+ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+
+
+def content_digest(arrays) -> str:
+    """sha256 over the decoded arrays' dtypes, shapes and bytes (what a cache entry must still hold when read)."""
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
+
+
 def cached_arrays(key: str, build) -> ArrayData:
     """Load decoded arrays from the cache under ``key``, or ``build()`` them and store them atomically."""
     path = cache_dir() / "decoded" / f"{key}.npz"
     if path.exists():
         try:
             z = np.load(path, allow_pickle=False)
-            return ArrayData(z["x_train"], z["y_train"], z["x_test"], z["y_test"], int(z["num_classes"]),
-                             str(z["source"]), str(z["sha256"]))
-        except Exception:  # a damaged cache entry is rebuilt, never trusted
+            arrays = [z[k] for k in ARRAYS]
+            if str(z["content_sha256"]) != content_digest(arrays):  # an altered entry (its data changed under the
+                raise ValueError("altered")  # source's hash, which the results would name): rebuilt from the source
+            return ArrayData(*arrays, int(z["num_classes"]), str(z["source"]), str(z["sha256"]))
+        except Exception:  # a damaged or altered cache entry (or one older than its digest) is rebuilt, never trusted
+            print(f"depthaudit: note: the decoded cache {path} is damaged, altered or older than its digest; it is "
+                  "rebuilt from the source", file=sys.stderr)
             path.unlink(missing_ok=True)
     data = build()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
     try:
-        np.savez(tmp, x_train=data.x_train, y_train=data.y_train, x_test=data.x_test, y_test=data.y_test,
-                 num_classes=data.num_classes, source=data.source, sha256=data.sha256)
+        arrays = dict(zip(ARRAYS, (data.x_train, data.y_train, data.x_test, data.y_test), strict=True))
+        np.savez(tmp, **arrays, num_classes=data.num_classes, source=data.source, sha256=data.sha256,
+                 content_sha256=content_digest(list(arrays.values())))
         os.replace(tmp, path)
     except BaseException as exc:  # a full disk or an interrupt leaves no half-written cache entry
         tmp.unlink(missing_ok=True)
