@@ -167,3 +167,13 @@ def test_integers_beyond_64_bits_are_refused_in_one_line(tmp_path, capsys):
         assert main(cmd) == 2
         assert "99999999999999999999 must be <= 9223372036854775807" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_saturation_table_holding_earlier_depths_says_so(tmp_path, capsys):
+    """93 (unclear): `saturation --extra 1` into a folder of `--extra 0` printed the N=0 row too, without a word."""
+    args = ["saturation", "--family", "resmlp", "--dataset", "mnist1d", "--d-hidden", "8", "--epochs", "1",
+            "--analysis-batches", "1", "--out", str(tmp_path / "s")]
+    assert main([*args, "--extra", "0"]) == 0
+    assert "did not ask for" not in capsys.readouterr().err
+    assert main([*args, "--extra", "1"]) == 0
+    assert "also 1 this call did not ask for (N0)" in capsys.readouterr().err

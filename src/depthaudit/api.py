@@ -423,6 +423,11 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
         from .report.pretrained import write_importance
 
         write_importance(store)
+    beyond = sorted(set(store.doc.get("runs") or {}) - {s.key for s in specs})
+    if beyond:  # one file per configuration: its table holds the depths an earlier call added too
+        _log(progress)(f"depthaudit: note: the table holds every run in {store.path.name}, also {len(beyond)} this "
+                       f"call did not ask for ({', '.join(beyond[:4])}{' …' if len(beyond) > 4 else ''}); a separate "
+                       "--out keeps sweeps apart")
     return _depth_result(store, "saturation", config.low_signal)
 
 

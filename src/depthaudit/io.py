@@ -30,7 +30,8 @@ IN_FLIGHT: set[str] = set()  # temp files being written now (a worker's SIGTERM 
 # folder must be. Each becomes one line naming the path and the fix (:func:`environment_error`).
 _ENV_ERRNOS = {errno.ENOSPC: "free space on that disk, or write elsewhere",
                errno.EDQUOT: "free space within your quota, or write elsewhere",
-               errno.EFBIG: "write elsewhere (that file system refuses a file this large)",
+               errno.EFBIG: "the file is larger than this process may write: raise `ulimit -f`, or write "
+                            "elsewhere (a file system that takes files this large)",
                errno.EROFS: "that file system is read-only: choose a writable location",
                errno.EACCES: "give yourself access to it (read and write), or choose another location",
                errno.EPERM: "give yourself access to it (read and write), or choose another location",
