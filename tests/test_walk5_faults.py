@@ -177,3 +177,33 @@ def test_a_saturation_table_holding_earlier_depths_says_so(tmp_path, capsys):
     assert "did not ask for" not in capsys.readouterr().err
     assert main([*args, "--extra", "1"]) == 0
     assert "also 1 this call did not ask for (N0)" in capsys.readouterr().err
+
+
+def test_python_values_in_another_shape_are_taken_or_named(tmp_path):
+    """53, 65, 71 (unclear): method='fa:head=exact' said "unknown method"; lambdas='0.1' was split into characters;
+    seeds as a generator was refused with its repr."""
+    import pytest
+
+    with pytest.raises(da.ConfigError, match=r"is a method spec \(name:options\); give method='fa', "
+                                             r"method_options=\{'head': 'exact'\}"):
+        da.TrainConfig(method="fa:head=exact")
+    with pytest.raises(da.ConfigError, match="got the string '0.1'"):
+        da.InterveneConfig(audit=da.AuditConfig(base=da.TrainConfig()), lambdas="0.1")
+    res = da.identity(da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1), seeds=(s for s in (1, 2)),
+                      probe_batches=1, probe_batch_size=16)
+    assert res.record["seeds"] == [1, 2]
+
+
+def test_notes_for_warmup_flags_without_effect(tmp_path, capsys):
+    """13, 14 (unclear): --warmup-fraction without --warmup, or --warmup with fraction 0, said nothing."""
+    assert main(["train", *TINY, "--warmup-fraction", "0.5", "--out", str(tmp_path / "a")]) == 0
+    assert "--warmup-fraction has no effect without --warmup" in capsys.readouterr().err
+    assert main(["train", *TINY, "--warmup", "dfa", "--warmup-fraction", "0", "--out", str(tmp_path / "b")]) == 0
+    assert "--warmup dfa has no effect with --warmup-fraction 0" in capsys.readouterr().err
+
+
+def test_intervene_does_not_say_it_skipped_what_it_just_trained(tmp_path, capsys):
+    """44 (unclear): after training every run, intervene printed "2 of 2 runs already finished … skipping" per λ."""
+    assert main(["intervene", *TINY, "--methods", "bp", "--lambdas", "0", "0.1", "--probe-batches", "1",
+                 "--out", str(tmp_path / "i")]) == 0
+    assert "already finished" not in capsys.readouterr().err

@@ -490,7 +490,8 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
     """The frozen-init identity check over seeds (SPEC §1's calibration), optionally written to ``out`` (.json)."""
     if config.num_blocks < 1:
         raise ConfigError("{num_blocks} 0: the identity check measures residual blocks; give at least 1")
-    seeds = list(dict.fromkeys(seeds)) if isinstance(seeds, list | tuple) else [seeds]  # (seeds=1: one seed)
+    seeds = [seeds] if isinstance(seeds, int | str | bytes) or not hasattr(seeds, "__iter__") else list(seeds)
+    seeds = list(dict.fromkeys(seeds))  # (seeds=1: one seed; any iterable of seeds, a range or a generator, is one)
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
         raise ConfigError(f"{{seeds}} must be one or more seeds >= 0 (e.g. 42), got {seeds}")
     for name, v, lo in (("probe_batches", probe_batches, 1), ("probe_batch_size", probe_batch_size, 2)):

@@ -169,6 +169,11 @@ class TrainConfig:
         else:  # no warm-up: its fraction is meaningless, one canonical value
             object.__setattr__(self, "warmup_fraction", 0.2)
 
+        if isinstance(self.method, str) and ":" in self.method:  # the CLI's spec syntax, given to the field
+            name, _, opts = self.method.partition(":")
+            given = dict(kv.partition("=")[::2] for kv in opts.split(",") if kv)
+            raise refuse(self, f"{{method}} {self.method!r} is a method spec (name:options); give method={name!r}, "
+                         f"method_options={given!r}, or cfg.with_method({self.method!r})")
         # the one check of a method's options: the method's own declarations (types, ranges, choices)
         object.__setattr__(self, "method_options", resolve(
             self.method, METHODS.get(self.method), dict(self.method_options or {}),

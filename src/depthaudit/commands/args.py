@@ -195,6 +195,10 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
             and not getattr(a, "lambdas", None) and not getattr(a, "penalty", None):
         _note(f"--penalty-form {a.penalty_form} has no effect without a penalty (--scale-penalty > 0)")
     kw = given(a, TrainConfig)
+    if "warmup_fraction" in kw and not kw.get("warmup"):
+        _note("--warmup-fraction has no effect without --warmup (the method to warm up under)")
+    elif kw.get("warmup") and kw.get("warmup_fraction") == 0:
+        _note(f"--warmup {kw['warmup']} has no effect with --warmup-fraction 0: no step is under it")
     if getattr(a, "methods", None):  # parsed once, here: each entry a MethodSpec (its canonical label)
         labels = [with_flags(parse_spec(m), flags) for m in a.methods]
         dedup_note(labels, "--methods")  # `fa` and `fa:` are one row: said once, counted once

@@ -44,6 +44,8 @@ class InterveneConfig:
                          "(e.g. 0.01)")
         lams = LAMBDAS if self.lambdas is None else self.lambdas
         lams = (0.0, self.penalty) if self.penalty is not None else (lams,) if isinstance(lams, int | float) else lams
+        if isinstance(lams, str | bytes):  # (iterated, a string would be its characters)
+            raise refuse(self, f"{{lambdas}} must be numbers >= 0 (e.g. (0.0, 0.01)), got the string {lams!r}")
         if any(isinstance(x, bool) or not isinstance(x, int | float) or not (x >= 0 and math.isfinite(x))
                for x in lams):
             raise refuse(self, f"{{lambdas}} must be numbers >= 0, got {list(lams)}")
@@ -78,8 +80,12 @@ def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, arg
                        run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
     if not status.complete:
         return status
+    def found(m: str) -> None:  # each λ's audit finds the runs the sweep above just stored: not news
+        if "runs already finished in" not in m:
+            log(m)
+
     audits = {float(lam): run_audit(replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))), data, out,
-                                    log=log, argv=argv, jobs=jobs, batch_runs=batch_runs, opts=opts)
+                                    log=found, argv=argv, jobs=jobs, batch_runs=batch_runs, opts=opts)
               for lam in lambdas}
     rows = []
     for i, m in enumerate(acfg.methods):
