@@ -207,3 +207,35 @@ def test_intervene_does_not_say_it_skipped_what_it_just_trained(tmp_path, capsys
     assert main(["intervene", *TINY, "--methods", "bp", "--lambdas", "0", "0.1", "--probe-batches", "1",
                  "--out", str(tmp_path / "i")]) == 0
     assert "already finished" not in capsys.readouterr().err
+
+
+def test_a_folder_where_a_record_or_checkpoint_must_be_is_named_before_training(tmp_path, capsys):
+    """77, 78, 85 (unclear): a folder in place of result.json was announced "trains again", trained, then refused;
+    runs/ as a file was blamed on a record; a folder in place of checkpoint.pt dropped the CKA section silently."""
+    import shutil
+
+    a = tmp_path / "a"
+    args = ["audit", *TINY, "--methods", "bp", "fa", "--probe-batches", "1", "--out", str(a)]
+    assert main(args) == 0
+    run = next(a.glob("runs/*_bp_all_*"))
+    (run / "result.json").unlink()
+    (run / "result.json").mkdir()
+    capsys.readouterr()
+    assert main(["report", str(a)]) == 2
+    assert "move it away, then rerun" in capsys.readouterr().err
+    assert main(args) == 2  # refused before anything trains (no wasted run)
+    err = capsys.readouterr().err
+    assert "it is not replaced: move it away and rerun" in err and "run bp/" not in err and "run fa/" not in err
+    shutil.rmtree(run / "result.json")
+    assert main(args) == 0
+    fa = next(a.glob("runs/*_fa_all_*"))
+    (fa / "checkpoint.pt").unlink()
+    (fa / "checkpoint.pt").mkdir()
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "checkpoint.pt is not a file; the CKA to BP reads it" in capsys.readouterr().err
+    b = tmp_path / "b"
+    shutil.copytree(a, b, ignore=shutil.ignore_patterns("runs"))
+    (b / "runs").write_text("x")
+    assert main(["report", str(b)]) == 2
+    assert f"{b / 'runs'} is not a folder (a file stands where the run records must be)" in capsys.readouterr().err

@@ -250,12 +250,12 @@ def placement_problem(rec: dict, key: str, schema: str | None, identity: dict, d
 
 
 def _special(path: Path) -> bool:
-    """Whether ``path`` is a FIFO, device or socket (what no write of ours replaces)."""
+    """Whether ``path`` is a FIFO, device, socket or folder (what no write of ours replaces)."""
     try:
         mode = os.lstat(path).st_mode
     except OSError:
         return False
-    return not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode))
+    return not (stat.S_ISREG(mode) or stat.S_ISLNK(mode))  # (a folder where the record must be: no write replaces it)
 
 
 def _has_seal(path: Path) -> bool:
@@ -770,10 +770,16 @@ def check_folder_records(root: Path, slugs: list[str], named_by: Path | None = N
     A derived file (``named_by``: a report.json, an intervention.json) whose run records are missing (deleted, or
     the file copied from another folder) cannot be checked against them, so it is refused, never rendered.
     """
+    if Path(root).exists() and not Path(root).is_dir():
+        raise UsageError(f"{root} is not a folder (a file stands where the run records must be); move it away, then "
+                         f"rerun the command that wrote {Path(root).parent} (its runs train again)")
     sealed = FolderStore(root, log=lambda m: None).sealed()
     for slug in slugs:
         p = Path(root) / slug / "result.json"
         rec, bad = read_record(p)
+        if bad and _special(p):  # no rerun replaces it: the fix is to move it
+            raise UsageError(f"{p} {bad}; move it away, then rerun the command that wrote this folder (it trains "
+                             "that run again and rewrites the report)")
         if rec is None and bad is None:
             raise UsageError(f"{named_by or root}: its run {slug} has no record ({p} is missing); rerun the "
                              f"command that wrote it into {Path(root).parent} (finished runs are reused) to train "

@@ -1,6 +1,7 @@
 """The audit protocol (SPEC §3): per method, a tracked full run and its frozen-blocks baseline, then verdicts."""
 
 import math
+import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -274,7 +275,12 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
 
     def load(rec):
         path = runs_dir / run_slug_of(rec) / "checkpoint.pt"
+        if path.exists() and not path.is_file():  # a folder or FIFO in its place: named, never skipped silently
+            raise UsageError(f"{path} is not a file; the CKA to BP reads it: move {path.parent} away and rerun the "
+                             "audit to train that run again (the others are reused)")
         if not path.is_file():
+            print(f"depthaudit: note: {path} is missing, so the report has no CKA to BP (rerun the audit after "
+                  f"moving {path.parent} away to train that run again with its checkpoint)", file=sys.stderr)
             return None
         if rec["status"] == "diverged":  # a diverged run's weights are not finite: no CKA (the card says diverged)
             return False
