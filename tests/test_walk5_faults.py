@@ -239,3 +239,11 @@ def test_a_folder_where_a_record_or_checkpoint_must_be_is_named_before_training(
     (b / "runs").write_text("x")
     assert main(["report", str(b)]) == 2
     assert f"{b / 'runs'} is not a folder (a file stands where the run records must be)" in capsys.readouterr().err
+
+
+def test_configs_are_hashable():
+    """58 (unclear): hash(TrainConfig(...)) was a TypeError (its method_options is a dict), unlike a frozen config."""
+    a, b = da.TrainConfig(), da.TrainConfig()
+    fa, exact = da.TrainConfig().with_method("fa"), da.TrainConfig().with_method("fa:head=exact")
+    assert hash(a) == hash(b) and len({a, b, fa, exact}) == 3 and {a: 1}[b] == 1
+    assert len({da.AuditConfig(base=a), da.AuditConfig(base=b)}) == 1

@@ -192,6 +192,10 @@ class TrainConfig:
 
         return parse_method_spec(spec, replace(self, method="bp", method_options={}))[1]
 
+    def __hash__(self) -> int:
+        """Hashable like any frozen config (a set of configs, a dict key), though ``method_options`` is a dict."""
+        return hash(tuple((k, tuple(sorted(v.items())) if isinstance(v, dict) else v) for k, v in vars(self).items()))
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every field."""
         return asdict(self)
