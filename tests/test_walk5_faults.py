@@ -247,3 +247,57 @@ def test_configs_are_hashable():
     fa, exact = da.TrainConfig().with_method("fa"), da.TrainConfig().with_method("fa:head=exact")
     assert hash(a) == hash(b) and len({a, b, fa, exact}) == 3 and {a: 1}[b] == 1
     assert len({da.AuditConfig(base=a), da.AuditConfig(base=b)}) == 1
+
+
+def test_a_plugins_lingering_thread_neither_hangs_nor_deafens_the_command(tmp_path):
+    """W5 (115): a plug-in's non-daemon thread made `audit --jobs 2` hang before its report (workers never exited),
+    and `--jobs 1` / `train` hang after it, deaf to Ctrl-C. Real processes, the installed entry point."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "walk5_spinner.py").write_text(
+        "import threading, time\n\ndef spin():\n    while True:\n        time.sleep(0.5)\n\n"
+        "threading.Thread(target=spin, daemon=False, name='spinner').start()\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1"}
+    for jobs in ("2", "1"):
+        out = tmp_path / f"a{jobs}"
+        p = subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", "walk5_spinner", "audit", *TINY,
+                            "--methods", "bp", "--probe-batches", "1", "--jobs", jobs, "--out", str(out)],
+                           env=env, capture_output=True, text=True, timeout=240)
+        assert p.returncode == 0, p.stderr
+        assert (out / "report.json").is_file() and "ends without waiting for them" in p.stderr, p.stderr
+        if jobs == "2":
+            assert "did not exit after their runs were stored" in p.stderr
+
+
+def test_a_plugin_dataset_without_a_data_hash_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
+    """W6 (125): ArrayData(..., sha256=None) trained every run, then an internal-error traceback in the card."""
+    (tmp_path / "walk5_nosha.py").write_text(
+        "import numpy as np\nfrom depthaudit.data.base import DATASETS, ArrayData\n\n@DATASETS.register('walk5nosha')\n"
+        "def load(data_dir=None, download=False):\n    rng = np.random.default_rng(0)\n"
+        "    x = rng.normal(size=(200, 6)).astype(np.float32)\n    y = rng.integers(0, 3, 200)\n"
+        "    return ArrayData(x[:150], y[:150], x[150:], y[150:], 3, 'nosha', None)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "za"
+    assert main(["--plugin", "walk5_nosha", "audit", "--dataset", "walk5nosha", "--d-hidden", "8", "--num-blocks",
+                 "1", "--epochs", "1", "--methods", "bp", "--probe-batch-size", "10", "--probe-batches", "2",
+                 "--out", str(out)]) == 2
+    assert "its ArrayData sha256 is None; give a non-empty string" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_report_whose_seal_was_removed_beside_sealed_records_is_refused(tmp_path, capsys):
+    """W7 (136): deleting report.json's record_sha256 let an edited provenance (device, date) be rendered."""
+    a = tmp_path / "a"
+    assert main(["audit", *TINY, "--methods", "bp", "--probe-batches", "1", "--out", str(a)]) == 0
+    doc = json.loads((a / "report.json").read_text())
+    doc.pop("record_sha256")
+    doc["provenance"]["device"] = "cuda H100"
+    (a / "report.json").write_text(json.dumps(doc))
+    md = (a / "report.md").read_text()
+    capsys.readouterr()
+    assert main(["report", str(a)]) == 2
+    assert "has no record_sha256 seal though the run records beside it are sealed" in capsys.readouterr().err
+    assert (a / "report.md").read_text() == md and "H100" not in md

@@ -74,7 +74,30 @@ def _out_of_memory(exc: BaseException) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; bad input prints one line and returns 2, an interrupt one line and 130."""
+    """Entry point; bad input prints one line and returns 2, an interrupt one line and 130.
+
+    As the program (``argv`` None), it ends when its work is done: a thread a plug-in left running (not a daemon,
+    which the interpreter would wait for, deaf to Ctrl-C) is named and not waited for.
+    """
+    rc = _entry(argv)
+    if argv is None:
+        lingering = [t.name for t in threading.enumerate()
+                     if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+        if lingering:
+            print(f"depthaudit: note: {len(lingering)} thread(s) still running once the work was done "
+                  f"({', '.join(lingering[:3])}; a plug-in's?); depthaudit ends without waiting for them (a plug-in's "
+                  "own threads should be daemon threads)", file=sys.stderr)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(rc)
+    return rc
+
+
+def _entry(argv: list[str] | None) -> int:
+    """:func:`main`'s work: the command, its errors as one line each, its signals."""
     argv_given, argv = argv, list(sys.argv[1:] if argv is None else argv)
 
     for name in ("stderr", "stdout"):  # started with that descriptor closed (`>&-`): results still go to files

@@ -357,6 +357,24 @@ def _stop_pool(pool: ProcessPoolExecutor, grace: float = 3.0) -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _close_pool(pool: ProcessPoolExecutor, log, grace: float = 10.0) -> None:
+    """Shut the pool down once its work is in; a worker that does not exit within ``grace`` s is stopped.
+
+    Every group's record is stored by now, so stopping a worker loses nothing; one that lingers is kept alive
+    by something else (a plug-in's non-daemon thread, which its interpreter would wait for forever).
+    """
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False)
+    deadline = time.monotonic() + grace
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    stuck = [p for p in procs if p.is_alive()]
+    if stuck:
+        log(f"depthaudit: note: {len(stuck)} worker process(es) did not exit after their runs were stored (a "
+            "plug-in's thread still running?); stopped")
+        _stop_pool(pool, grace=3.0)
+
+
 def _local_pool(groups, store, opts: SweepOptions, argv, log):
     """``opts.jobs`` spawned worker processes; a dead worker's pool is replaced once.
 
@@ -393,7 +411,7 @@ def _local_pool(groups, store, opts: SweepOptions, argv, log):
             _stop_pool(pool)
             raise
         with _signals_ignored():  # every group is in: a Ctrl-C now must not cut the pool's own cleanup short
-            pool.shutdown(wait=True)
+            _close_pool(pool, log)
         remaining = [g for i, g in enumerate(remaining) if i not in finished]
         if broken:
             time.sleep(0.5)  # a signal to the whole group killed the worker: let the driver's own arrive first

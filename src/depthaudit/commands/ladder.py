@@ -20,7 +20,9 @@ from ..io import check_output_dir, check_replaceable, not_a_file, write_json, wr
 from ..report import audit_markdown, audit_terminal
 from ..report.card import unrendered
 from ..stores import (
+    SEAL,
     FileStore,
+    FolderStore,
     check_folder_records,
     identity_diff,
     rebuild_file_store,
@@ -241,6 +243,9 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         check_folder_records(d / "runs", [s for s in slugs if s not in USER_LOOP_RUNS], d / "report.json")
         derived_from_records(d / "report.json", [report], d / "runs")
         edited = seal_problem(sealed)  # the rest, provenance included (the records above stand behind the numbers)
+        if edited is None and SEAL not in sealed and FolderStore(d / "runs", log=lambda m: None).sealed():
+            edited = (f"has no {SEAL} seal though the run records beside it are sealed (the seal was removed, so an "
+                      "edit would not show)")
         if edited:
             raise UsageError(f"{d / 'report.json'} {edited}; rerun the audit command with --out {d} (finished runs "
                              "are reused) to write it again from the records")

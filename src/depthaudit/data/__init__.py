@@ -45,6 +45,11 @@ def check_arrays(name: str, a) -> None:
             bad = int(x.size - np.isfinite(x).sum())
             raise UsageError(f"--dataset {name}: its {split} inputs hold {bad} NaN or infinite values; a run on them "
                              "would be recorded as diverged: fix the data (or its loader)")
+    for field in ("source", "sha256"):  # every result names where its data came from (its provenance)
+        v = getattr(a, field, None)
+        if not isinstance(v, str) or not v.strip():
+            raise UsageError(f"--dataset {name}: its ArrayData {field} is {v!r}; give a non-empty string (sha256: a "
+                             "hash of the data, e.g. depthaudit.data.base.content_digest(arrays))")
     if tuple(a.x_train.shape[1:]) != tuple(a.x_test.shape[1:]):
         raise UsageError(f"--dataset {name}: train inputs are {tuple(a.x_train.shape[1:])} but test inputs "
                          f"{tuple(a.x_test.shape[1:])}; both splits must have one input shape")
