@@ -301,3 +301,84 @@ def test_a_report_whose_seal_was_removed_beside_sealed_records_is_refused(tmp_pa
     assert main(["report", str(a)]) == 2
     assert "has no record_sha256 seal though the run records beside it are sealed" in capsys.readouterr().err
     assert (a / "report.md").read_text() == md and "H100" not in md
+
+
+def test_a_plugin_that_ignores_ctrl_c_at_import_cannot_deafen_the_command(tmp_path):
+    """116 (unclear): a plug-in setting SIGINT/SIGTERM to SIG_IGN at import made Ctrl-C do nothing. Real process,
+    real SIGINT."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "walk5_deaf.py").write_text("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "depthaudit", "--plugin", "walk5_deaf", "train", "--dataset",
+                          "mnist1d", "--d-hidden", "64", "--num-blocks", "2", "--epochs", "2000",
+                          "--out", str(tmp_path / "t")], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    err = ""
+    while time.monotonic() < deadline:  # wait until it trains (its first epoch line), then Ctrl-C
+        line = p.stderr.readline()
+        err += line
+        if line.startswith("epoch 1/"):
+            break
+    p.send_signal(signal.SIGINT)
+    _, rest = p.communicate(timeout=60)
+    err += rest
+    assert p.returncode == 130, err
+    assert "a plug-in changed the SIGINT handler at import; restored" in err and "interrupted" in err
+    assert not (tmp_path / "t" / "result.json").exists()
+
+
+def test_a_plugin_methods_own_bad_default_is_blamed_on_the_method(tmp_path, monkeypatch, capsys):
+    """120 (unclear): an Option default outside its own range blamed the user's --method spec."""
+    (tmp_path / "walk5_baddef.py").write_text(
+        "from depthaudit.methods import METHODS, FA\nfrom depthaudit.methods.options import Option\n\n"
+        "@METHODS.register('walk5baddef')\nclass BadDef(FA):\n    name = 'walk5baddef'\n"
+        "    options = {**FA.options, 'gain': Option(-1.0, 'a gain', lo=0, lo_open=True)}\n\n"
+        "    def __init__(self, model, seed, gain=-1.0, **kw):\n        super().__init__(model, seed, **kw)\n"
+        "        self.gain = gain\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["--plugin", "walk5_baddef", "train", *TINY, "--method", "walk5baddef",
+                 "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert "method walk5baddef: its option gain's default -1.0 breaks the option's own declaration" in err, err
+    assert main(["--plugin", "walk5_baddef", "train", *TINY, "--method", "walk5baddef:gain=2",
+                 "--out", str(tmp_path / "t")]) == 0  # the user's value: taken
+
+
+def test_monitor_and_capture_inputs_are_checked_where_given(tmp_path):
+    """149, 155, 156 (unclear): capture_credits with 64 inputs and 10 labels was a raw torch error; report(budget=-1)
+    was stored as 1 epoch; TrainingMonitor(name="") gave a blank card column."""
+    import pytest
+    import torch
+
+    from depthaudit.errors import UsageError
+    from depthaudit.models import ResMLP
+
+    model = ResMLP((8,), 3, d_hidden=8, num_blocks=1, seed=0)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 8, generator=g), torch.randint(0, 3, (10,), generator=g)
+    with pytest.raises(UsageError, match="x holds 64 examples but y 10 labels"):
+        da.capture_credits(model, x, y)
+    with pytest.raises(UsageError, match="name=''"):
+        da.TrainingMonitor(model, [(x, torch.randint(0, 3, (64,), generator=g))], name="", log=None)
+    mon = da.TrainingMonitor(model, [(x, torch.randint(0, 3, (64,), generator=g))], log=None)
+    mon.step(0)
+    mon.step(5)
+    for bad in (-1, 4, 2.5):
+        with pytest.raises(UsageError, match="budget="):
+            mon.report(test_acc=0.5, budget=bad)
+    assert mon.report(test_acc=0.5, budget=10)["config"]["base"]["epochs"] == 10
+
+
+def test_a_probes_cell_says_what_the_warm_start_needs(tmp_path, capsys):
+    """147 (unclear): with --pre-epochs, a cell said report would write the tables once every cell finished."""
+    assert main(["probes", *TINY, "--pre-epochs", "1", "--alphas", "0", "--seeds", "1", "--cell", "0",
+                 "--out", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "the same command without --cell trains the BP warm start's runs" in out

@@ -374,6 +374,11 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
             cb = replace(cb, stopped="\n".join([cb.stopped, *(
                 f"-\t{s.key}\t{'done' if store.get(s, quiet=True) is not None else 'pending'}\tBP warm start, "
                 "not a cell: trained in order by the command without --cell" for s in pre + arms)]))
+        elif opts.cell is not None and config.pre_epochs > 0 and cb.stopped:  # the report needs the warm start too
+            cb = replace(cb, stopped=cb.stopped.replace(
+                "When every cell has finished, `depthaudit report OUT` (or the same command without --cell) writes",
+                "When every cell has finished, the same command without --cell trains the BP warm start's runs "
+                "(--pre-epochs: not cells, they need BP's checkpoint) and writes"))
         return Result.stopped_sweep(out, cb)
     parts = [f"# Probes (ours): {config.label}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
              f"{base.epochs} epochs, seeds {list(config.seeds)}", "", "## Credit mix (ours)", "", credit_mix_md(cb), "",

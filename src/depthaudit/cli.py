@@ -194,6 +194,22 @@ def _reader_gone() -> int:
     return BROKEN_PIPE_EXIT
 
 
+def _handlers() -> dict | None:
+    """SIGINT's and SIGTERM's handlers now (None off the main thread, where they cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_handlers(before: dict | None) -> None:
+    """Undo a plug-in's change of SIGINT/SIGTERM at import (Ctrl-C and SIGTERM must still stop the command)."""
+    for sig, handler in (before or {}).items():
+        if signal.getsignal(sig) != handler:
+            signal.signal(sig, handler)
+            print(f"depthaudit: note: a plug-in changed the {sig.name} handler at import; restored (Ctrl-C and "
+                  "SIGTERM still stop the command)", file=sys.stderr)
+
+
 def _main(argv: list[str]) -> int:
     try:
         try:
@@ -201,7 +217,9 @@ def _main(argv: list[str]) -> int:
         except FileNotFoundError:
             raise UsageError("the current folder no longer exists (removed while this shell stood in it); cd to an "
                              "existing folder and rerun") from None
+        before = _handlers()
         import_plugins_in(argv)
+        _restore_handlers(before)
         try:
             args = build_parser(argv).parse_args(argv)
         except SystemExit as exc:  # the parser's refusal (one line, 2) or --help/--version (0): a return code

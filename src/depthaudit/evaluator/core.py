@@ -146,6 +146,9 @@ def capture_credits(model: ResidualModel, x: torch.Tensor, y: torch.Tensor, loss
     whatever custom backward its layers define; ``nodes`` names the custom autograd Functions it ran. No
     ``.grad`` is touched. States, logits and credits are detached.
     """
+    if hasattr(x, "shape") and hasattr(y, "shape") and y is not None and len(y.shape) and x.shape[0] != y.shape[0]:
+        raise UsageError(f"capture_credits: x holds {x.shape[0]} examples but y {y.shape[0]} labels; give one label "
+                         "per example")
     return _capture(_check_model(model), x, y, loss_fn)[:4]
 
 

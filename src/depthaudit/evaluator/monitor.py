@@ -117,6 +117,8 @@ class TrainingMonitor:
         self.schedule = schedule or (lambda step: True)
         th = self.thresholds
         self.monitor = Monitor(th.rho_max, th.ref_factor * eps, stop_on_flag)
+        if not isinstance(name, str) or not name.strip():
+            raise UsageError(f"name={name!r}: give the method's name for the card (e.g. name='myfa')")
         self.name, self.d1_stat = name, d1_stat
         self.log = log
         self.history: list[dict] = []
@@ -203,6 +205,9 @@ class TrainingMonitor:
         th, ev = self.thresholds, self.evaluator
         L, last = self.model.num_blocks, self.history[-1]["epoch"]
         budget = last if budget is None else budget
+        if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < last:
+            raise UsageError(f"budget={budget!r}: give the planned number of steps, an integer >= the last measured "
+                             f"step ({last}), or leave it out")
         cfg = {"num_blocks": L, "epochs": max(budget, 1)}
         nan = lambda v: math.nan if v is None else float(v)  # noqa: E731
         trained = {"status": status, "config": cfg, "history": self.history, "monitor": self.monitor.to_dict(),

@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 
+from ..errors import UsageError
 from ..seeds import derive_seed
 from .base import METHODS, CreditMethod
 from .bp import BP
@@ -39,7 +40,13 @@ def build_method(name: str, model, seed: int, credit_mix: float | None = None, c
     """
     cls = METHODS.get(name)
     opts = cfg.method_options if options is None and cfg is not None else resolve(name, cls, dict(options or {}))
-    method = cls(model, derive_seed(seed, "feedback"), **opts)
+    try:
+        method = cls(model, derive_seed(seed, "feedback"), **opts)
+    except TypeError as exc:
+        if "unexpected keyword argument" not in str(exc) or not opts:
+            raise
+        raise UsageError(f"method {name}: its class does not take its declared options ({exc}); its __init__ must "
+                         f"accept every option it declares ({', '.join(opts)}) as a keyword") from None
     method.to(next(model.parameters()).device)
     return method if credit_mix is None else CreditMix(method, credit_mix)
 

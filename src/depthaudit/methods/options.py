@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UsageError
 
 _BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
@@ -152,6 +152,10 @@ def resolve(name: str, cls, given: dict[str, Any], hint: str = "") -> dict[str, 
         try:
             out[key] = opt.check(value)
         except ValueError as exc:
+            if key not in given:  # the method's own default breaks its own declaration: its author's to fix
+                raise UsageError(f"method {name}: its option {key}'s default {opt.default!r} breaks the option's own "
+                                 f"declaration ({exc}); fix the method's Option (its file), or give {name}:{key}="
+                                 "VALUE") from None
             raise ConfigError(f"{{method_options}}: {name} option {key}: {exc}{opt.hint(exc)}", FLAGS) from None
     return out
 
