@@ -14,6 +14,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import traceback
 
 from .commands import build_parser
@@ -81,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     """
     rc = _entry(argv)
     if argv is None:
+        deadline = time.monotonic() + 2.0  # (a pool's own thread that is just ending: given a moment)
+        for t in threading.enumerate():
+            if t is not threading.main_thread() and not t.daemon:
+                t.join(max(0.0, deadline - time.monotonic()))
         lingering = [t.name for t in threading.enumerate()
                      if t is not threading.main_thread() and t.is_alive() and not t.daemon]
         if lingering:
