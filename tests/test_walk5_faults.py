@@ -382,3 +382,18 @@ def test_a_probes_cell_says_what_the_warm_start_needs(tmp_path, capsys):
                  "--out", str(tmp_path / "p")]) == 0
     out = capsys.readouterr().out
     assert "the same command without --cell trains the BP warm start's runs" in out
+
+
+def test_report_says_which_results_it_skipped_inside_a_run_store(tmp_path, capsys):
+    """135 (unclear): a ladder copied inside an audit's runs/ folder was skipped without a word."""
+    import shutil
+
+    a, lad = tmp_path / "a", tmp_path / "l"
+    assert main(["audit", *TINY, "--methods", "bp", "--probe-batches", "1", "--out", str(a)]) == 0
+    assert main(["ladder", *TINY, "--methods", "bp", "--seeds", "1", "--probe-batches", "1",
+                 "--output_dir", str(lad)]) == 0
+    for f in lad.iterdir():
+        (shutil.copytree if f.is_dir() else shutil.copy)(f, a / "runs" / f.name)
+    capsys.readouterr()
+    assert main(["report", str(a)]) == 0
+    assert "skipped" in (err := capsys.readouterr().err) and "ladder_d8_L1_mnist1d.json: it lies inside" in err

@@ -84,6 +84,12 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     skip = ("runs", "logs", "slurm")  # an audit's run folders, live logs, scheduler logs: nothing to render
     dirs = [d, *sorted(p for p in d.rglob("*") if p.is_dir() and not p.name.startswith(".")
                        and not p.name.endswith(".runs") and not any(x in skip for x in p.relative_to(d).parts))]
+    for kind in ("ladder_*.json", "saturation_*.json", "grow_*.json", "report.json", "intervention.json"):
+        for f in sorted(d.glob(f"**/{kind}")):  # results put inside a run store or a log folder: said, not rendered
+            rel = f.relative_to(d).parts[:-1]
+            if any(x in skip for x in rel) and not any(x.endswith(".runs") for x in rel):
+                print(f"depthaudit: note: skipped {f}: it lies inside {d / rel[0]} (a run store or log folder, "
+                      "which report does not render); move it to a folder of its own", file=sys.stderr)
     if a.audit_dir and not any(next(sub.glob("ladder_*.json"), None) for sub in dirs):
         print(f"depthaudit: note: --audit-dir has no effect here: {d} holds no ladder (it cross-checks a ladder's "
               "k=L rung against the audit)", file=sys.stderr)
