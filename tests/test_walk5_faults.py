@@ -110,6 +110,8 @@ def test_an_unsealed_json_of_an_earlier_version_still_becomes_records(tmp_path, 
     path = next(lad.glob("ladder_*.json"))
     doc = json.loads(path.read_text())
     doc.pop(SEAL)
+    for rec in doc["runs"].values():  # an earlier version's runs: no executor stamp (it came with record folders)
+        rec["provenance"].pop("executor")
     path.write_text(json.dumps(doc))
     shutil.rmtree(path.with_suffix(".runs"))
     capsys.readouterr()
@@ -397,3 +399,84 @@ def test_report_says_which_results_it_skipped_inside_a_run_store(tmp_path, capsy
     capsys.readouterr()
     assert main(["report", str(a)]) == 0
     assert "skipped" in (err := capsys.readouterr().err) and "ladder_d8_L1_mnist1d.json: it lies inside" in err
+
+
+def test_removing_the_json_seal_too_does_not_let_an_orphan_edit_through(tmp_path, capsys):
+    """Walk 6 (40–46): the walk-5 fix held only while the JSON kept its seal; deleting record_sha256 as well made an
+    edited ladder/grow JSON without its records pass as an earlier version's, rendered and laundered into records."""
+    import shutil
+
+    from depthaudit.stores import SEAL
+
+    for name, args in (("ladder", ["ladder", *TINY, "--methods", "bp", "--seeds", "1", "--probe-batches", "1",
+                                   "--output_dir"]),
+                       ("grow", ["grow", "--family", "resmlp", "--dataset", "mnist1d", "--d-hidden", "8",
+                                 "--extra", "1", "--epochs", "1", "--out"])):
+        out = tmp_path / name
+        assert main([*args, str(out)]) == 0, name
+        path = next(out.glob(f"{name}_*.json"))
+        doc = json.loads(path.read_text())
+        doc.pop(SEAL)
+        key = sorted(doc["runs"])[-1]
+        doc["runs"][key]["final"]["test_acc"] = 0.9725
+        path.write_text(json.dumps(doc))
+        shutil.move(path.with_suffix(".runs"), tmp_path / f"{name}_moved")
+        capsys.readouterr()
+        assert main(["report", str(out)]) == 2, name
+        assert "has no record_sha256 seal though it was written by a version that seals it" in capsys.readouterr().err
+        assert main([*args, str(out)]) == 0, name  # retrained, the edit nowhere
+        assert "0.9725" not in path.read_text()
+        assert not any("0.9725" in p.read_text() for p in path.with_suffix(".runs").glob("*.json")), name
+
+
+def test_an_intervention_json_whose_own_fields_were_edited_is_refused(tmp_path, capsys):
+    """Walk 6 (48, 49): intervention.json's penalty_form or λ grid edited by hand was rendered in its title."""
+    i = tmp_path / "i"
+    assert main(["intervene", *TINY, "--methods", "bp", "--lambdas", "0", "0.1", "--probe-batches", "1",
+                 "--out", str(i)]) == 0
+    good = (i / "intervention.json").read_text()
+    for edit, words in ((lambda d: d.update(penalty_form="rel"), "its penalty form 'rel' is not its audits'"),
+                        (lambda d: d.update(lambdas=[0.0, 0.5]), "its λ grid [0.0, 0.5] is not that of the audits")):
+        doc = json.loads(good)
+        edit(doc)
+        (i / "intervention.json").write_text(json.dumps(doc))
+        md = (i / "intervention.md").read_text()
+        capsys.readouterr()
+        assert main(["report", str(i)]) == 2
+        assert words in capsys.readouterr().err
+        assert (i / "intervention.md").read_text() == md
+
+
+def test_a_plugin_model_with_the_wrong_number_of_logits_is_named_before_training(tmp_path, monkeypatch, capsys):
+    """Walk 6 (65): a plug-in model whose readout gave num_classes - 3 logits was an internal-error traceback from the
+    loss, mid-run, with the audit's folder claimed."""
+    (tmp_path / "walk6_fewc.py").write_text(
+        "import math\nimport torch\nfrom torch import nn\nfrom depthaudit.models import MODELS, ResidualAdapter\n\n"
+        "class Net(nn.Module):\n    def __init__(self, din, d, L, k):\n        super().__init__()\n"
+        "        self.stem = nn.Linear(din, d)\n"
+        "        self.layers = nn.ModuleList([nn.Linear(d, d) for _ in range(L)])\n"
+        "        self.head = nn.Linear(d, k)\n\n    def forward(self, x):\n        h = self.stem(x.flatten(1))\n"
+        "        for layer in self.layers:\n            h = h + layer(h)\n        return self.head(h)\n\n"
+        "@MODELS.register('walk6fewc')\n"
+        "def fewc(input_shape, num_classes, d_hidden=32, num_blocks=4, mlp_ratio=4, seed=0):\n"
+        "    torch.manual_seed(seed)\n    return ResidualAdapter(Net(math.prod(input_shape), d_hidden, num_blocks, "
+        "num_classes - 3), embed='stem', blocks='layers', readout='head', block_includes_residual=False)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for cmd, flag in (("train", "--out"), ("audit", "--out")):
+        out = tmp_path / cmd
+        assert main(["--plugin", "walk6_fewc", cmd, *TINY, "--arch", "walk6fewc", flag, str(out)]) == 2, cmd
+        err = capsys.readouterr().err
+        assert "walk6_fewc.py:" in err and "returns logits of shape (2, 7)" in err and "not (2, 10)" in err, err
+        assert not out.exists()
+
+
+def test_method_option_counts_beyond_64_bits_are_refused(tmp_path, capsys):
+    """Walk 6 (15, 17, 18): --ep-steps / --cb-draws beyond int64 trained forever or crashed in torch."""
+    for flag, method in (("--ep-steps", "ep"), ("--cb-draws", "cb")):
+        assert main(["train", *TINY, "--method", method, flag, "99999999999999999999",
+                     "--out", str(tmp_path / method)]) == 2
+        assert "must be <= 9223372036854775807" in capsys.readouterr().err
+    import pytest
+
+    with pytest.raises(da.ConfigError, match="must be <= 9223372036854775807"):
+        da.TrainConfig(method="cb", method_options={"draws": 10**20})

@@ -132,6 +132,31 @@ def free_memory(device: str) -> int | None:
         return None
 
 
+def check_readout(model: ResidualModel, data: DataBundle, arch: str) -> None:
+    """The model's logits for two training examples must be (2, num_classes): else one line naming ``--arch``.
+
+    (A user's model whose readout has another width would otherwise fail inside the loss, mid-run.) Evaluated
+    in eval mode without gradients: no running statistic or parameter changes.
+    """
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            p = next(iter(model.parameters()), None)  # (a CPU build check of data on a GPU: moved, two rows)
+            logits = model(data.x_train[:2] if p is None else data.x_train[:2].to(p.device))
+    finally:
+        model.train(was)
+    want = (min(2, data.x_train.shape[0]), data.num_classes)
+    got = tuple(getattr(logits, "shape", ()))
+    if got != want:
+        from .models import MODELS
+        from .plugins import defined_at
+
+        where = defined_at(MODELS.get(arch))
+        raise UsageError(f"--arch {arch} ({where}): the model returns logits of shape {got} for {want[0]} examples "
+                         f"of {data.name}, not {want}: its readout must give one logit per class ({data.num_classes})")
+
+
 def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMethod]:
     """Model (init from ``cfg.seed``) with the frozen blocks' params not requiring grad, and its method."""
     check_fits(cfg, data)
@@ -147,6 +172,7 @@ def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMeth
             raise UsageError(f"--warm-start {cfg.warm_start}: does not fit this model ({len(lines) - 1} "
                              f"mismatches, first: {what}); train with the checkpoint's --arch/--d-hidden/"
                              "--num-blocks") from None
+    check_readout(model, data, cfg.arch)
     trainable = set(cfg.trainable())
     for i, blk in enumerate(model.blocks, start=1):
         blk.requires_grad_(i in trainable)

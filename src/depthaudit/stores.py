@@ -100,6 +100,25 @@ def seal_problem(doc: dict) -> str | None:
     return None if ok else f"was edited after it was written (its {SEAL} no longer matches its content)"
 
 
+def orphan_problem(doc: Any) -> str | None:
+    """Why a results JSON found without its run records (``.runs`` moved away) cannot stand alone; None if it can.
+
+    This version seals the JSON: an edit shows. An unsealed one is an earlier version's — unless its runs name the
+    executor that trained them, which only versions with record folders (and, since, seals) write: then its seal
+    was removed, and nothing would show an edit.
+    """
+    if not isinstance(doc, dict):
+        return None
+    if SEAL in doc:
+        return seal_problem(doc)
+    runs = doc.get("runs")
+    if isinstance(runs, dict) and any(isinstance(r, dict) and isinstance(r.get("provenance"), dict)
+                                      and "executor" in r["provenance"] for r in runs.values()):
+        return (f"has no {SEAL} seal though it was written by a version that seals it (its runs name the executor "
+                "that trained them; the seal was removed, so an edit would not show)")
+    return None
+
+
 def unsealed(rec: dict) -> dict:
     """The record without its seal and its place (what experiments and the assembled files hold)."""
     return {k: v for k, v in rec.items() if k not in (SEAL, STORED_IN)}
@@ -471,7 +490,7 @@ class FileStore:
         wrote (sealed) is the only copy, so an edit of it must not be reused nor turned into records (its runs are
         named and retrained). A JSON without a seal is an earlier version's (older than ``.runs`` folders).
         """
-        bad = seal_problem(doc) if doc is not None and not self.runs_dir.is_dir() else None
+        bad = orphan_problem(doc) if doc is not None and not self.runs_dir.is_dir() else None
         if bad is None:
             return doc
         self.named(self.path, f"{bad}, and its records ({self.runs_dir.name}) are missing",

@@ -25,6 +25,7 @@ from ..stores import (
     FolderStore,
     check_folder_records,
     identity_diff,
+    orphan_problem,
     rebuild_file_store,
     record_problem,
     seal,
@@ -206,7 +207,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
             raise UsageError(f"{runs} is not a folder (a file stands where {path.name}'s run records must be); move it "
                              f"away, then rerun the {kind} command that wrote {path.name} (its runs train again)")
         if not runs.is_dir():
-            bad = seal_problem(read_json_doc(path))
+            bad = orphan_problem(read_json_doc(path))
             if bad:
                 raise UsageError(f"{path} {bad}, and its run records ({runs.name}) are missing, so nothing shows what "
                                  f"was measured; rerun the {kind} command that wrote it (its runs train again)")
@@ -412,10 +413,28 @@ def derived_from_records(path: Path, reports: list[dict], runs_root: Path, inter
                     m = next(m for m in audit["methods"] if m["method"] == row["method"])
                     if {"lambda": cell["lambda"], **_row(m)} != cell:
                         why = f"its row for {row['method']} at λ={cell['lambda']:g} is not what its audit says"
+            why = why or intervention_mismatch(intervention)
     if why:
         raise UsageError(f"{path}: {why}; it and its run records disagree (it was edited, or a record was replaced) "
                          "— rerun the command that wrote it into that folder (intact runs of its configuration are "
                          "reused, any other is named and trains again) to write it again from the records")
+
+
+def intervention_mismatch(doc: dict) -> str | None:
+    """Why an intervention.json's own fields (its λ grid, penalty form, rows) disagree with the audits it holds."""
+    audits = doc["audits"]
+    if [f"{float(x):g}" for x in doc["lambdas"]] != list(audits):
+        return f"its λ grid {doc['lambdas']} is not that of the audits it holds ({', '.join(audits)})"
+    for key, audit in audits.items():
+        base = audit["config"]["base"]
+        if f"{float(base.get('scale_penalty') or 0.0):g}" != key:
+            return f"its audit at λ={key} ran with scale_penalty {base.get('scale_penalty')}"
+        if base.get("penalty_form", "abs") != doc.get("penalty_form", "abs"):
+            return f"its penalty form {doc.get('penalty_form')!r} is not its audits' ({base.get('penalty_form')!r})"
+    methods = [m["method"] for m in next(iter(audits.values()))["methods"]] if audits else []
+    if [r["method"] for r in doc["rows"]] != methods or any(len(r["by_lambda"]) != len(audits) for r in doc["rows"]):
+        return "its rows are not one per method and λ of its audits"
+    return None
 
 
 def check_report_doc(path: Path, doc: dict) -> None:

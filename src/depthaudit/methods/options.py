@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, UsageError
+from ..fields import INT64_MAX
 
 _BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
@@ -92,6 +93,8 @@ class Option:
                 _raise(f"{value!r} must be {'>' if self.lo_open else '>='} {self.lo:g}")
             if self.hi is not None and value > self.hi:
                 _raise(f"{value!r} must be <= {self.hi:g}")
+            if self.type is int and abs(value) > INT64_MAX:  # (torch sizes and counts are 64-bit)
+                _raise(f"{value!r} must be <= {INT64_MAX}")
             return value
         if not isinstance(value, str):
             _raise(f"{value!r} is not a string")
