@@ -82,12 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     """
     rc = _entry(argv)
     if argv is None:
-        deadline = time.monotonic() + 2.0  # (a pool's own thread that is just ending: given a moment)
-        for t in threading.enumerate():
-            if t is not threading.main_thread() and not t.daemon:
-                t.join(max(0.0, deadline - time.monotonic()))
-        lingering = [t.name for t in threading.enumerate()
-                     if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+        def foreign(t: threading.Thread) -> bool:  # a non-daemon thread that is not the standard library's own
+            own = type(t).__module__.startswith(("concurrent.futures", "multiprocessing"))  # (a pool's manager:
+            return t is not threading.main_thread() and not t.daemon and t.is_alive() and not own  # joined at exit)
+
+        deadline = time.monotonic() + 2.0  # (one that is just ending: given a moment)
+        for t in filter(foreign, threading.enumerate()):
+            t.join(max(0.0, deadline - time.monotonic()))
+        lingering = [t.name for t in threading.enumerate() if foreign(t)]
         if lingering:
             print(f"depthaudit: note: {len(lingering)} thread(s) still running once the work was done "
                   f"({', '.join(lingering[:3])}; a plug-in's?); depthaudit ends without waiting for them (a plug-in's "
