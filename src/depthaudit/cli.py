@@ -277,6 +277,26 @@ def _main(argv: list[str]) -> int:
         return 1
 
 
+def script(fn, argv: list[str] | None = None) -> int:
+    """Run a report script's ``fn(argv)`` (``python -m depthaudit.report.field``/``.claim``) as a command runs.
+
+    A reader that stops reading ends it quietly (141), a standard output that cannot be written is one line
+    (exit 2), never a traceback.
+    """
+    try:
+        rc = fn(argv)
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:
+        return _reader_gone()
+    except OSError as exc:
+        line = _stdout_error(exc)
+        if line is None:
+            raise
+        print(f"depthaudit: error: {line}", file=sys.stderr)
+        return 2
+
+
 def _stdout_error(exc: BaseException) -> str | None:
     """One line when writing the standard output itself failed (a full disk, /dev/full); else None."""
     if not isinstance(exc, OSError) or exc.filename is not None:

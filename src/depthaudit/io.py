@@ -169,8 +169,22 @@ def write_text(path: Path, text: str) -> None:
 
 
 def save_figure(fig, path: Path) -> None:
-    """Atomic PNG write of a matplotlib figure."""
-    _atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120, bbox_inches="tight"))
+    """Atomic PNG write of a matplotlib figure, marked as depthaudit's (its ``Software`` text: :func:`our_png`)."""
+    _atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120, bbox_inches="tight",
+                                         metadata={"Software": PNG_MARK}))
+
+
+PNG_MARK = "depthaudit"  # the Software text of every figure depthaudit writes
+
+
+def our_png(path: Path) -> bool:
+    """Whether ``path`` is a PNG depthaudit wrote (its Software text chunk, before the image data, says so)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return False
+    return head[:8] == b"\x89PNG\r\n\x1a\n" and b"Software\x00" + PNG_MARK.encode() in head
 
 
 def why_not_a_file(path) -> str:

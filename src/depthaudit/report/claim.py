@@ -19,10 +19,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..io import save_figure  # noqa: E402
+from ..io import our_png, save_figure  # noqa: E402
 from .published_audit import SECTION5, SECTION5_COS, TABLE1, TABLE1_GAMMA  # noqa: E402
 
-PNG = b"\x89PNG\r\n\x1a\n"  # the first bytes of every PNG file
 FAMILIES = ("bp", "fa", "dfa", "sb", "cb", "ep", "other")
 
 
@@ -125,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m depthaudit.report.claim OUT.png DIR [DIR ...]", file=sys.stderr)
         return 2
     out = Path(argv[0])
-    if out.suffix.lower() != ".png" or (out.exists() and not (out.is_file() and out.read_bytes()[:8] == PNG)):
+    if out.suffix.lower() != ".png" or (out.exists() and not (out.is_file() and our_png(out))):
         print(f"depthaudit: error: {out}: give a new or depthaudit-written .png path (its own figure is all it "
               "replaces)", file=sys.stderr)
         return 2
@@ -154,4 +153,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from ..cli import script
+
+    sys.exit(script(main))

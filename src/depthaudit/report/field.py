@@ -131,8 +131,20 @@ def main(argv: list[str] | None = None) -> int:
     for flag in opts:
         if flag in argv:
             i = argv.index(flag)
+            if i + 1 >= len(argv):
+                print(f"depthaudit: error: {flag} needs a value", file=sys.stderr)
+                return 2
             opts[flag] = argv[i + 1]
             del argv[i:i + 2]
+    from ..data import DATASETS
+
+    if not opts["--epochs"].isdigit() or int(opts["--epochs"]) < 1:
+        print(f"depthaudit: error: --epochs {opts['--epochs']!r}: give the budget, an integer >= 1", file=sys.stderr)
+        return 2
+    if opts["--dataset"] not in DATASETS:
+        print(f"depthaudit: error: --dataset {opts['--dataset']!r} not known; use one of "
+              f"{', '.join(DATASETS.names())}", file=sys.stderr)
+        return 2
     if len(argv) < 2:
         print("usage: python -m depthaudit.report.field OUT.md DIR [DIR ...] [--epochs 100] [--dataset cifar10]",
               file=sys.stderr)
@@ -158,4 +170,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ..cli import script
+
+    sys.exit(script(main))
