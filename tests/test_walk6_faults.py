@@ -1,6 +1,5 @@
 """What the sixth independent walk (issue 36) found, each reproduced as the walker did; each fails before its fix."""
 
-import json
 import os
 import subprocess
 import sys
