@@ -1,5 +1,6 @@
 """What the sixth independent walk (issue 36) found, each reproduced as the walker did; each fails before its fix."""
 
+import json
 import os
 import subprocess
 import sys
@@ -54,3 +55,51 @@ def test_the_report_scripts_end_quietly_when_stdout_fails(tmp_path):
         p.stdout.close()  # the reader is gone before a line is printed
         _, err = p.communicate(timeout=300)
         assert p.returncode == 141 and b"Traceback" not in err, err
+
+
+def test_an_edited_store_identity_is_named_and_never_outweighs_the_sealed_records(tmp_path, capsys):
+    """107–109: a hand-edited .runs/identity.json (lr 0.001 → 0.5) was blamed on the ladder JSON; following the advice
+    rebuilt a JSON claiming lr 0.5, and a `--lr 0.5` ladder then replaced every intact lr-0.001 record."""
+    import shutil
+
+    base = ["ladder", *TINY, "--methods", "bp", "--seeds", "1", "--probe-batches", "1"]
+    lad = tmp_path / "l"
+    assert main([*base, "--output_dir", str(lad)]) == 0
+    path = next(lad.glob("ladder_*.json"))
+    runs = path.with_suffix(".runs")
+    records = {p.name: p.read_bytes() for p in runs.glob("*%2F*.json")}
+    marker = runs / "identity.json"
+    doc = json.loads(marker.read_text())
+    doc["identity"]["lr"] = 0.5
+    marker.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["report", str(lad)]) == 2
+    assert f"{marker} differs from the sealed run records beside it (in: lr): it was edited" in capsys.readouterr().err
+    shutil.move(path, tmp_path / "moved.json")  # the walker followed the old advice: the JSON moved away
+    assert main([*base, "--lr", "0.5", "--output_dir", str(lad)]) == 2
+    marker.unlink()  # and the claim removed too: the records' own place still says lr 0.001
+    assert main([*base, "--lr", "0.5", "--output_dir", str(lad)]) == 2
+    assert "holds runs of a different configuration (differs in: lr)" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in runs.glob("*%2F*.json")} == records  # nothing replaced
+    assert main(["report", str(lad)]) == 0  # rebuilt from the records, under their own claim
+    assert json.loads(path.read_text())["identity"]["lr"] == 0.001
+
+
+def test_a_vit_shallow_baseline_takes_a_width_its_heads_divide(tmp_path, capsys):
+    """125: `audit --arch vit --shallow-baseline` computed width 22 (not a multiple of 4 heads), was refused after
+    claiming the folder, and the corrected command was then refused as another audit."""
+    out = tmp_path / "a"
+    args = ["audit", "--dataset", "mnist1d", "--d-hidden", "16", "--num-blocks", "2", "--epochs", "1", "--arch",
+            "vit", "--methods", "bp", "--probe-batches", "1", "--out", str(out)]
+    assert main([*args, "--shallow-baseline"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["methods"][0]["shallow"]["d_hidden"] % 4 == 0
+    import depthaudit as da
+    from depthaudit.data import load_data
+    from depthaudit.experiments.shallow import matched_shallow
+
+    data = load_data("mnist1d", None, False, __import__("torch").device("cpu"))
+    m = matched_shallow(da.TrainConfig(dataset="mnist1d", d_hidden=16, num_blocks=2), data.input_shape, 10, 1)
+    plain = matched_shallow(da.TrainConfig(dataset="mnist1d", d_hidden=16, num_blocks=2, arch="vit"),
+                            data.input_shape, 10, 1)
+    assert m["d_hidden"] >= 1 and plain["d_hidden"] % 4 == 0

@@ -141,6 +141,18 @@ def _data(cfg: TrainConfig, data):
     return data if data is not None else load_data(cfg.dataset, cfg.data_dir, cfg.download, device)
 
 
+def _arms(config, data) -> list:
+    """A sweep config's distinct run shapes: each method's, and its parameter-matched shallow one where asked."""
+    base = config.base
+    cfgs = [base.with_method(m) for m in config.methods]
+    if getattr(config, "shallow_blocks", 0):  # (its width is computed: checked before any folder is claimed too)
+        from .experiments.shallow import matched_shallow, shallow_config
+
+        match = matched_shallow(base, data.input_shape, data.num_classes, config.shallow_blocks)
+        cfgs += [shallow_config(c, match) for c in cfgs]
+    return cfgs
+
+
 def _buildable(cfgs, data) -> None:
     """Refuse, before any folder is claimed, a run this data cannot train: built once on the CPU, then dropped.
 
@@ -237,7 +249,7 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     if opts.cell is not None:
         pick_cell(audit_specs(config, data), opts.cell)
-    _buildable([base.with_method(m) for m in config.methods], data)
+    _buildable(_arms(config, data), data)
     log = _log(progress)
     claim = None
     if not opts.list_cells and not opts.stored_only:  # the folder's report belongs to one audit: claimed before
@@ -276,7 +288,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
     specs = ladder_specs(config, data)
     if opts.cell is not None:
         pick_cell(specs, opts.cell)
-    _buildable([base.with_method(m) for m in config.methods], data)
+    _buildable(_arms(config, data), data)
     store = open_store(out, config, data.sha256)  # refuses a file of another configuration
     log = _log(progress)
     if not opts.list_cells and not opts.stored_only:  # (--stored-only: run_sweep claims once every cell is found)
@@ -320,7 +332,7 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
     check_probe_fits(config.probe_batch_size, data)
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     opts = _sweep(sweep, out, config.base.device)
-    _buildable([config.base.with_method(m) for m in config.methods], data)
+    _buildable(_arms(config, data), data)
     claim = None
     if not opts.list_cells and opts.cell is None and not opts.stored_only:  # the report belongs to one
         # configuration: claimed before training (a λ grid of the same configuration may replace the report: its

@@ -100,6 +100,23 @@ def seal_problem(doc: dict) -> str | None:
     return None if ok else f"was edited after it was written (its {SEAL} no longer matches its content)"
 
 
+def records_claim(runs_dir: Path) -> dict | None:
+    """``{"schema", "identity"}`` the sealed records in a ``.runs`` folder were written under (the first intact one).
+
+    A record's place is sealed with it (:data:`STORED_IN`), so this outranks the folder's unsealed ``identity.json``
+    and the derived JSON: None when the folder holds no such record.
+    """
+    for p in sorted(Path(runs_dir).glob("*.json")) if Path(runs_dir).is_dir() else []:
+        if p.name == IDENTITY_FILE:
+            continue
+        rec, _ = read_record(p)
+        where = (rec or {}).get(STORED_IN)
+        if rec is not None and SEAL in rec and seal_problem(rec) is None and isinstance(where, dict) \
+                and isinstance(where.get("identity"), dict) and "schema" in where:
+            return {"schema": where["schema"], "identity": where["identity"]}
+    return None
+
+
 def orphan_problem(doc: Any) -> str | None:
     """Why a results JSON found without its run records (``.runs`` moved away) cannot stand alone; None if it can.
 
@@ -523,6 +540,14 @@ class FileStore:
         return doc, marker
 
     def _check(self, doc: dict | None, marker: dict | None) -> None:
+        truth = records_claim(self.runs_dir)  # what the sealed records say they were written under: the last word
+        if truth is not None and marker is not None:
+            diff = identity_diff(marker.get("identity") or {}, truth["identity"], self.defaults)
+            if marker.get("schema") != truth["schema"] or diff:
+                raise UsageError(f"{self.runs_dir / IDENTITY_FILE} differs from the sealed run records beside it (in: "
+                                 f"{', '.join(diff[:6]) or 'schema'}): it was edited; move it away (it is rewritten "
+                                 "from the records) and rerun")
+        marker = marker if marker is not None else truth  # (no marker: the records' own claim stands for it)
         mine = marker is not None and marker.get("schema") == self.schema and not identity_diff(
             marker.get("identity") or {}, self.identity, self.defaults)
         for what, owner in ((self.path, doc), (self.runs_dir, marker)):
@@ -737,7 +762,7 @@ def rebuild_file_store(runs_dir: Path, log=None) -> FileStore | None:
     try:
         marker = read_strict(runs_dir / IDENTITY_FILE)
     except (OSError, ValueError, UnicodeDecodeError):
-        return None
+        marker = records_claim(runs_dir)  # (moved away: the sealed records' own claim names the store)
     if not isinstance(marker, dict) or not isinstance(marker.get("identity"), dict) or "schema" not in marker:
         return None
     meta = {k: v for k, v in marker.items() if k not in ("schema", "identity")}

@@ -28,6 +28,7 @@ from ..stores import (
     orphan_problem,
     rebuild_file_store,
     record_problem,
+    records_claim,
     seal,
     seal_problem,
     unsealed,
@@ -214,6 +215,14 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
             return
         doc = read_json_doc(path)
         marker = path.with_suffix(".runs") / "identity.json"
+        truth = records_claim(path.with_suffix(".runs"))  # the sealed records' own place: it outranks both files
+        if truth is not None and marker.is_file():
+            own = read_json_doc(marker)
+            diff = identity_diff(own.get("identity") or {}, truth["identity"])
+            if own.get("schema") != truth["schema"] or diff:
+                raise UsageError(f"{marker} differs from the sealed run records beside it (in: "
+                                 f"{', '.join(diff[:6]) or 'schema'}): it was edited; move it away (it is rewritten "
+                                 f"from the records), then rerun report")
         if marker.is_file():  # the records' own claim: a JSON that disagrees with it is the edited one
             own = read_json_doc(marker)
             diff = identity_diff(own.get("identity") or {}, doc.get("identity") or {})

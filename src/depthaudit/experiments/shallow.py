@@ -10,7 +10,7 @@ model, the gain is capacity, not depth. Ours: the protocol has no such arm.
 from dataclasses import replace
 
 from ..config import TrainConfig
-from ..models import build_model
+from ..models import MODELS, build_model
 
 
 def param_count(cfg: TrainConfig, input_shape, num_classes: int, d_hidden: int, num_blocks: int) -> int:
@@ -22,18 +22,19 @@ def param_count(cfg: TrainConfig, input_shape, num_classes: int, d_hidden: int, 
 def matched_shallow(cfg: TrainConfig, input_shape, num_classes: int, blocks: int) -> dict:
     """``{num_blocks, d_hidden, params, full_params, match_pct}``: the width whose count is nearest the full model's."""
     target = param_count(cfg, input_shape, num_classes, cfg.d_hidden, cfg.num_blocks)
+    step = MODELS.meta(cfg.arch).get("width_multiple", 1)  # widths the model can take (a ViT's: its heads')
 
-    def count(d: int) -> int:
-        return param_count(cfg, input_shape, num_classes, d, blocks)
+    def count(k: int) -> int:  # the count at width k · step
+        return param_count(cfg, input_shape, num_classes, k * step, blocks)
 
-    lo, hi = 1, max(2, cfg.d_hidden)
+    lo, hi = 1, max(2, cfg.d_hidden // step)
     while count(hi) < target:  # fewer blocks: the matched width is wider
         lo, hi = hi, hi * 2
     while hi - lo > 1:  # smallest d with count(d) >= target lies in (lo, hi]
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if count(mid) < target else (lo, mid)
-    d = min((lo, hi), key=lambda w: abs(count(w) - target))
-    p = count(d)
+    k = min((lo, hi), key=lambda w: abs(count(w) - target))
+    d, p = k * step, count(k)
     return {"num_blocks": blocks, "d_hidden": d, "params": p, "full_params": target,
             "match_pct": round(100.0 * (p - target) / target, 3)}
 

@@ -195,7 +195,7 @@ class ClsLNReadout(LNReadout):
         return out
 
 
-@MODELS.register("vit")
+@MODELS.register("vit", width_multiple=4)  # (its width splits over 4 attention heads)
 class ViTMini(ResidualModel):
     """ViT-Mini: ``--d-hidden`` token width, ``--num-blocks`` blocks, ``--mlp-ratio`` (4); 4 heads, patch 4."""
 
