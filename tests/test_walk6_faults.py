@@ -103,3 +103,46 @@ def test_a_vit_shallow_baseline_takes_a_width_its_heads_divide(tmp_path, capsys)
     plain = matched_shallow(da.TrainConfig(dataset="mnist1d", d_hidden=16, num_blocks=2, arch="vit"),
                             data.input_shape, 10, 1)
     assert m["d_hidden"] >= 1 and plain["d_hidden"] % 4 == 0
+
+
+def test_walk6_unclear_outcomes_made_clear(tmp_path, monkeypatch, capsys):
+    """Walk 6's unclear 2, 5, 6, 9: a refused CIFAR source left a decoded copy under the CIFAR name in the cache;
+    AuditConfig(base=TrainConfig(method='fa')) trained bp/fa/dfa but stored fa in its identity; np.float32(1e-3)
+    was refused as "must be a number"; claim with nothing to plot wrote an empty figure and exited 0."""
+    import io
+    import zipfile
+
+    import numpy as np
+    import pytest
+    from PIL import Image
+
+    import depthaudit as da
+    from depthaudit.report import claim
+
+    monkeypatch.setenv("DEPTHAUDIT_CACHE_DIR", str(tmp_path / "cache"))
+    z = tmp_path / "three.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        for split in ("train", "test"):
+            for c in ("a", "b", "c"):
+                buf = io.BytesIO()
+                Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(buf, format="PNG")
+                zf.writestr(f"{split}/{c}/0.png", buf.getvalue())
+    assert main(["train", "--dataset", "cifar10", "--data-dir", str(z), "--epochs", "1",
+                 "--out", str(tmp_path / "t")]) == 2
+    assert "expects 32×32 RGB images of 10 classes" in capsys.readouterr().err
+    assert not list((tmp_path / "cache").rglob("cifar10-*.npz"))  # no decoded copy under the CIFAR name
+    assert main(["train", "--dataset", "imagefolder", "--data-dir", str(z), "--epochs", "1", "--d-hidden", "8",
+                 "--num-blocks", "1", "--out", str(tmp_path / "i")]) == 0  # the same zip under its own name: cached
+    assert list((tmp_path / "cache").rglob("imagefolder-*.npz"))
+
+    with pytest.raises(da.ConfigError, match="the base config's method 'fa' is not what this sweep trains"):
+        da.AuditConfig(base=da.TrainConfig(method="fa"))
+    c = da.TrainConfig(lr=np.float32(1e-3), epochs=np.int64(3))
+    assert type(c.lr) is float and type(c.epochs) is int and c.epochs == 3
+    with pytest.raises(da.ConfigError, match="epochs must be an integer"):
+        da.TrainConfig(epochs=np.bool_(True))
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert claim.main([str(tmp_path / "c.png"), str(empty)]) == 2
+    assert "nothing to plot" in capsys.readouterr().err and not (tmp_path / "c.png").exists()

@@ -7,6 +7,7 @@ Python, so a default or a range lives in exactly one place. Imports nothing heav
 """
 
 import math
+import numbers
 import types
 import typing
 from dataclasses import MISSING, field, fields, is_dataclass
@@ -137,10 +138,11 @@ def _fits(value, hint):
         return isinstance(value, dict), value
     if hint is bool:
         return isinstance(value, bool), value
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if hint is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:  # (a numpy or torch integer scalar is an integer: stored as Python's)
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        return ok, int(value) if ok else value
+    if hint is float:  # (np.float32(1e-3) is a number too)
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
         return ok, float(value) if ok else value
     if isinstance(hint, type):
         return isinstance(value, hint), value

@@ -3,6 +3,7 @@
 import hashlib
 import os
 import sys
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,11 @@ def content_digest(arrays) -> str:
     return h.hexdigest()
 
 
+# what a loader promises about the arrays it builds (set around the build by e.g. load_cifar): checked before they
+# are cached, so a refused source never leaves a decoded copy under its name
+CACHE_CHECK: ContextVar = ContextVar("depthaudit_cache_check", default=None)
+
+
 def cached_arrays(key: str, build) -> ArrayData:
     """Load decoded arrays from the cache under ``key``, or ``build()`` them and store them atomically."""
     path = cache_dir() / "decoded" / f"{key}.npz"
@@ -104,6 +110,8 @@ def cached_arrays(key: str, build) -> ArrayData:
                   "rebuilt from the source", file=sys.stderr)
             path.unlink(missing_ok=True)
     data = build()
+    if CACHE_CHECK.get() is not None:
+        CACHE_CHECK.get()(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, UsageError
-from .base import DATASETS, ArrayData, cache_dir, cached_arrays, sha256_files
+from .base import CACHE_CHECK, DATASETS, ArrayData, cache_dir, cached_arrays, sha256_files
 from .imagefolder import load_image_dir, load_image_zip
 
 SOURCES = {
@@ -138,13 +138,20 @@ def load_cifar(name: str, data_dir: str | None, download_ok: bool) -> ArrayData:
     An image folder or zip of another dataset (other sizes, greyscale, another class count) is refused in one
     line rather than trained on under the CIFAR name; ``--dataset imagefolder`` reads any other tree.
     """
-    data = _find_cifar(name, data_dir, download_ok)
-    want = SOURCES[name]["classes"]
-    shape = tuple(data.x_train.shape[1:])
-    if data.num_classes != want or shape not in ((32, 32, 3), (3, 32, 32)):
-        raise ConfigError(f"{{dataset}} {name} expects 32×32 RGB images of {want} classes; {data.source} holds "
-                          f"{data.num_classes} classes of shape {shape}; point {{data_dir}} at a {name} copy, or use "
-                          "{dataset=imagefolder}")
+    def check(data: ArrayData) -> None:
+        want = SOURCES[name]["classes"]
+        shape = tuple(data.x_train.shape[1:])
+        if data.num_classes != want or shape not in ((32, 32, 3), (3, 32, 32)):
+            raise ConfigError(f"{{dataset}} {name} expects 32×32 RGB images of {want} classes; {data.source} holds "
+                              f"{data.num_classes} classes of shape {shape}; point {{data_dir}} at a {name} copy, or "
+                              "use {dataset=imagefolder}")
+
+    token = CACHE_CHECK.set(check)  # (checked before a decoded copy is cached under this name, too)
+    try:
+        data = _find_cifar(name, data_dir, download_ok)
+    finally:
+        CACHE_CHECK.reset(token)
+    check(data)
     return data
 
 

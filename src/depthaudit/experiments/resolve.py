@@ -41,6 +41,10 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
     if base.seed != cfg.seeds[0]:
         object.__setattr__(cfg, "base", replace(base, seed=cfg.seeds[0]))
     if methods:
+        if base.method != "bp" or base.method_options:
+            raise refuse(cfg, f"the base config's method {str(base.method_spec)!r} is not what this sweep trains: "
+                         "each row's method comes from {methods}; give methods=(" + repr(str(base.method_spec)) +
+                         ",) and leave the base's method at its default (bp)")
         specs = resolve_methods(cfg.methods)
         if not specs:
             raise refuse(cfg, "{methods} is empty; give at least one credit method (e.g. bp)")

@@ -139,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     for d in (d for d, pts in found.items() if not pts):
         print(f"depthaudit: note: {d} holds no audit or intervention result (report.json, intervention.json): "
               "nothing of it is plotted", file=sys.stderr)
+    if not ours:
+        print("depthaudit: error: none of the folders given holds an audit or intervention result; nothing to plot "
+              "(pass the --out folders of `depthaudit audit` / `intervene`)", file=sys.stderr)
+        return 2
     for p in ours:
         print(f"{p['label']:36s} λ={p['lambda']:<7g} {p['epochs']:>3} ep  acc {p['acc']:.3f}  Γ {p['gamma']:.3f}  "
               f"({p['source']})")
