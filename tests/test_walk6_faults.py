@@ -146,3 +146,18 @@ def test_walk6_unclear_outcomes_made_clear(tmp_path, monkeypatch, capsys):
     empty.mkdir()
     assert claim.main([str(tmp_path / "c.png"), str(empty)]) == 2
     assert "nothing to plot" in capsys.readouterr().err and not (tmp_path / "c.png").exists()
+
+
+def test_a_listing_is_not_refused_for_a_folder_it_could_not_write(tmp_path, monkeypatch, capsys):
+    """Walk 6 unclear 3: `ladder --list-cells` on a read-only store was refused, though a listing writes nothing."""
+    import depthaudit.io as dio
+
+    base = ["ladder", *TINY, "--methods", "bp", "--seeds", "1", "--probe-batches", "1",
+            "--output_dir", str(tmp_path / "l")]
+    assert main(base) == 0
+    monkeypatch.setattr(dio.os, "access", lambda path, mode: False)  # what a read-only mount answers, even to root
+    capsys.readouterr()
+    assert main([*base, "--list-cells"]) == 0
+    assert "bp/k1/s1\tdone" in capsys.readouterr().out
+    assert main([*base, "--lr", "0.002"]) == 2  # a command that writes: still refused there
+    assert "is not writable" in capsys.readouterr().err

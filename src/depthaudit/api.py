@@ -43,7 +43,7 @@ from .experiments.grow import run_arm
 from .experiments.intervene import InterveneConfig, run_intervention
 from .experiments.ladder import LadderConfig, ladder_specs, open_store
 from .experiments.toward_bp import bp_warm_start, credit_mix_sweep, warm_start_specs, warm_start_store
-from .io import check_output_dir, staged, write_json, write_text
+from .io import LISTING_ONLY, check_output_dir, staged, write_json, write_text
 from .loop import Stepper, build, check_fits, read_checkpoint
 from .loop import train as train_run
 from .progress import bars, say
@@ -120,10 +120,12 @@ def _api_call(fn):
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         sweep = kwargs.get("sweep")  # a sweep that trains nothing: its configs may name a device this machine lacks
         idle = getattr(sweep, "list_cells", False) or getattr(sweep, "stored_only", False)  # (a wrong type: _sweep)
+        token = LISTING_ONLY.set(bool(getattr(sweep, "list_cells", False)))
         try:
             with bars(kwargs.get("progress", True)), nothing_trains() if idle else contextlib.nullcontext():
                 return fn(*args, **kwargs)
         finally:
+            LISTING_ONLY.reset(token)
             torch.set_rng_state(cpu)
             if cuda is not None:
                 torch.cuda.set_rng_state_all(cuda)

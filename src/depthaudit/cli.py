@@ -19,7 +19,7 @@ import traceback
 
 from .commands import build_parser
 from .errors import UsageError, cli_message
-from .io import environment_error, remove_in_flight, silence_stdout
+from .io import LISTING_ONLY, environment_error, remove_in_flight, silence_stdout
 from .plugins import HALF_WRITTEN, import_plugins_in, plugin_blame, plugin_ended
 
 # what a report prints that an ASCII (or Latin-1, …) terminal cannot: the closest plain spelling
@@ -231,7 +231,11 @@ def _main(argv: list[str]) -> int:
             args = build_parser(argv).parse_args(argv)
         except SystemExit as exc:  # the parser's refusal (one line, 2) or --help/--version (0): a return code
             return exc.code if isinstance(exc.code, int) else 2
-        return args.func(args, argv)
+        token = LISTING_ONLY.set(bool(getattr(args, "list_cells", False)))
+        try:
+            return args.func(args, argv)
+        finally:
+            LISTING_ONLY.reset(token)
     except UsageError as exc:
         print(f"depthaudit: error: {cli_message(exc)}", file=sys.stderr)
         return 2

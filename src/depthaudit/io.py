@@ -9,6 +9,7 @@ import stat
 import sys
 import tempfile
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,10 @@ def why_not_a_file(path) -> str:
     return "no such file"
 
 
+# set while a command only lists its cells (--list-cells): it writes nothing, so a read-only --out is fine then
+LISTING_ONLY: ContextVar[bool] = ContextVar("depthaudit_listing_only", default=False)
+
+
 def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -> None:
     """Refuse, before any work, an output folder that cannot be made or written (one line, the fix named).
 
@@ -228,6 +233,8 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
         anc = anc.parent
     if not anc.is_dir():
         raise UsageError(f"{flag} {p}: {anc} is a file, so the folder cannot be made; choose another {flag}")
+    if LISTING_ONLY.get():  # (a listing writes nothing: where it could not write is no reason to refuse it)
+        return
     if not os.access(anc, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {p}: {anc} is not writable; choose another {flag}")
     if anc != p:  # a folder that does not exist yet: make (and remove) its first level, as the command would
