@@ -161,3 +161,13 @@ def test_a_listing_is_not_refused_for_a_folder_it_could_not_write(tmp_path, monk
     assert "bp/k1/s1\tdone" in capsys.readouterr().out
     assert main([*base, "--lr", "0.002"]) == 2  # a command that writes: still refused there
     assert "is not writable" in capsys.readouterr().err
+
+
+def test_stored_only_on_another_device_says_why_nothing_is_found(tmp_path, capsys):
+    """Walk 6 unclear 4: `--device cuda --stored-only` on a CPU-trained ladder said only "not finished"."""
+    base = ["ladder", *TINY, "--methods", "bp", "--seeds", "1", "--probe-batches", "1",
+            "--output_dir", str(tmp_path / "l")]
+    assert main(base) == 0
+    capsys.readouterr()
+    assert main([*base, "--device", "cuda", "--stored-only"]) == 2
+    assert "they are stored as trained on cpu, and a run is not reused on another device" in capsys.readouterr().err

@@ -131,7 +131,10 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
         missing = [s for s in specs if store.get(s, quiet=True) is None]
         if missing:
             names = ", ".join(s.key for s in missing[:5]) + (", …" if len(missing) > 5 else "")
-            raise UsageError(f"{len(missing)} of {len(specs)} cells are not finished ({names}); run them first "
+            other = {store.other_device(s) for s in missing} - {None} if hasattr(store, "other_device") else set()
+            why = (f" — they are stored as trained on {', '.join(sorted(other))}, and a run is not reused on another "
+                   "device (it draws other data orders from one seed): give that --device") if other else ""
+            raise UsageError(f"{len(missing)} of {len(specs)} cells are not finished ({names}){why}; run them first "
                              "(--cell ID), then report")
     if hasattr(store, "claim"):
         store.claim()
