@@ -37,6 +37,9 @@ def test_the_report_scripts_check_their_options_and_their_output(tmp_path, capsy
     assert "give a new or depthaudit-written .png path" in capsys.readouterr().err and photo.read_bytes() == before
     assert claim.main([str(tmp_path / "c.png"), str(a)]) == 0
     assert claim.main([str(tmp_path / "c.png"), str(a)]) == 0  # its own figure: replaced
+    Image.new("RGB", (10, 10)).save(tmp_path / "g.png")  # the field table's figure name, a user's picture
+    assert field.main([str(tmp_path / "g.md"), str(a)]) == 2
+    assert "g.png exists and is not depthaudit's figure" in capsys.readouterr().err and not (tmp_path / "g.md").exists()
 
 
 def test_the_report_scripts_end_quietly_when_stdout_fails(tmp_path):

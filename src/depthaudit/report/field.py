@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..io import save_figure, write_text
+from ..io import our_png, save_figure, write_text
 from ..methods import METHODS
 from .published_audit import TABLE1
 
@@ -153,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists() and not (out.is_file() and out.read_text(errors="replace").startswith("Field table:")):
         print(f"depthaudit: error: {out} exists and is not a field table; choose another OUT.md", file=sys.stderr)
         return 2  # (only its own file is replaced: never an audit's report.md or a user's notes)
+    png = out.with_suffix(".png")
+    if png.exists() and not (png.is_file() and our_png(png)):  # (its figure: never a user's own picture)
+        print(f"depthaudit: error: {png} exists and is not depthaudit's figure; choose another OUT.md", file=sys.stderr)
+        return 2
     found: dict = {}
     try:
         for d in argv[1:]:
