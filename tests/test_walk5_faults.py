@@ -57,6 +57,19 @@ def _edit_first_acc(path, key_filter=None):
     return key
 
 
+def _orphaned_edit(args, folder, glob, moved, capsys):
+    """Run ``args``, edit its JSON's last run's accuracy, move its records away, then `report`: its stderr."""
+    import shutil
+
+    assert main(args) == 0
+    path = next(folder.glob(glob))
+    _edit_first_acc(path)
+    shutil.move(path.with_suffix(".runs"), moved)
+    capsys.readouterr()
+    assert main(["report", str(folder)]) == 2
+    return path, capsys.readouterr().err
+
+
 def test_a_json_edited_while_its_records_are_away_is_neither_rendered_nor_reused(tmp_path, capsys):
     """80–82: with `.runs` moved away (or a file in its place) an edited ladder/saturation JSON was rendered, and a
     rerun laundered the edit into a new sealed record."""
@@ -64,13 +77,7 @@ def test_a_json_edited_while_its_records_are_away_is_neither_rendered_nor_reused
 
     lad = tmp_path / "L"
     args = ["ladder", *TINY, "--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--output_dir", str(lad)]
-    assert main(args) == 0
-    path = next(lad.glob("ladder_*.json"))
-    _edit_first_acc(path)
-    shutil.move(path.with_suffix(".runs"), tmp_path / "moved")
-    capsys.readouterr()
-    assert main(["report", str(lad)]) == 2
-    err = capsys.readouterr().err
+    path, err = _orphaned_edit(args, lad, "ladder_*.json", tmp_path / "moved", capsys)
     assert "was edited after it was written" in err and "run records (ladder_d8_L1_mnist1d.runs) are missing" in err
     assert main(args) == 0  # the rerun: named, every run retrained, the edit nowhere
     cap = capsys.readouterr()
@@ -89,13 +96,8 @@ def test_a_json_edited_while_its_records_are_away_is_neither_rendered_nor_reused
     sat = tmp_path / "S"
     sargs = ["saturation", "--family", "resmlp", "--dataset", "mnist1d", "--d-hidden", "8", "--extra", "0",
              "--epochs", "1", "--analysis-batches", "1", "--out", str(sat)]
-    assert main(sargs) == 0
-    spath = next(sat.glob("saturation_*.json"))
-    _edit_first_acc(spath)
-    shutil.move(spath.with_suffix(".runs"), tmp_path / "smoved")
-    capsys.readouterr()
-    assert main(["report", str(sat)]) == 2
-    assert "was edited after it was written" in capsys.readouterr().err
+    _, err = _orphaned_edit(sargs, sat, "saturation_*.json", tmp_path / "smoved", capsys)
+    assert "was edited after it was written" in err
 
 
 def test_an_unsealed_json_of_an_earlier_version_still_becomes_records(tmp_path, capsys):
