@@ -26,3 +26,14 @@ def test_every_method_and_optimizer_has_a_row_and_only_the_budgets_cells_are_fil
     assert "| 0.608 | 0.382 |" in bp and "+22.5 PASS" in bp and "0.615 ± 0.004 | 0.900 |" in bp, bp
     assert f"3 of {2 * len(METHODS.names())} cells trained" in md and md in capsys.readouterr().out
     assert out.with_suffix(".png").stat().st_size > 0  # the figure beside the table
+
+
+def test_a_diverged_cell_is_shown_as_diverged_with_its_frozen_twin(tmp_path):
+    """The SGD audit at the budget (docs/results/field_sgd_e100: bp, dfa, fa diverged) rendered: each cell says at which
+    epoch its run diverged and shows its frozen twin's accuracy from the run records (the report leaves diverged
+    pairs out of its means); the figure draws a cross, not a bar (it was a matplotlib TypeError)."""
+    shutil.copytree(RESULTS / "field_sgd_e100", tmp_path / "sgd")
+    assert main([str(tmp_path / "f.md"), str(tmp_path / "sgd")]) == 0
+    md = (tmp_path / "f.md").read_text()
+    assert "| bp | sgd | diverged (epoch 10) | 0.377 |" in md and "| dfa | sgd | diverged (epoch 1) | 0.362 |" in md
+    assert (tmp_path / "f.png").is_file()

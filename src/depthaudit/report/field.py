@@ -55,13 +55,32 @@ def rows(folder: Path, epochs: int, dataset: str) -> dict[tuple[str, str], dict]
             continue
         angle = (m.get("weight_alignment") or {}).get("angle") or []
         cka = m.get("cka_to_bp") or []
+        diverged = _diverged(folder, m) if m["trained_test_acc"]["mean"] is None else None
         out[(m["method"], opt)] = {
-            "acc": m["trained_test_acc"]["mean"], "frozen": (m.get("frozen_test_acc") or {}).get("mean"),
+            "acc": m["trained_test_acc"]["mean"], "diverged": diverged,
+            "frozen": (m.get("frozen_test_acc") or {}).get("mean") if diverged is None else diverged["frozen"],
             "gamma": m["standard_pair"]["aggregate_cosine_mean_per_layer"]["mean"],
             "angle": sum(a["mean"] for a in angle[:-1]) / len(angle[:-1]) if len(angle) > 1 else None,
             "cka": cka[-1]["mean"] if cka else None, "checks": m["checks"], "status": m.get("status"),
             "n": m.get("n_seeds"), "source": str(folder)}
     return out
+
+
+def _diverged(folder: Path, m: dict) -> dict | None:
+    """A row whose trained runs diverged (the report leaves those pairs out of its means), from its run records.
+
+    ``{"epoch": the first epoch a run diverged at, "frozen": its frozen twin's accuracy}``, else None.
+    """
+    if not (m.get("diverged") or {}).get("trained"):
+        return None
+    name = m["method"]
+    recs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(folder).glob("runs/*/result.json"))]
+    mine = [r for r in recs if (r.get("config") or {}).get("method") == name and ":" not in name]
+    trained = [r for r in mine if r["config"].get("train_blocks") == "all" and r.get("status") == "diverged"]
+    frozen = [r["final"].get("test_acc") for r in mine if r["config"].get("train_blocks") == "none"]
+    epochs = [(r.get("final") or {}).get("diverged_at_epoch") for r in trained]
+    return {"epoch": min((e for e in epochs if e is not None), default=None),
+            "frozen": frozen[0] if len(frozen) == 1 else None}
 
 
 def _f(x, spec=".3f") -> str:
@@ -94,6 +113,11 @@ def field_md(found: dict[tuple[str, str], dict], epochs: int, dataset: str) -> s
                 continue
             ch = r["checks"]
             flags = [k for k in ("D1", "D2", "D3") if (ch.get(k) or {}).get("status") == "FLAG"]
+            if r.get("diverged") is not None:  # a finding: the run's loss went non-finite (recorded, not averaged)
+                at = r["diverged"]["epoch"]
+                lines.append(f"| {label} | {opt} | diverged{f' (epoch {at})' if at is not None else ''} | "
+                             f"{_f(r['frozen'])} | | | | | | | DIVERGED | {pub_s} |")
+                continue
             lines.append(f"| {label} | {opt} | {_f(r['acc'])} | {_f(r['frozen'])} | {_f(r['gamma'])} | "
                          f"{_f(r['angle'], '.1f')} | {_f(r['cka'])} | {_check(ch.get('D1'))} | "
                          f"{_check(ch.get('D2'))} | {_check(ch.get('D3'))} | "
@@ -113,12 +137,16 @@ def field_figure(found: dict[tuple[str, str], dict], path: Path) -> None:
     for i, k in enumerate(keys):
         r = found[k]
         flagged = any((r["checks"].get(c) or {}).get("status") == "FLAG" for c in ("D1", "D2", "D3"))
-        ax.bar(i, r["acc"], color="tab:red" if flagged else "tab:green", alpha=0.8)
+        if r["acc"] is None:  # diverged: no bar, a cross at chance-free zero
+            ax.plot(i, 0.0, marker="x", color="tab:red", ms=8)
+        else:
+            ax.bar(i, r["acc"], color="tab:red" if flagged else "tab:green", alpha=0.8)
         if r["frozen"] is not None:
             ax.plot([i - 0.4, i + 0.4], [r["frozen"]] * 2, color="black", lw=1.5)
     ax.set_xticks(range(len(keys)), [f"{lab} ({opt})" for lab, opt in keys], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("test accuracy")
-    ax.set_title("Field at the budget: green PASS, red FLAG (D1/D2/D3); tick = frozen-blocks twin", fontsize=8)
+    ax.set_title("Field at the budget: green PASS, red FLAG (D1/D2/D3), × diverged; tick = frozen-blocks twin",
+                 fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     save_figure(fig, path)
     plt.close(fig)
