@@ -62,7 +62,7 @@ def rows(folder: Path, epochs: int, dataset: str) -> dict[tuple[str, str], dict]
             "gamma": m["standard_pair"]["aggregate_cosine_mean_per_layer"]["mean"],
             "angle": sum(a["mean"] for a in angle[:-1]) / len(angle[:-1]) if len(angle) > 1 else None,
             "cka": cka[-1]["mean"] if cka else None, "checks": m["checks"], "status": m.get("status"),
-            "n": m.get("n_seeds"), "source": str(folder)}
+            "n": m.get("n_seeds"), "source": str(folder), "lr": base.get("lr")}
     return out
 
 
@@ -113,6 +113,11 @@ def field_md(found: dict[tuple[str, str], dict], epochs: int, dataset: str) -> s
                 continue
             ch = r["checks"]
             flags = [k for k in ("D1", "D2", "D3") if (ch.get(k) or {}).get("status") == "FLAG"]
+            from ..optim import OPTIMIZERS as REGISTERED
+
+            default_lr = REGISTERED.meta(opt).get("lr")
+            if r.get("lr") is not None and default_lr is not None and r["lr"] != default_lr:  # (said, not hidden)
+                opt = f"{opt} (lr {r['lr']:g}; default {default_lr:g})"
             if r.get("diverged") is not None:  # a finding: the run's loss went non-finite (recorded, not averaged)
                 at = r["diverged"]["epoch"]
                 lines.append(f"| {label} | {opt} | diverged{f' (epoch {at})' if at is not None else ''} | "
