@@ -74,6 +74,17 @@ def _out_of_memory(exc: BaseException) -> str | None:
     return None
 
 
+def _size_overflow(exc: BaseException) -> str | None:
+    """One line for a tensor size computed from the values given that does not fit 64 bits; None otherwise."""
+    text = str(exc)
+    if isinstance(exc, RuntimeError | TypeError | OverflowError | ValueError) and any(w in text for w in (
+            "Overflow when unpacking long", "too large to convert", "int too big to convert",
+            "Python int too large")):
+        return ("a tensor size computed from the values given does not fit in 64 bits "
+                f"({text.strip().splitlines()[0][:100]}); give smaller sizes or option values")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; bad input prints one line and returns 2, an interrupt one line and 130.
 
@@ -258,7 +269,8 @@ def _main(argv: list[str]) -> int:
     except BrokenPipeError:
         raise  # the reader went away (`| head`): main ends quietly
     except Exception as exc:
-        line = _stdout_error(exc) or environment_error(exc) or _out_of_memory(exc) or plugin_blame(exc) \
+        line = _stdout_error(exc) or environment_error(exc) or _out_of_memory(exc) or _size_overflow(exc) \
+            or plugin_blame(exc) \
             or path_error(exc)
         if line is not None and isinstance(exc, OSError) and exc.filename is not None:
             from .data.base import cache_dir  # here: the error path loads no torch unless it names the cache
@@ -287,6 +299,10 @@ def script(fn, argv: list[str] | None = None) -> int:
     A reader that stops reading ends it quietly (141), a standard output that cannot be written is one line
     (exit 2), never a traceback.
     """
+    for name in ("stderr", "stdout"):  # started with the descriptor closed (`>&-`): as the CLI does (main)
+        if getattr(sys, name) is None:
+            setattr(sys, name, sys.stderr if name == "stdout" and sys.stderr is not None
+                    else open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as we do)
     try:
         rc = fn(argv)
         sys.stdout.flush()

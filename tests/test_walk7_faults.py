@@ -1,0 +1,32 @@
+"""What the seventh independent walk (issue 36) found, each reproduced as the walker did; each fails before its fix."""
+
+import os
+import subprocess
+import sys
+
+from depthaudit.cli import main
+
+TINY = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1"]
+
+
+def test_a_size_that_overflows_64_bits_is_one_line(tmp_path, capsys):
+    """10, 11: `--pfa-ratio 9223372036854775807` (in range, but d·ratio overflows) was an internal-error traceback."""
+    for cmd in (["train", *TINY, "--method", "pfa", "--pfa-ratio", "9223372036854775807", "--out", str(tmp_path / "t")],
+                ["audit", *TINY, "--methods", "bp", "pfa:ratio=9223372036854775807", "--out", str(tmp_path / "a")]):
+        assert main(cmd) == 2, cmd[0]
+        err = capsys.readouterr().err
+        assert "does not fit in 64 bits" in err and "Traceback" not in err and "internal error" not in err, err
+    assert not (tmp_path / "t").exists() and not (tmp_path / "a").exists()
+
+
+def test_the_report_scripts_run_with_stdout_closed(tmp_path):
+    """21, 22: `python -m depthaudit.report.field/.claim … >&-` was an AttributeError traceback (stdout None)."""
+    a = tmp_path / "a"
+    assert main(["audit", *TINY, "--methods", "bp", "--probe-batches", "1", "--out", str(a)]) == 0
+    for mod, first, extra in (("depthaudit.report.field", "f.md", ["--dataset", "mnist1d", "--epochs", "1"]),
+                              ("depthaudit.report.claim", "c.png", [])):
+        p = subprocess.run([sys.executable, "-m", mod, str(tmp_path / first), str(a), *extra],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=lambda: os.close(1))
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+        assert (tmp_path / first).is_file()
