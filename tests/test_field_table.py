@@ -35,6 +35,6 @@ def test_a_diverged_cell_is_shown_as_diverged_with_its_frozen_twin(tmp_path):
     shutil.copytree(RESULTS / "field_sgd_e100", tmp_path / "sgd")
     assert main([str(tmp_path / "f.md"), str(tmp_path / "sgd")]) == 0
     md = (tmp_path / "f.md").read_text()
-    assert "| bp | sgd (lr 0.003; default 0.001) | diverged (epoch 10) | 0.377 |" in md
-    assert "| dfa | sgd (lr 0.003; default 0.001) | diverged (epoch 1) | 0.362 |" in md  # (its lr: not the default)
+    assert "| bp | sgd (lr 0.003; default 0.0003) | diverged (epoch 10) | 0.377 |" in md
+    assert "| dfa | sgd (lr 0.003; default 0.0003) | diverged (epoch 1) | 0.362 |" in md  # (its lr: not the default)
     assert (tmp_path / "f.png").is_file()

@@ -25,7 +25,7 @@ def test_adamw_is_the_default_and_run_names_are_unchanged():
     old = {k: v for k, v in cfg.to_dict().items() if k != "optimizer"}  # a stored 0.x config: no such key
     assert TrainConfig.from_dict(old) == cfg and cfg.same_as(old)
     sgd = TrainConfig(optimizer="sgd")
-    assert (sgd.lr, sgd.weight_decay) == (1e-3, 5e-4) and run_slug(sgd) != run_slug(cfg)
+    assert (sgd.lr, sgd.weight_decay) == (3e-4, 5e-4) and run_slug(sgd) != run_slug(cfg)
     assert TrainConfig(optimizer="sgd", lr=0.2, weight_decay=0.0).lr == 0.2
     opt = make_optimizer(build_model("resmlp", (7,), 5, 8, 2, 1, 0), cfg)
     assert isinstance(opt, torch.optim.AdamW) and opt.param_groups[0]["lr"] == 1e-3
@@ -72,7 +72,7 @@ def test_cli_records_the_optimizer_and_refuses_an_unknown_one(tmp_path, capsys):
     assert main(["train", "--method", "dfa", "--optimizer", "sgd", "--epochs", "1", "--d-hidden", "16",
                  "--num-blocks", "2", "--out", str(out)]) == 0
     (rec,) = [json.loads(p.read_text()) for p in out.rglob("result.json")]
-    assert (rec["config"]["optimizer"], rec["config"]["lr"], rec["config"]["weight_decay"]) == ("sgd", 1e-3, 5e-4)
+    assert (rec["config"]["optimizer"], rec["config"]["lr"], rec["config"]["weight_decay"]) == ("sgd", 3e-4, 5e-4)
     capsys.readouterr()
     assert main(["train", "--optimizer", "adam", "--out", str(tmp_path / "u")]) == 2
     err = capsys.readouterr().err

@@ -85,7 +85,7 @@ class TrainConfig:
     optimizer: str = arg("adamw", help="adamw (the protocol's) | sgd (momentum 0.9, ours)", choices=_optimizers,
                          training=True)
     lr: float | None = arg(None, help="learning rate (cosine to 0)", lo=0, lo_open=True, training=True,
-                           default_text="adamw 1e-3, sgd 1e-3")
+                           default_text="adamw 1e-3, sgd 3e-4")
     weight_decay: float | None = arg(None, help="weight decay (adamw decoupled, sgd L2)", lo=0, training=True,
                                      default_text="adamw 0.01, sgd 5e-4")
     scale_penalty: float = arg(0.0, help="scale penalty λ", lo=0, training=True)
