@@ -30,3 +30,13 @@ def test_the_report_scripts_run_with_stdout_closed(tmp_path):
                            env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=lambda: os.close(1))
         assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
         assert (tmp_path / first).is_file()
+
+
+def test_intervene_keeps_the_checkpoints_its_cka_reads(tmp_path, capsys):
+    """101, 102: a fresh intervene said each trained run's checkpoint.pt was missing (it never wrote them), and the
+    advice (move the run away, rerun) retrained it without one again."""
+    out = tmp_path / "i"
+    assert main(["intervene", *TINY, "--methods", "bp", "fa", "--lambdas", "0", "0.1", "--probe-batches", "1",
+                 "--out", str(out)]) == 0
+    assert "is missing" not in capsys.readouterr().err
+    assert len(list(out.glob("runs/*_all_*/checkpoint.pt"))) == 4  # bp and fa at each λ

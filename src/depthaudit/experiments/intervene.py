@@ -75,7 +75,8 @@ def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, arg
     as its :class:`~depthaudit.sweep.SweepStatus`.
     """
     grid = [replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))) for lam in lambdas]
-    specs = [replace(s, key=f"lam{g.base.scale_penalty:g}/{s.key}") for g in grid for s in audit_specs(g, data)]
+    specs = [replace(s, key=f"lam{g.base.scale_penalty:g}/{s.key}") for g in grid
+             for s in audit_specs(g, data, Path(out) / "runs")]  # (checkpoints too: the CKA to BP reads them)
     status = run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
                        run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
     if not status.complete:
