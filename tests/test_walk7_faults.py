@@ -40,3 +40,24 @@ def test_intervene_keeps_the_checkpoints_its_cka_reads(tmp_path, capsys):
                  "--out", str(out)]) == 0
     assert "is missing" not in capsys.readouterr().err
     assert len(list(out.glob("runs/*_all_*/checkpoint.pt"))) == 4  # bp and fa at each λ
+
+
+def test_an_interrupted_forced_training_leaves_the_folders_claim_as_it_was(tmp_path):
+    """115, 116: `train --force` into a finished run's folder, interrupted, kept the old result but left
+    identity.json claiming the interrupted run's config. Real process, real SIGINT."""
+    import signal
+    import time
+
+    t = tmp_path / "t"
+    assert main(["train", *TINY, "--out", str(t)]) == 0
+    claim, result = (t / "identity.json").read_bytes(), (t / "result.json").read_bytes()
+    p = subprocess.Popen([sys.executable, "-m", "depthaudit", "train", "--dataset", "mnist1d", "--d-hidden", "32",
+                          "--num-blocks", "2", "--epochs", "2000", "--method", "fa", "--force", "--out", str(t)],
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not p.stderr.readline().startswith("epoch 1/"):
+        pass
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert (t / "identity.json").read_bytes() == claim and (t / "result.json").read_bytes() == result

@@ -43,7 +43,7 @@ from .experiments.grow import run_arm
 from .experiments.intervene import InterveneConfig, run_intervention
 from .experiments.ladder import LadderConfig, ladder_specs, open_store
 from .experiments.toward_bp import bp_warm_start, credit_mix_sweep, warm_start_specs, warm_start_store
-from .io import LISTING_ONLY, check_output_dir, staged, write_json, write_text
+from .io import LISTING_ONLY, check_output_dir, staged, write_bytes_atomic, write_json, write_text
 from .loop import Stepper, build, check_fits, read_checkpoint
 from .loop import train as train_run
 from .progress import bars, say
@@ -222,10 +222,13 @@ def claim_training(out: Path, config: TrainConfig, force: bool):
             raise UsageError(f"{out}/result.json already exists; pass --force (force=True) to overwrite or choose "
                              "another output folder")
         had_claim = (out / "identity.json").exists()
+        before = (out / "identity.json").read_bytes() if had_claim and (out / "identity.json").is_file() else None
         claim_folder(out, "train", config.identity_dict(), take_over=force, take_over_flag="--force")
         try:
             yield
-        except BaseException:  # nothing trained was kept: the claim goes too (a folder it made is removed)
+        except BaseException:  # nothing new was kept: the folder's claim is what it was (a folder it made: removed)
+            if before is not None:  # (--force into a finished run, interrupted: the claim must still name that run)
+                write_bytes_atomic(out / "identity.json", before)
             if not (out / "result.json").exists():
                 for f in ([] if had_claim else ["identity.json"]) + [".lock", ".train.lock"]:
                     (out / f).unlink(missing_ok=True)

@@ -164,6 +164,11 @@ def save_torch(path: Path, obj: Any) -> None:
     _atomic(path, lambda fh: fh.write(buf.getbuffer()))
 
 
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Atomic write of ``data`` (bytes kept as they were, e.g. a claim restored)."""
+    _atomic(path, lambda fh: fh.write(data))
+
+
 def write_text(path: Path, text: str) -> None:
     """Atomic text write."""
     _atomic(path, lambda fh: fh.write(text.encode()))
