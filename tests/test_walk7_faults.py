@@ -61,3 +61,24 @@ def test_an_interrupted_forced_training_leaves_the_folders_claim_as_it_was(tmp_p
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert (t / "identity.json").read_bytes() == claim and (t / "result.json").read_bytes() == result
+
+
+def test_download_into_a_new_data_dir_makes_it_and_names_the_real_problem(tmp_path, monkeypatch, capsys):
+    """143: `--download --data-dir NEW` said the folder does not exist and to use --download (given already)."""
+    import depthaudit.data.cifar as cifar
+    from depthaudit.errors import UsageError
+
+    asked = []
+
+    def offline(url, md5, path):
+        asked.append(path)
+        raise UsageError(f"download of {url} failed (offline); check the connection or use --data-dir")
+
+    monkeypatch.setattr(cifar, "download", offline)
+    new = tmp_path / "new dl"
+    assert main(["train", "--dataset", "cifar10", "--download", "--data-dir", str(new), "--epochs", "1",
+                 "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert "download of" in err and "does not exist" not in err, err
+    assert asked and asked[0].parent == new  # it was to be downloaded into the folder given
+    assert not new.exists()  # (a failed download leaves no empty folder behind)

@@ -110,7 +110,15 @@ def _find_cifar(name: str, data_dir: str | None, download_ok: bool) -> ArrayData
     spec = SOURCES[name]
     root = Path(data_dir).expanduser() if data_dir else cache_dir() / "data"
     if data_dir and not root.exists():
-        raise ConfigError(f"{{data_dir}} {root} does not exist; point it at a CIFAR copy or use {{download=True}}")
+        if not download_ok:
+            raise ConfigError(f"{{data_dir}} {root} does not exist; point it at a CIFAR copy or use {{download=True}}")
+        root.mkdir(parents=True, exist_ok=True)  # (--download into a new folder: made, then filled)
+        try:
+            return _find_cifar(name, data_dir, download_ok)
+        except BaseException:
+            if root.is_dir() and not any(root.iterdir()):  # a failed download leaves no empty folder of ours
+                root.rmdir()
+            raise
     if root.is_file() and root.suffix == ".zip":
         return load_image_zip(root, name)
     for folder in (root / spec["folder"], root):
