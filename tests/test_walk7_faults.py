@@ -82,3 +82,19 @@ def test_download_into_a_new_data_dir_makes_it_and_names_the_real_problem(tmp_pa
     assert "download of" in err and "does not exist" not in err, err
     assert asked and asked[0].parent == new  # it was to be downloaded into the folder given
     assert not new.exists()  # (a failed download leaves no empty folder behind)
+
+
+def test_base_width_outside_resnet_is_said_and_names_no_other_run(tmp_path, capsys):
+    """173, 174: `--base-width` with --family resmlp gave no note, was stored in every record, and a rerun with
+    another value silently retrained every finished run."""
+    args = ["saturation", "--family", "resmlp", "--dataset", "mnist1d", "--d-hidden", "8", "--extra", "0",
+            "--epochs", "1", "--analysis-batches", "1", "--out", str(tmp_path / "s")]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main([*args, "--base-width", "8"]) == 0
+    err = capsys.readouterr().err
+    assert "--base-width has no effect with --family resmlp" in err and "1 of 1 runs already finished" in err, err
+    import depthaudit as da
+
+    assert da.SaturationConfig(family="resmlp", base_width=8).base_width == 16
+    assert da.SaturationConfig(family="resnet", base_width=8).base_width == 8

@@ -23,7 +23,11 @@ def depth_config(cls, a: argparse.Namespace):
 
     Its data loads on its device even to list cells, so ``--device cuda`` is refused here without CUDA.
     """
-    return cls(**given(a, cls))
+    kw = given(a, cls)
+    fam = kw.get("family") or cls.__dataclass_fields__["family"].default
+    if kw.get("base_width") is not None and not FAMILIES.get(fam).uses_base_width:
+        _note(f"--base-width has no effect with --family {fam}: it sets ResNet's stage widths")
+    return cls(**kw)
 
 
 def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:

@@ -98,6 +98,7 @@ class DepthFamily:
     help: str = ""  # a few words for ``--family``'s help
     under_method = False  # trains under ``--method`` (the audit's recipe); else plain backprop
     growable = False  # ``grow`` can grow it
+    uses_base_width = False  # reads ``--base-width`` (ResNet's stage widths); elsewhere it is held at its default
     pretrained = False  # measures given models (``--model``): a cell (run_pretrained) and a table row per model
     reads_text = False  # trains on ``--text`` (its budget is DEFAULT_EPOCHS), not on an image/vector dataset
     default_d_hidden: int | None = None  # width when ``--d-hidden`` is not given (None: the family has none)
@@ -251,6 +252,7 @@ class ResNetFamily(DepthFamily):
 
     help = "ResNet-8 + N, images"
     growable = True
+    uses_base_width = True
 
     def check(self, cfg, command: str) -> None:
         if command == "saturation" and (cfg.text is not None or cfg.d_hidden is not None):

@@ -73,6 +73,8 @@ class GrowConfig:
         check_types(self)  # extra='3', 3.5 or True: refused here, not deep inside torch
         object.__setattr__(self, "device", resolve_device(self.device))
         check_ranges(self)  # every field's declared range (the CLI's parser applies the same ones)
+        if not FAMILIES.get(self.family).uses_base_width:  # (a ResNet-only value: held at its default, so it names
+            object.__setattr__(self, "base_width", 16)  # no other run of this family)
         if not FAMILIES.get(self.family).growable:
             able = ", ".join(n for n in FAMILIES.names() if FAMILIES.get(n).growable)
             raise refuse(self, f"{{family}} {self.family}: grow cannot grow it; use one of {able}")
