@@ -98,3 +98,20 @@ def test_base_width_outside_resnet_is_said_and_names_no_other_run(tmp_path, caps
 
     assert da.SaturationConfig(family="resmlp", base_width=8).base_width == 16
     assert da.SaturationConfig(family="resnet", base_width=8).base_width == 8
+
+
+def test_probes_of_two_specs_of_one_method_share_no_store_and_a_refusal_leaves_no_claim(tmp_path, capsys):
+    """157–159: probes of `fa` after `fa:head=exact` into one folder shared one credit-mix store (refused), and the
+    refused command left its claim, which then refused the next command."""
+    out = tmp_path / "p"
+    base = ["probes", *TINY, "--alphas", "0.5", "--seeds", "1", "--probe-batches", "1", "--out", str(out)]
+    assert main([*base, "--method", "fa"]) == 0
+    assert main([*base, "--method", "fa:head=exact"]) == 0  # its own store beside fa's
+    assert (out / "credit_mix_fa_head-exact_d8_L1_mnist1d.json").is_file()
+    assert (out / "credit_mix_fa_d8_L1_mnist1d.json").is_file()
+    # a refusal after the claim: the store of this spec holds another configuration (lr)
+    capsys.readouterr()
+    (out / "probes_fa_head-exact.identity.json").rename(tmp_path / "moved.identity.json")
+    assert main([*base, "--method", "fa:head=exact", "--lr", "0.002"]) == 2
+    assert "holds runs of a different configuration" in capsys.readouterr().err
+    assert not (out / "probes_fa_head-exact.identity.json").exists()

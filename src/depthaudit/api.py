@@ -380,9 +380,15 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
     if not opts.list_cells and opts.cell is None and not opts.stored_only:  # this method's report in OUT belongs
         # to one configuration: claimed under the folder's lock before anything trains (another method's probes
         # sit beside it); --stored-only trains nothing and claims once every cell is found
+        fresh = not (out / f"probes_{tag}.identity.json").exists()
         claim = claim_folder(out, "probes", ident, replace_report, name=f"probes_{tag}.identity.json")
-    cb = credit_mix_sweep(base, base.method, list(config.alphas), config.seeds, out, data, data.sha256, plan,
-                          log=log, argv=argv, opts=opts)
+    try:
+        cb = credit_mix_sweep(base, base.method, list(config.alphas), config.seeds, out, data, data.sha256, plan,
+                              log=log, argv=argv, opts=opts)
+    except UsageError:  # refused (e.g. its store holds another configuration): a claim this call made goes too
+        if claim is not None and fresh:
+            (out / f"probes_{tag}.identity.json").unlink(missing_ok=True)
+        raise
     if isinstance(cb, SweepStatus):  # a cell listing or one cell: the sweep did what was asked, no report
         if opts.list_cells and config.pre_epochs > 0:  # the warm start's runs are listed too, as what they are
             store = warm_start_store(out, data)
