@@ -115,3 +115,25 @@ def test_probes_of_two_specs_of_one_method_share_no_store_and_a_refusal_leaves_n
     assert main([*base, "--method", "fa:head=exact", "--lr", "0.002"]) == 2
     assert "holds runs of a different configuration" in capsys.readouterr().err
     assert not (out / "probes_fa_head-exact.identity.json").exists()
+
+
+def test_walk7_unclear_outcomes_made_clear(tmp_path, capsys):
+    """16, 53, 91, 92, 95, 177 (unclear): field --epochs beyond 64 bits accepted; da.train(cfg, None) a bare
+    TypeError; --warmup equal to the method, or --warmup-fraction 1, said nothing; `--force` → "did you mean
+    --cell?"."""
+    import pytest
+
+    import depthaudit as da
+    from depthaudit.report import field
+
+    assert field.main([str(tmp_path / "f.md"), str(tmp_path), "--epochs", "99999999999999999999"]) == 2
+    assert "give the budget, an integer >= 1" in capsys.readouterr().err
+    with pytest.raises(da.ConfigError, match="out must be a folder path"):
+        da.train(da.TrainConfig(), None)
+    assert main(["train", *TINY, "--method", "dfa", "--warmup", "dfa", "--out", str(tmp_path / "a")]) == 0
+    assert "--warmup dfa is the method itself" in capsys.readouterr().err
+    assert main(["train", *TINY, "--method", "fa", "--warmup", "bp", "--warmup-fraction", "1",
+                 "--out", str(tmp_path / "b")]) == 0
+    assert "the method itself never trains" in capsys.readouterr().err
+    assert main(["audit", *TINY, "--force", "--out", str(tmp_path / "c")]) == 2
+    assert "did you mean" not in capsys.readouterr().err

@@ -105,7 +105,8 @@ def _api_call(fn):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         out = sig.bind_partial(*args, **kwargs).arguments.get("out")  # (Path("") is ".": checked before Path())
-        if out is not None and not isinstance(out, str | os.PathLike):
+        required = "out" in sig.parameters and sig.parameters["out"].default is inspect.Parameter.empty
+        if (out is None and required) or (out is not None and not isinstance(out, str | os.PathLike)):
             raise ConfigError(f"{{out}} must be a folder path (a str or Path), got {type(out).__name__} {out!r}")
         if isinstance(out, str) and (not out.strip() or "\0" in out):
             raise ConfigError(f"{{out}} {out!r} is {'an empty path' if not out.strip() else 'a path with a NUL byte'}"

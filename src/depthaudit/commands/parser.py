@@ -102,7 +102,8 @@ def _close_flag(parser: argparse.ArgumentParser, message: str) -> str | None:
     for a in parser._actions:  # the top-level parser reports its commands' unknown flags: look in them too
         if isinstance(a, argparse._SubParsersAction):
             opts += [o for p in a.choices.values() for b in p._actions for o in b.option_strings]
-    found = difflib.get_close_matches(unknown, [o for o in opts if o.startswith("--") and "_" not in o], n=1)
+    found = difflib.get_close_matches(unknown, [o for o in opts if o.startswith("--") and "_" not in o], n=1,
+                                      cutoff=0.8)  # (a near spelling only: --force is not "--cell")
     return found[0] if found else None
 
 

@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             del argv[i:i + 2]
     from ..data import DATASETS
 
-    if not opts["--epochs"].isdigit() or int(opts["--epochs"]) < 1:
+    if not opts["--epochs"].isdigit() or not 1 <= int(opts["--epochs"]) <= 2**63 - 1:
         print(f"depthaudit: error: --epochs {opts['--epochs']!r}: give the budget, an integer >= 1", file=sys.stderr)
         return 2
     if opts["--dataset"] not in DATASETS:
