@@ -137,3 +137,50 @@ def test_walk7_unclear_outcomes_made_clear(tmp_path, capsys):
     assert "the method itself never trains" in capsys.readouterr().err
     assert main(["audit", *TINY, "--force", "--out", str(tmp_path / "c")]) == 2
     assert "did you mean" not in capsys.readouterr().err
+
+
+def test_data_of_another_dataset_than_the_config_names_is_refused(tmp_path):
+    """179, 181, 182: da.audit/ladder/identity with data= teacher-a0 under a config naming mnist1d trained on it and
+    wrote every title, file name and record as mnist1d."""
+    import pytest
+    import torch
+
+    import depthaudit as da
+
+    data = da.load_data("teacher-a0", None, False, torch.device("cpu"))
+    base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+    for call in (lambda: da.audit(da.AuditConfig(base=base, methods=("bp",)), tmp_path / "a", data=data),
+                 lambda: da.ladder(da.LadderConfig(base=base, methods=("bp",)), tmp_path / "l", data=data),
+                 lambda: da.identity(base, seeds=(1,), data=data, out=tmp_path / "i.json")):
+        with pytest.raises(da.ConfigError, match="is 'teacher-a0''s data but the config names dataset 'mnist1d'"):
+            call()
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_plugin_that_changes_torchs_defaults_at_import_is_undone(tmp_path, monkeypatch, capsys):
+    """189, 190: a plug-in setting float64 or turning gradients off at import was an internal-error traceback."""
+    import torch
+
+    (tmp_path / "walk7_torchdefaults.py").write_text(
+        "import torch\ntorch.set_default_dtype(torch.float64)\ntorch.set_grad_enabled(False)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert main(["--plugin", "walk7_torchdefaults", "train", *TINY, "--out", str(tmp_path / "t")]) == 0
+    finally:
+        torch.set_default_dtype(torch.float32)
+        torch.set_grad_enabled(True)
+    err = capsys.readouterr().err
+    assert "default dtype to torch.float64 at import; restored to float32" in err and "gradients off" in err
+    assert (tmp_path / "t" / "result.json").is_file()
+    import pytest
+
+    import depthaudit as da
+    from depthaudit.errors import UsageError
+
+    torch.set_default_dtype(torch.float64)  # the user's own code (not a plug-in): named before anything is written
+    try:
+        with pytest.raises(UsageError, match="torch's default dtype is torch.float64"):
+            da.train(da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1), tmp_path / "u")
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert not (tmp_path / "u").exists()

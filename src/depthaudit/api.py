@@ -138,6 +138,9 @@ def _data(cfg: TrainConfig, data):
     if data is not None and not hasattr(data, "x_test"):  # (data="notdata": named, not an AttributeError)
         raise ConfigError(f"{{data}} must be a dataset loaded by depthaudit (da.load_data(...)), got "
                           f"{type(data).__name__}")
+    if data is not None and getattr(data, "name", cfg.dataset) != cfg.dataset:  # every record names the data by it
+        raise ConfigError(f"{{data}} is {data.name!r}'s data but the config names dataset {cfg.dataset!r}, which every "
+                          f"record and file name would carry; give {{dataset={data.name}}} in the config")
     device = torch.device(cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():  # listing or reporting GPU runs: nothing trains
         device = torch.device("cpu")
@@ -161,9 +164,6 @@ def _buildable(cfgs, data) -> None:
 
     (An image augmentation on vectors, a ViT width not divisible by its heads: one line, nothing written.)
     """
-    if torch.get_default_dtype() != torch.float32:  # (a plug-in's torch.set_default_dtype: the models would be
-        raise UsageError(f"torch's default dtype is {torch.get_default_dtype()} (set by a plug-in or your code); "
-                         "depthaudit trains in float32: leave the default dtype alone")  # float64, the data not)
     for cfg in cfgs:
         c = replace(cfg, device="cpu", warm_start=None)
         model, method = build(c, data)

@@ -220,7 +220,20 @@ def _handlers() -> dict | None:
 
 
 def _restore_handlers(before: dict | None) -> None:
-    """Undo a plug-in's change of SIGINT/SIGTERM at import (Ctrl-C and SIGTERM must still stop the command)."""
+    """Undo what a plug-in changed at import that the command relies on, each said on stderr.
+
+    SIGINT/SIGTERM (Ctrl-C and SIGTERM must still stop the command) and torch's process-wide defaults (float32,
+    gradients on).
+    """
+    torch = sys.modules.get("torch")  # (imported by the plug-in, if at all: not by this check)
+    if torch is not None and torch.get_default_dtype() != torch.float32:
+        print(f"depthaudit: note: a plug-in set torch's default dtype to {torch.get_default_dtype()} at import; "
+              "restored to float32 (depthaudit trains in float32)", file=sys.stderr)
+        torch.set_default_dtype(torch.float32)
+    if torch is not None and not torch.is_grad_enabled():
+        print("depthaudit: note: a plug-in turned torch's gradients off at import; turned back on (training needs "
+              "them)", file=sys.stderr)
+        torch.set_grad_enabled(True)
     for sig, handler in (before or {}).items():
         if signal.getsignal(sig) != handler:
             signal.signal(sig, handler)

@@ -159,6 +159,9 @@ def check_readout(model: ResidualModel, data: DataBundle, arch: str) -> None:
 
 def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMethod]:
     """Model (init from ``cfg.seed``) with the frozen blocks' params not requiring grad, and its method."""
+    if torch.get_default_dtype() != torch.float32:  # (your code's torch.set_default_dtype: the models would be
+        raise UsageError(f"torch's default dtype is {torch.get_default_dtype()} (set by a plug-in or your code); "
+                         "depthaudit trains in float32: leave the default dtype alone")  # float64, the data not)
     check_fits(cfg, data)
     model = build_model(cfg.arch, data.input_shape, data.num_classes, cfg.d_hidden, cfg.num_blocks,
                         cfg.mlp_ratio, cfg.seed, cfg.variant).to(cfg.device)
