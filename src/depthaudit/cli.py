@@ -213,10 +213,12 @@ def _reader_gone() -> int:
 
 
 def _handlers() -> dict | None:
-    """SIGINT's and SIGTERM's handlers now (None off the main thread, where they cannot be set)."""
+    """SIGINT's and SIGTERM's handlers now (main thread only), and torch's defaults where torch is imported."""
+    torch = sys.modules.get("torch")  # (and torch's defaults, when something imported it already)
+    state = {"torch": (str(torch.get_default_dtype()), torch.is_grad_enabled())} if torch is not None else {}
     if threading.current_thread() is not threading.main_thread():
-        return None
-    return {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        return state
+    return {**state, **{s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}}
 
 
 def _restore_handlers(before: dict | None) -> None:
@@ -226,15 +228,16 @@ def _restore_handlers(before: dict | None) -> None:
     gradients on).
     """
     torch = sys.modules.get("torch")  # (imported by the plug-in, if at all: not by this check)
-    if torch is not None and torch.get_default_dtype() != torch.float32:
+    was = (before or {}).get("torch", ("torch.float32", True))  # what it was before the plug-ins were imported
+    if torch is not None and torch.get_default_dtype() != torch.float32 and was[0] == "torch.float32":
         print(f"depthaudit: note: a plug-in set torch's default dtype to {torch.get_default_dtype()} at import; "
               "restored to float32 (depthaudit trains in float32)", file=sys.stderr)
         torch.set_default_dtype(torch.float32)
-    if torch is not None and not torch.is_grad_enabled():
+    if torch is not None and not torch.is_grad_enabled() and was[1]:
         print("depthaudit: note: a plug-in turned torch's gradients off at import; turned back on (training needs "
               "them)", file=sys.stderr)
         torch.set_grad_enabled(True)
-    for sig, handler in (before or {}).items():
+    for sig, handler in ((k, v) for k, v in (before or {}).items() if k != "torch"):
         if signal.getsignal(sig) != handler:
             signal.signal(sig, handler)
             print(f"depthaudit: note: a plug-in changed the {sig.name} handler at import; restored (Ctrl-C and "
