@@ -184,3 +184,11 @@ def test_a_plugin_that_changes_torchs_defaults_at_import_is_undone(tmp_path, mon
     finally:
         torch.set_default_dtype(torch.float32)
     assert not (tmp_path / "u").exists()
+
+
+def test_a_forced_run_without_checkpoint_leaves_no_other_runs_weights(tmp_path):
+    """W14: `train --force --no-checkpoint` over a run left that run's checkpoint.pt beside the new result.json."""
+    t = tmp_path / "t"
+    assert main(["train", *TINY, "--out", str(t)]) == 0 and (t / "checkpoint.pt").is_file()
+    assert main(["train", *TINY, "--lr", "0.002", "--force", "--no-checkpoint", "--out", str(t)]) == 0
+    assert not (t / "checkpoint.pt").exists()

@@ -49,6 +49,8 @@ def save_run(out: Path, rec: dict, run: RunOutput, checkpoint: bool = True) -> N
                                                "method": run.method.state_dict(), "status": run.status})
         except OSError as exc:
             failed = exc
+    elif (out / "checkpoint.pt").is_file():  # another run's weights (a --force over it): never left beside this one
+        (out / "checkpoint.pt").unlink()
     write_json(out / "result.json", rec)
     if failed is not None:
         raise UsageError(f"{environment_error(failed) or failed}; the run is kept in {out / 'result.json'}, without "
