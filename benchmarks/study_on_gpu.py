@@ -52,6 +52,12 @@ OPS_VS_BP = {"bp": 1.0, "fa": 848 / 764, "usf": 911 / 764, "frsf": 902 / 764, "b
 EPOCH = re.compile(r"epoch (\d+)/(\d+)")
 
 
+
+def _interruptible() -> None:
+    """In each child: SIGINT at its default, since this script stops a study with it (a study started in the
+    background by a shell would otherwise pass on the shell's ignored SIGINT, and no deadline could stop it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def parts(a) -> list[tuple[str, list[str]]]:
     """``(name, depthaudit arguments)`` per process, in priority order."""
     common = ["--dataset", a.dataset, *(["--data-dir", a.data_dir] if a.data_dir else []), "--device", a.device,
@@ -156,7 +162,7 @@ def run(a, plan, cli, env) -> int:
         with open(log, "w") as f:
             f.write(" ".join([*cli, *argv]) + "\n")
         procs.append((n, subprocess.Popen([*cli, *argv], stdout=open(log, "a"), stderr=subprocess.STDOUT, env=env,
-                                          start_new_session=True), log))
+                                          start_new_session=True, preexec_fn=_interruptible), log))
     print(f"[{time.monotonic() - t0:5.0f}s] started {len(procs)} processes on {a.device}", flush=True)
     stopped = False
     while any(p.poll() is None for _, p, _ in procs):

@@ -25,14 +25,17 @@ def _check_run(rec: dict) -> int:
     hist = [{"epoch": 0, "probe": rec["probe_init"]}] + rec["history"] if rec.get("probe_init") else rec["history"]
     rho_max, g_min = mon["rho_max"], mon["g_min"]
     by_epoch = {h["epoch"]: h.get("probe") for h in hist}
-    for d, value, fires in (("D1", lambda p: p["stream"]["rho"], lambda v: not v <= rho_max),
-                            ("D2", lambda p: p["reference"]["g_L"], lambda v: not v >= g_min)):
+    def num(v):  # a record stores a non-finite measurement as null (a diverged run's NaN/inf)
+        return math.nan if v is None else v
+
+    for d, value, fires in (("D1", lambda p: num(p["stream"]["rho"]), lambda v: not v <= rho_max),
+                            ("D2", lambda p: num(p["reference"]["g_L"]), lambda v: not v >= g_min)):
         first = _first(hist, mon["measured_epochs"], lambda p: fires(value(p)))  # noqa: B023
         got = mon["fired"][d]
         assert (got["epoch"] if isinstance(got, dict) else got) == first, (d, got, first)
         if first is not None and isinstance(got, dict):  # and the value it fired on is that epoch's measurement
             v = value(by_epoch[first])
-            assert got["value"] == v or (math.isnan(got["value"]) and math.isnan(v)), (d, got, v)
+            assert num(got["value"]) == v or (math.isnan(num(got["value"])) and math.isnan(v)), (d, got, v)
     return 1
 
 

@@ -240,11 +240,19 @@ def _env(tmp_path):
             "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
 
 
+def _ctrl_c_delivered():
+    """In the child: SIGINT at its default (a shell starting the tests in the background ignores it, and the child
+    would inherit that), so the signal this test sends is the Ctrl-C a user types."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_two_trainings_into_one_folder_one_trains_the_other_is_refused_before_training(tmp_path):
     train = [sys.executable, "-m", "depthaudit", "train", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks",
              "1", "--out", "o"]
     first = subprocess.Popen([*train, "--epochs", "200"], cwd=tmp_path, env=_env(tmp_path), stderr=subprocess.PIPE,
-                             text=True)
+                             text=True, preexec_fn=_ctrl_c_delivered)
     try:
         line = first.stderr.readline()
         while line and not line.startswith("epoch 1/"):  # it holds the folder and is training now

@@ -322,7 +322,8 @@ def test_a_plugin_that_ignores_ctrl_c_at_import_cannot_deafen_the_command(tmp_pa
            "OMP_NUM_THREADS": "1"}
     p = subprocess.Popen([sys.executable, "-m", "depthaudit", "--plugin", "walk5_deaf", "train", "--dataset",
                           "mnist1d", "--d-hidden", "64", "--num-blocks", "2", "--epochs", "2000",
-                          "--out", str(tmp_path / "t")], env=env, stderr=subprocess.PIPE, text=True)
+                          "--out", str(tmp_path / "t")], env=env, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # (as a terminal delivers it)
     deadline = time.monotonic() + 120
     err = ""
     while time.monotonic() < deadline:  # wait until it trains (its first epoch line), then Ctrl-C

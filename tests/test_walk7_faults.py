@@ -53,7 +53,8 @@ def test_an_interrupted_forced_training_leaves_the_folders_claim_as_it_was(tmp_p
     claim, result = (t / "identity.json").read_bytes(), (t / "result.json").read_bytes()
     p = subprocess.Popen([sys.executable, "-m", "depthaudit", "train", "--dataset", "mnist1d", "--d-hidden", "32",
                           "--num-blocks", "2", "--epochs", "2000", "--method", "fa", "--force", "--out", str(t)],
-                         stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # (as a terminal delivers it)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not p.stderr.readline().startswith("epoch 1/"):
         pass

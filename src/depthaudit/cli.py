@@ -19,7 +19,7 @@ import traceback
 
 from .commands import build_parser
 from .errors import UsageError, cli_message
-from .io import LISTING_ONLY, environment_error, remove_in_flight, silence_stdout
+from .io import LISTING_ONLY, environment_error, reader_gone, remove_in_flight, silence_stdout, stdout_error
 from .plugins import HALF_WRITTEN, import_plugins_in, plugin_blame, plugin_ended
 
 # what a report prints that an ASCII (or Latin-1, …) terminal cannot: the closest plain spelling
@@ -140,7 +140,7 @@ def _entry(argv: list[str] | None) -> int:
         sys.stdout.flush()  # a pipe closed early breaks here, not in Python's exit flush
         return rc
     except BrokenPipeError:
-        return _reader_gone()
+        return reader_gone()
     except OSError as exc:  # only the final flush of the standard output (stdout on a full disk, /dev/full)
         print(f"depthaudit: error: cannot write the standard output ({exc.strerror or exc})", file=sys.stderr)
         _silence_stdout()
@@ -193,23 +193,6 @@ class _Tolerant:
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
-
-
-# Exit status when whoever reads our output stops reading (`depthaudit … | head -1`): 141 = 128 + SIGPIPE, the
-# status a shell reports for `yes | head -1` and for any Unix tool ended by the broken pipe, so `set -o pipefail`
-# scripts see the same as with those tools; no traceback, no message (there is nobody to read it).
-BROKEN_PIPE_EXIT = 141
-
-
-def _reader_gone() -> int:
-    """The pipe we print into was closed: stop quietly (no traceback, not even at interpreter exit)."""
-    remove_in_flight()
-    for stream in (sys.stdout, sys.stderr):  # Python's final flush must not fail again on the dead pipe
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass  # not a real file (a test's capture): nothing is flushed to a pipe at exit
-    return BROKEN_PIPE_EXIT
 
 
 def _handlers() -> dict | None:
@@ -285,7 +268,7 @@ def _main(argv: list[str]) -> int:
     except BrokenPipeError:
         raise  # the reader went away (`| head`): main ends quietly
     except Exception as exc:
-        line = _stdout_error(exc) or environment_error(exc) or _out_of_memory(exc) or _size_overflow(exc) \
+        line = stdout_error(exc) or environment_error(exc) or _out_of_memory(exc) or _size_overflow(exc) \
             or plugin_blame(exc) \
             or path_error(exc)
         if line is not None and isinstance(exc, OSError) and exc.filename is not None:
@@ -307,47 +290,6 @@ def _main(argv: list[str]) -> int:
               file=sys.stderr)
         traceback.print_exc()  # here, not by a re-raise: what follows can never be mistaken for another error
         return 1
-
-
-def script(fn, argv: list[str] | None = None) -> int:
-    """Run a report script's ``fn(argv)`` (``python -m depthaudit.report.field``/``.claim``) as a command runs.
-
-    A reader that stops reading ends it quietly (141), a standard output that cannot be written is one line
-    (exit 2), never a traceback.
-    """
-    for name in ("stderr", "stdout"):  # started with the descriptor closed (`>&-`): as the CLI does (main)
-        if getattr(sys, name) is None:
-            setattr(sys, name, sys.stderr if name == "stdout" and sys.stderr is not None
-                    else open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as we do)
-    try:
-        rc = fn(argv)
-        sys.stdout.flush()
-        return rc
-    except BrokenPipeError:
-        return _reader_gone()
-    except OSError as exc:
-        line = _stdout_error(exc)
-        if line is None:
-            raise
-        print(f"depthaudit: error: {line}", file=sys.stderr)
-        return 2
-
-
-def _stdout_error(exc: BaseException) -> str | None:
-    """One line when writing the standard output itself failed (a full disk, /dev/full); else None."""
-    if not isinstance(exc, OSError) or exc.filename is not None:
-        return None  # every file depthaudit writes names itself (io._atomic): an unnamed write is stdout's or a log's
-
-    last = (traceback.extract_tb(exc.__traceback__)[-1:] or [None])[0]
-    printed = last is not None and (last.line or "").startswith("print(") and "file=" not in (last.line or "")
-    try:
-        sys.stdout.flush()
-    except OSError:
-        printed = True
-    if not printed:
-        return None
-    _silence_stdout()
-    return f"cannot write the standard output ({exc.strerror or exc})"
 
 
 def path_error(exc: BaseException) -> str | None:

@@ -8,6 +8,7 @@ import os
 import stat
 import sys
 import tempfile
+import traceback
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -262,3 +263,61 @@ def silence_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
         pass  # not a real file (a test's capture)
+
+
+# Exit status when whoever reads our output stops reading (`depthaudit … | head -1`): 141 = 128 + SIGPIPE, the
+# status a shell reports for `yes | head -1` and for any Unix tool ended by the broken pipe, so `set -o pipefail`
+# scripts see the same as with those tools; no traceback, no message (there is nobody to read it).
+BROKEN_PIPE_EXIT = 141
+
+
+def reader_gone() -> int:
+    """The pipe we print into was closed: stop quietly (no traceback, not even at interpreter exit)."""
+    remove_in_flight()
+    for stream in (sys.stdout, sys.stderr):  # Python's final flush must not fail again on the dead pipe
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass  # not a real file (a test's capture): nothing is flushed to a pipe at exit
+    return BROKEN_PIPE_EXIT
+
+
+def script(fn, argv: list[str] | None = None) -> int:
+    """Run a report script's ``fn(argv)`` (``python -m depthaudit.report.field``/``.claim``) as a command runs.
+
+    A reader that stops reading ends it quietly (141), a standard output that cannot be written is one line
+    (exit 2), never a traceback.
+    """
+    for name in ("stderr", "stdout"):  # started with the descriptor closed (`>&-`): as the CLI does (main)
+        if getattr(sys, name) is None:
+            setattr(sys, name, sys.stderr if name == "stdout" and sys.stderr is not None
+                    else open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as we do)
+    try:
+        rc = fn(argv)
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:
+        return reader_gone()
+    except OSError as exc:
+        line = stdout_error(exc)
+        if line is None:
+            raise
+        print(f"depthaudit: error: {line}", file=sys.stderr)
+        return 2
+
+
+def stdout_error(exc: BaseException) -> str | None:
+    """One line when writing the standard output itself failed (a full disk, /dev/full); else None."""
+    if not isinstance(exc, OSError) or exc.filename is not None:
+        return None  # every file depthaudit writes names itself (io._atomic): an unnamed write is stdout's or a log's
+
+    last = (traceback.extract_tb(exc.__traceback__)[-1:] or [None])[0]
+    printed = last is not None and (last.line or "").startswith("print(") and "file=" not in (last.line or "")
+    try:
+        sys.stdout.flush()
+    except OSError:
+        printed = True
+    if not printed:
+        return None
+    silence_stdout()
+    return f"cannot write the standard output ({exc.strerror or exc})"

@@ -157,6 +157,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from ..cli import script
+    from ..io import script
 
     sys.exit(script(main))
