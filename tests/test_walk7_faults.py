@@ -193,3 +193,20 @@ def test_a_forced_run_without_checkpoint_leaves_no_other_runs_weights(tmp_path):
     assert main(["train", *TINY, "--out", str(t)]) == 0 and (t / "checkpoint.pt").is_file()
     assert main(["train", *TINY, "--lr", "0.002", "--force", "--no-checkpoint", "--out", str(t)]) == 0
     assert not (t / "checkpoint.pt").exists()
+
+
+def test_a_ray_cluster_that_does_not_start_is_one_line(tmp_path, monkeypatch, capsys):
+    """W11: `--executor ray` when the local Ray cluster cannot start (a node timed out) was an internal error."""
+    import pytest
+
+    ray = pytest.importorskip("ray")
+
+    def no_cluster(**kw):
+        raise Exception("The current node timed out during startup.")  # (Ray raises a bare Exception here)
+
+    monkeypatch.setattr(ray, "init", no_cluster)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    assert main(["audit", *TINY, "--methods", "bp", "--executor", "ray", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "the Ray cluster (local) did not start (The current node timed out during startup.)" in err, err
+    assert "internal error" not in err

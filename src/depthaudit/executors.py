@@ -11,6 +11,7 @@ keeps running and the message names its ``scancel``. Ray (``pip install "depthau
 """
 
 # imports inside functions: ray and submitit are optional extras, imported by the executor that uses them
+import contextlib
 import ctypes
 import os
 import signal
@@ -432,8 +433,17 @@ def _ray(groups, store, opts: SweepOptions, argv, log):
     started = not ray.is_initialized()
     if started:
         env = {k: os.environ[k] for k in ("DEPTHAUDIT_PLUGINS", "DEPTHAUDIT_CACHE_DIR") if k in os.environ}
-        ray.init(address=address, num_cpus=None if address else os.cpu_count(), include_dashboard=False,
-                 log_to_driver=False, runtime_env={"env_vars": env} if env else None)
+        try:
+            ray.init(address=address, num_cpus=None if address else os.cpu_count(), include_dashboard=False,
+                     log_to_driver=False, runtime_env={"env_vars": env} if env else None)
+        except (KeyboardInterrupt, UsageError):
+            raise
+        except Exception as exc:  # noqa: BLE001 (Ray's own: a node that timed out, a cluster it cannot reach)
+            with contextlib.suppress(Exception):  # (what it started half-way goes too)
+                ray.shutdown()
+            what = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+            raise UsageError(f"--executor ray: the Ray cluster {'at ' + address if address else '(local)'} did not "
+                             f"start ({what}); check its memory and logs, or use --executor local") from None
     log(f"ray: {len(groups)} tasks on {address or 'a local cluster'} ({opts.cpus_per_run:g} CPU, "
         f"{opts.gpus_per_run:g} GPU per task)")
     task = ray.remote(num_cpus=opts.cpus_per_run, num_gpus=opts.gpus_per_run, max_retries=0)(_remote_task)
