@@ -47,7 +47,7 @@ class ProbesConfig:
     @property
     def tag(self) -> str:
         """The label in file names: ``fa``, ``fa_head-exact``."""
-        return self.label.replace(":", "_").replace("=", "-").replace(",", "_")
+        return self.base.method_spec.tag
 
     def identity(self, probe_plan: tuple[int, int], data_sha256: str) -> dict:
         """What the folder's report of this method belongs to (not seed, device or where the data was read)."""

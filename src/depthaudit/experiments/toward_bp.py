@@ -39,9 +39,8 @@ def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, d
              for a in alphas for s in seeds]
     ident = {k: v for k, v in base.identity_dict().items() if k not in ("seed", "device", "data_dir", "download",
                                                                    "method", "credit_mix")}
-    tag = base.method_spec.label.replace(":", "_").replace("=", "-").replace(",", "_")  # (fa, fa_head-exact: one
-    # file per method spec, as the probes' own files; a plain name is the same file as before)
-    name = f"credit_mix_{tag}_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
+    # one file per method spec (fa, fa_head-exact), as the probes' own files; a plain name is the same file as before
+    name = f"credit_mix_{base.method_spec.tag}_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
     store = FileStore(Path(out) / name, "depthaudit.credit_mix.v1",
                       {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe_plan)},
                       defaults={**TrainConfig().identity_dict(), **LEGACY})

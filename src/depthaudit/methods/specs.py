@@ -36,6 +36,11 @@ class MethodSpec(str):
         """The canonical label as a plain str."""
         return str(self)
 
+    @property
+    def tag(self) -> str:
+        """The label in file names: ``fa``, ``fa_head-exact``."""
+        return self.label.replace(":", "_").replace("=", "-").replace(",", "_")
+
 
 def parse_spec(spec: str) -> MethodSpec:
     """``name`` or ``name:key=value,key=value`` → :class:`MethodSpec`, each value parsed to its option's type.
