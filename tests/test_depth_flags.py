@@ -141,7 +141,7 @@ def test_a_cell_is_its_config_plus_what_varies():
     run = cfg.run(3)
     assert {f.name for f in fields(SaturationRun)} == {"config", "extra"}
     assert {f.name for f in fields(GrowRun)} == {"config", "arm", "insert_at"}
-    assert {f.name for f in fields(PretrainedRun)} == {"config", "model", "mlp_ratio"}
+    assert {f.name for f in fields(PretrainedRun)} == {"config", "model", "mlp_ratio", "model_sha256", "text_sha256"}
     stored = run.to_dict()  # the record's config: the keys (and order) every earlier version stored
     assert list(stored) == ["dataset", "data_dir", "extra", "epochs", "batch_size", "lr", "weight_decay", "seed",
                             "analysis_batches", "low_signal", "alpha", "device", "family", "text", "context",

@@ -125,3 +125,38 @@ def test_bad_pretrained_inputs_are_one_line(saved, tmp_path, capsys, monkeypatch
     monkeypatch.setitem(__import__("sys").modules, "transformers", None)  # the extra not installed
     assert main(["saturation", "--family", "hf", "--model", "x", "--out", str(tmp_path / "q")]) == 2
     assert "pip install 'depthaudit[hf]'" in capsys.readouterr().err
+
+
+def test_a_changed_model_folder_or_text_is_measured_again_not_reused(saved, tmp_path, capsys):
+    """Walk 7 W12: a result is reused only for the same weights and the same text (by content, like a .gguf's)."""
+    import shutil
+    model, text, out = tmp_path / "m", tmp_path / "t.npy", tmp_path / "out"
+    shutil.copytree(saved / "gpt2", model)
+    shutil.copy(saved / "tokens.npy", text)
+    argv = ["saturation", "--family", "hf", "--model", str(model), "--text", str(text), "--context", "16",
+            "--analysis-batches", "1", "--out", str(out)]
+    store = out / "saturation_hf_t.json"
+
+    def measured():
+        rec = json.loads(store.read_text())["runs"][str(model)]
+        return rec["config"]["model_sha256"], rec["config"]["text_sha256"], rec["signal"]["AG"]
+
+    assert main(argv) == 0
+    first = measured()
+    assert first[0] and first[1]
+    assert main(argv) == 0 and "already finished" in capsys.readouterr().err  # same files: reused
+    assert measured() == first
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model)  # the weights edited in place
+    with torch.no_grad():
+        hf.transformer.h[0].mlp.c_fc.weight.mul_(5)
+    hf.save_pretrained(model)
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "differs in model_sha256" in capsys.readouterr().err
+    second = measured()
+    print("AG before/after the edit:", first[2][1], second[2][1])
+    assert second[0] != first[0] and second[1] == first[1] and second[2] != first[2]
+    np.save(text, np.random.default_rng(7).integers(0, 97, 6000).astype(np.int64))  # other tokens, same name
+    assert main(argv) == 0
+    third = measured()
+    assert third[0] == second[0] and third[1] != second[1] and third[2] != second[2]

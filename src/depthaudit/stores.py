@@ -680,6 +680,17 @@ class FileStore:
             same = replace(spec.cfg, device=dev).same_as(cfg) and rec.get("tracking") == spec.tracking
         return dev if same else None
 
+    def differs(self, spec: RunSpec) -> list[str]:
+        """The config keys in which a stored run under ``spec.key`` differs from ``spec``.
+
+        E.g. a local model's or text's content digest after the files changed; [] when none is stored or it
+        predates every such key.
+        """
+        rec, _ = read_record(self._run_path(spec.key))
+        rec = rec or (None if self.runs_dir.is_dir() else self.doc["runs"].get(spec.key))
+        cfg = (rec or {}).get("config") or {}
+        return [k for k, v in spec.cfg.to_dict().items() if k in cfg and k != "device" and cfg[k] != _jsonable(v)]
+
     def put(self, spec: RunSpec, rec: dict) -> None:
         """Write the run's own record file, then re-assemble the JSON from every record (under a lock).
 

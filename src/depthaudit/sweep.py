@@ -149,6 +149,9 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
             if other:
                 log(f"{s.key}: the stored run trained on {other}; it is not reused on {s.cfg.device} (another "
                     "kind of device draws other data orders from one seed), and this run will replace it")
+            elif changed := (store.differs(s) if hasattr(store, "differs") else None):
+                log(f"{s.key}: the stored run differs in {', '.join(changed[:4])} (its files changed?); it is "
+                    "run again, and this run will replace it")
     if opts.cell is not None and not pending:
         return SweepStatus(results, f"cell {specs[0].key}: already finished ({_summary(results[specs[0].key])}); "
                            "skipped")

@@ -15,12 +15,15 @@ increase of every single-block removal and of each n-block set a rule would prun
 lowest-V boundary is inserted and trained against the model without insertion (:mod:`.lm_grow`).
 """
 
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from ..data.base import sha256_file, sha256_files
 from ..data.text import _default_text, load_text
 from ..depth.growth import activation_gradients, separated_test
 from ..depth.importance import StreamScores, depth_importance
@@ -41,9 +44,19 @@ class PretrainedRun(Cell):
 
     model: str
     mlp_ratio: int = 4  # the candidate block's expansion (a GPT MLP's)
+    # what was measured, by content: a local model (folder or .gguf) and the --text file, so a result is reused
+    # only for the same weights and text (None: a Hub name, named by its --revision; the bundled default text)
+    model_sha256: str | None = None
+    text_sha256: str | None = None
     KEYS = ("model", "revision", "text", "context", "continue_steps", "continue_lr", "batch_size", "analysis_batches",
             "low_signal", "mlp_ratio", "seed", "device", "importance", "bootstrap", "grow_steps", "grow_lr",
-            "grow_train")
+            "grow_train", "model_sha256", "text_sha256")
+
+    @classmethod
+    def of(cls, config, model: str) -> "PretrainedRun":
+        """The cell of ``model`` in the sweep ``config``, with the content digests of its local files."""
+        return cls(config=config, model=model, model_sha256=content_sha256(model),
+                   text_sha256=content_sha256(config.text))
 
     epoch_budget = False  # a pretrained model is measured (continued only by --continue-steps): no epochs
 
@@ -60,8 +73,27 @@ class PretrainedRun(Cell):
         """Equality with a stored config (fields added later: what that version ran)."""
         mine = self.to_dict()
         mine["importance"] = list(self.importance) if self.importance is not None else None
+        # (a record from before the digests has none: it is measured again, never assumed to be these files')
         return {"importance": None, "bootstrap": 1000, "grow_steps": 0, "grow_lr": 1e-3, "grow_train": "all",
-                **stored} == mine
+                "model_sha256": None, "text_sha256": None, **stored} == mine
+
+
+def content_sha256(path: str | None) -> str | None:
+    """sha256 of a local file, or over a local folder's files (names and contents); None for anything else.
+
+    A Hub name is not a local path (its ``--revision`` names it); an unreadable file is left to the loader,
+    which names it in one line.
+    """
+    if path is None or not os.path.exists(path):
+        return None
+    p = Path(path)
+    try:
+        if p.is_dir():
+            files = [f for f in p.rglob("*") if f.is_file() and ".cache" not in f.relative_to(p).parts]
+            return sha256_files(files, p)
+        return sha256_file(p) if p.is_file() else None
+    except OSError:
+        return None
 
 
 def tokens_for(text: str | None, tokenizer, vocab: int, model: str) -> tuple[np.ndarray | None, str]:

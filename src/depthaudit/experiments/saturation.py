@@ -171,7 +171,7 @@ class SaturationConfig:
         (the ``hf`` family) by :func:`depthaudit.experiments.pretrained.run_pretrained`.
         """
         if FAMILIES.get(self.family).pretrained:
-            return [RunSpec(m, PretrainedRun(config=self, model=m), runner=run_pretrained) for m in self.model]
+            return [RunSpec(m, PretrainedRun.of(self, m), runner=run_pretrained) for m in self.model]
         return [RunSpec(f"N{n}", self.run(n), runner=run_depth) for n in dict.fromkeys(self.extra)]
 
 
