@@ -210,3 +210,68 @@ def test_a_ray_cluster_that_does_not_start_is_one_line(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert "the Ray cluster (local) did not start (The current node timed out during startup.)" in err, err
     assert "internal error" not in err
+
+
+PLUGIN_THREAD = """import threading, time
+from depthaudit.methods import METHODS
+from depthaudit.methods.base import CreditMethod
+from depthaudit.methods.bp import bp_credits
+
+_started = []
+
+
+def _spin():
+    while True:
+        time.sleep(0.5)
+
+
+@METHODS.register("walk7thr")
+class Thr(CreditMethod):
+    name = "walk7thr"
+    needs_input_grad = True
+
+    def credits(self, model, tr, e):
+        if not _started:  # a non-daemon thread started at run time, inside the worker only
+            _started.append(1)
+            threading.Thread(target=_spin, daemon=False).start()
+        return bp_credits(tr)
+"""
+
+
+def test_a_thread_a_plugin_starts_in_its_workers_neither_hangs_nor_deafens_jobs_2(tmp_path):
+    """W13 (233, 234): the workers were never stopped (the pool had forgotten them), so `audit --jobs 2` hung
+    after its report, and Ctrl-C was ignored while it closed the pool. Real processes, real signals."""
+    import signal
+    import time
+
+    (tmp_path / "walk7thr.py").write_text(PLUGIN_THREAD)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "depthaudit", "--plugin", "walk7thr", "audit", "--dataset", "mnist1d",
+            "--d-hidden", "16", "--num-blocks", "2", "--epochs", "1", "--probe-batches", "1", "--methods",
+            "walk7thr", "--jobs", "2", "--out"]
+    p = subprocess.run([*argv, str(tmp_path / "a")], env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0 and (tmp_path / "a" / "report.json").is_file(), p.stderr
+    assert "did not exit after their runs were stored" in p.stderr
+    # an interrupt while the pool closes (the workers linger): every worker stopped, exit 130 within seconds
+    p = subprocess.Popen([*argv, str(tmp_path / "b")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        for line in p.stderr:
+            if "2/2 runs" in line:
+                break
+        time.sleep(1.0)  # inside the 10 s the pool gives its workers to exit
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)
+        rest = p.stderr.read()
+        rc = p.wait(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    print(f"exit {rc} {took:.1f} s after the interrupt")
+    assert rc == 130 and took < 8, rest
+    assert "all 2 run(s) of this stage are stored" in rest and "Traceback" not in rest, rest
+    assert len(list((tmp_path / "b" / "runs").glob("*/result.json"))) == 2
+    assert subprocess.run(["pgrep", "-f", str(tmp_path / "b")], capture_output=True).returncode == 1  # none left

@@ -341,20 +341,44 @@ def _signals_ignored():
             signal.signal(s, h)
 
 
+@contextlib.contextmanager
+def _signals_deferred(got: list):
+    """SIGINT/SIGTERM recorded in ``got`` during the block (main thread only), then raised again after it.
+
+    The block sees ``got`` fill and can cut its own waiting short; its cleanup is never cut by an exception
+    raised inside multiprocessing's internals, and the interrupt still ends the command (exit 130) after it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if got:
+        signal.raise_signal(got[0])
+
+
+def _end(procs: list, grace: float) -> None:
+    """SIGTERM to every live process of ``procs`` (each removes its temp files and exits), SIGKILL after ``grace``."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+
+
 def _stop_pool(pool: ProcessPoolExecutor, grace: float = 3.0) -> None:
-    """Stop every worker of ``pool`` now: SIGTERM (each removes its temp files and exits), SIGKILL after ``grace``."""
+    """Stop every worker of ``pool`` now (:func:`_end`), signals ignored: the driver is already stopping."""
     with _signals_ignored():
-        procs = list((getattr(pool, "_processes", None) or {}).values())
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        deadline = time.monotonic() + grace
-        for p in procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(1.0)
+        _end(list((getattr(pool, "_processes", None) or {}).values()), grace)
         pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -362,18 +386,22 @@ def _close_pool(pool: ProcessPoolExecutor, log, grace: float = 10.0) -> None:
     """Shut the pool down once its work is in; a worker that does not exit within ``grace`` s is stopped.
 
     Every group's record is stored by now, so stopping a worker loses nothing; one that lingers is kept alive
-    by something else (a plug-in's non-daemon thread, which its interpreter would wait for forever).
+    by something else (a plug-in's non-daemon thread, which its interpreter would wait for forever). An
+    interrupt meanwhile stops the workers at once and then ends the command (:func:`_signals_deferred`).
     """
-    procs = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False)
-    deadline = time.monotonic() + grace
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    stuck = [p for p in procs if p.is_alive()]
-    if stuck:
-        log(f"depthaudit: note: {len(stuck)} worker process(es) did not exit after their runs were stored (a "
-            "plug-in's thread still running?); stopped")
-        _stop_pool(pool, grace=3.0)
+    got: list = []
+    with _signals_deferred(got):
+        procs = list((getattr(pool, "_processes", None) or {}).values())  # (shutdown forgets them)
+        pool.shutdown(wait=False)
+        deadline = time.monotonic() + grace
+        for p in procs:
+            while p.is_alive() and not got and time.monotonic() < deadline:
+                p.join(0.1)
+        stuck = [p for p in procs if p.is_alive()]
+        if stuck and not got:
+            log(f"depthaudit: note: {len(stuck)} worker process(es) did not exit after their runs were stored (a "
+                "plug-in's thread still running?); stopped")
+        _end(stuck, 3.0)
 
 
 def _local_pool(groups, store, opts: SweepOptions, argv, log):
@@ -411,8 +439,7 @@ def _local_pool(groups, store, opts: SweepOptions, argv, log):
         except BaseException:
             _stop_pool(pool)
             raise
-        with _signals_ignored():  # every group is in: a Ctrl-C now must not cut the pool's own cleanup short
-            _close_pool(pool, log)
+        _close_pool(pool, log)  # every group is in: a Ctrl-C now stops the workers, then ends the command
         remaining = [g for i, g in enumerate(remaining) if i not in finished]
         if broken:
             time.sleep(0.5)  # a signal to the whole group killed the worker: let the driver's own arrive first

@@ -174,6 +174,9 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
     except KeyboardInterrupt:
         missing = len(specs) - len(results)  # (of this sweep: a command of several stages, e.g. probes' warm
         # start after its credit mix, has the later stages' runs to train as well)
+        if not missing:  # every run was in when the interrupt came (e.g. while the workers shut down)
+            raise Interrupted(f"interrupted: every worker stopped; all {len(results)} run(s) of this stage are stored "
+                              f"in {store}; rerun the same command to finish (nothing is trained again)") from None
         raise Interrupted(f"interrupted: every worker stopped; the {len(results)} finished run(s) are stored in "
                           f"{store}, the run(s) in flight were discarded; rerun the same command to train what is "
                           f"missing ({missing} of the {len(specs)} runs of this stage)") from None
