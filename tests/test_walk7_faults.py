@@ -138,6 +138,12 @@ def test_walk7_unclear_outcomes_made_clear(tmp_path, capsys):
     assert "the method itself never trains" in capsys.readouterr().err
     assert main(["audit", *TINY, "--force", "--out", str(tmp_path / "c")]) == 2
     assert "did you mean" not in capsys.readouterr().err
+    from depthaudit.experiments.grow import GrowConfig
+    from depthaudit.experiments.saturation import SaturationConfig
+
+    for make in (SaturationConfig, GrowConfig):  # (57) an unknown family: the ConfigError every other value gets
+        with pytest.raises(da.ConfigError, match="unknown depth family; choose one of: .*resmlp"):
+            make(family="nope")
 
 
 def test_data_of_another_dataset_than_the_config_names_is_refused(tmp_path):

@@ -73,6 +73,9 @@ class GrowConfig:
         check_types(self)  # extra='3', 3.5 or True: refused here, not deep inside torch
         object.__setattr__(self, "device", resolve_device(self.device))
         check_ranges(self)  # every field's declared range (the CLI's parser applies the same ones)
+        if self.family not in FAMILIES:  # a ConfigError like every other refused value (the CLI lists the choices)
+            raise refuse(self, f"{{family={self.family!r}}}: unknown depth family; choose one of: "
+                               f"{', '.join(n for n in FAMILIES.names() if FAMILIES.get(n).growable)}")
         if not FAMILIES.get(self.family).uses_base_width:  # (a ResNet-only value: held at its default, so it names
             object.__setattr__(self, "base_width", 16)  # no other run of this family)
         if not FAMILIES.get(self.family).growable:

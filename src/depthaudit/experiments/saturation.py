@@ -153,6 +153,9 @@ class SaturationConfig:
         check_types(self)  # d_hidden='8', 8.5 or True: refused here, not deep inside torch
         object.__setattr__(self, "device", resolve_device(self.device))
         check_ranges(self)  # every field's declared range (the CLI's parser applies the same ones)
+        if self.family not in FAMILIES:  # a ConfigError like every other refused value (the CLI lists the choices)
+            raise refuse(self, f"{{family={self.family!r}}}: unknown depth family; choose one of: "
+                               f"{', '.join(FAMILIES.names())}")
         if not FAMILIES.get(self.family).uses_base_width:  # (a ResNet-only value: held at its default, so it names
             object.__setattr__(self, "base_width", 16)  # no other run of this family)
         FAMILIES.get(self.family).method_spec(self.method, "saturation")  # a misspelt method: refused here
