@@ -202,3 +202,65 @@ def test_probes_of_two_methods_share_a_folder(tmp_path, cache):
     res = _pair(PROBES, [*PROBES, "--method", "dfa"], tmp_path / "o", cache)
     assert [rc for rc, _ in res] == [0, 0], res
     assert (tmp_path / "o" / "probes_fa.json").exists() and (tmp_path / "o" / "probes_dfa.json").exists()
+
+
+def test_an_audit_folder_grows_by_methods_and_seeds_and_never_shrinks(tmp_path, capsys):
+    """More methods or seeds into an audit folder: stored runs reused (not retrained), one report of all; fewer
+    methods: refused in one line naming what the folder holds, nothing changed."""
+    import json
+
+    from depthaudit.cli import main
+
+    tiny = ["audit", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1",
+            "--probe-batches", "1", "--out", str(tmp_path / "a")]
+    assert main([*tiny, "--methods", "bp"]) == 0
+    first = {p: p.stat().st_mtime_ns for p in (tmp_path / "a" / "runs").glob("*/result.json")}
+    assert len(first) == 2
+    capsys.readouterr()
+    assert main([*tiny, "--methods", "bp", "fa"]) == 0
+    assert "2 of 4 runs already finished" in capsys.readouterr().err
+    assert all(p.stat().st_mtime_ns == t for p, t in first.items())  # BP's pair not retrained
+    doc = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert [m["method"] for m in doc["methods"]] == ["bp", "fa"] and doc["methods"][1].get("cka_to_bp")
+    before = (tmp_path / "a" / "report.json").read_bytes()
+    assert main([*tiny, "--methods", "fa"]) == 2
+    err = capsys.readouterr().err
+    assert "to add to it, name everything it holds too (methods bp fa)" in err and err.count("\n") == 1, err
+    assert (tmp_path / "a" / "report.json").read_bytes() == before
+    assert main([*tiny, "--methods", "fa", "bp", "--seeds", "42", "1"]) == 0  # seeds grow too (order free)
+    doc = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert doc["config"]["seeds"] == [42, 1] and doc["methods"][0]["n_seeds"] == 2
+    assert main([*tiny, "--methods", "bp", "fa", "--seeds", "42", "1", "--lr", "0.002"]) == 2  # else: refused
+    assert "differs in lr)" in capsys.readouterr().err
+
+
+def test_an_audit_overtaken_by_a_larger_one_stores_its_runs_and_leaves_the_report(tmp_path):
+    """Two real processes: A (bp) is running when B (bp, fa) grows the folder; B trains only fa and waits for A's
+    runs; A, coming to its report, says the folder grew (exit 2); B writes the report of both."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "a"
+    base = [sys.executable, "-m", "depthaudit", "audit", "--dataset", "mnist1d", "--d-hidden", "64",
+            "--num-blocks", "2", "--epochs", "15", "--probe-batches", "1", "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    a = subprocess.Popen([*base, "--methods", "bp"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        for line in a.stderr:
+            if "epoch 1/15" in line:
+                break
+        b = subprocess.run([*base, "--methods", "bp", "fa"], env=env, capture_output=True, text=True, timeout=600)
+        a_err = a.stderr.read()
+        a_rc = a.wait(timeout=600)
+    finally:
+        if a.poll() is None:
+            a.kill()
+    print("A:", a_rc, a_err.strip().splitlines()[-1], "| B:", b.returncode)
+    assert b.returncode == 0, b.stderr
+    assert a_rc == 2 and "was extended by another audit (more methods)" in a_err, a_err
+    doc = json.loads((out / "report.json").read_text())
+    assert [m["method"] for m in doc["methods"]] == ["bp", "fa"]
+    assert len(list((out / "runs").glob("*/result.json"))) == 4

@@ -51,7 +51,7 @@ from .provenance import provenance
 from .report import audit_markdown, audit_terminal, fmt_ms
 from .runlog import check_loggers
 from .runner import fitted_probe_batches, probe_batch, result_record, save_run
-from .stores import ORDERLESS, FileStore, RunSpec, claim_folder, file_lock, identity_diff, seal, still_owner
+from .stores import ORDERLESS, FileStore, RunSpec, claim_folder, file_lock, grows, identity_diff, seal, still_owner
 from .sweep import SweepOptions, SweepStatus, batch_cap, pick_cell, run_sweep
 
 if TYPE_CHECKING:
@@ -627,8 +627,14 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
     diff = sorted({k for k in set(old) | set(new) if k != "base" and old.get(k) != new.get(k)}
                   | {k for k in set(where(old_base)) | set(where(new_base)) if old_base.get(k) != new_base.get(k)})
     diff = [k for k in diff if k not in ORDERLESS or identity_diff({k: old.get(k)}, {k: new.get(k)})]
+    if diff and grows(old, new, diff):  # more methods or seeds: the report grows to cover them (runs reused)
+        return
     if diff:  # (the same methods or seeds in another order: the same runs, the rows reordered)
-        raise UsageError(f"{out}/report.json is the report of another audit (differs in {', '.join(diff[:6])}); "
+        more = ""
+        if set(diff) <= set(ORDERLESS):
+            more = ("; to add to it, name everything it holds too ("
+                    + "; ".join(f"{k} {' '.join(map(str, old.get(k) or []))}" for k in diff) + ")")
+        raise UsageError(f"{out}/report.json is the report of another audit (differs in {', '.join(diff[:6])}){more}; "
                          "use another --out, or --replace-report to overwrite it (the runs of both stay in runs/)")
 
 

@@ -869,15 +869,32 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
             raise UsageError(f"{folder} holds the results of another command ({old.get('kind', 'a sweep')}); "
                              f"{kind} cannot write there: use another {flag}")  # even by --force/--replace-report
         if old is not None and not take_over:
-            diff = identity_diff(_without_neutral(old.get("identity") or {}), _without_neutral(claim["identity"]))
-            if diff:
+            was, now = _without_neutral(old.get("identity") or {}), _without_neutral(claim["identity"])
+            diff = identity_diff(was, now)
+            if diff and kind in GROWABLE and grows(was, now, diff):
+                pass  # the same audit with more methods or seeds: it keeps every stored run, its report covers all
+            elif diff:
                 kept = "its result is replaced" if kind == "train" else "the runs of both are kept"
                 over = f", or {take_over_flag} to take it over ({kept})" if take_over_flag else ""
+                grow = ""
+                if kind in GROWABLE and set(diff) <= set(ORDERLESS):
+                    grow = (f"; to add to it, name everything it holds too ({', '.join(diff)}: "
+                            + "; ".join(f"{k} {' '.join(map(str, was.get(k) or []))}" for k in diff) + ")")
                 raise UsageError(f"{folder} belongs to another {old.get('kind', 'sweep')} (differs in "
-                                 f"{', '.join(diff[:6])}); use another {flag}{over}")
+                                 f"{', '.join(diff[:6])}){grow}; use another {flag}{over}")
         if old != claim:
             write_json(folder / name, claim)
     return claim
+
+
+GROWABLE = ("audit",)  # commands whose folder takes more methods/seeds later (each run is stored under its own hash)
+
+
+def grows(was: dict, now: dict, diff: list[str]) -> bool:
+    """Whether ``now`` is ``was`` with more methods and/or seeds (every one it held kept), nothing else changed."""
+    if not set(diff) <= set(ORDERLESS):
+        return False
+    return all(set(map(json.dumps, was.get(k) or [])) <= set(map(json.dumps, now.get(k) or [])) for k in diff)
 
 
 def _without_neutral(identity: dict) -> dict:
@@ -911,6 +928,12 @@ def still_owner(folder: Path, claim: dict, flag: str = "--out"):
     with file_lock(folder / ".lock"):
         now = _read_claim(folder, (claim or {}).get("file", IDENTITY_FILE))
         if claim is not None and now is not None and now != claim:
+            was, grown = _without_neutral(claim.get("identity") or {}), _without_neutral(now.get("identity") or {})
+            diff = identity_diff(was, grown)
+            if diff and now.get("kind") in GROWABLE and grows(was, grown, diff):
+                raise UsageError(f"{folder} was extended by another {now.get('kind')} (more {', '.join(diff)}) while "
+                                 f"this one ran; every run of this one is stored in {folder / 'runs'}, and the other "
+                                 "writes the report of all (or rerun with its full lists to write it now)")
             raise UsageError(f"{folder} was taken over by another {now.get('kind', 'sweep')} (--replace-report) "
                              f"while this one ran; its runs are stored in {folder / 'runs'}: rerun with another "
                              f"{flag} to get its report")
