@@ -43,7 +43,7 @@ from .experiments.grow import run_arm
 from .experiments.intervene import InterveneConfig, run_intervention
 from .experiments.ladder import LadderConfig, ladder_specs, open_store
 from .experiments.toward_bp import bp_warm_start, credit_mix_sweep, warm_start_specs, warm_start_store
-from .io import LISTING_ONLY, check_output_dir, staged, write_bytes_atomic, write_json, write_text
+from .io import LISTING_ONLY, check_output_dir, foreign_report_file, staged, write_bytes_atomic, write_json, write_text
 from .loop import Stepper, build, check_fits, read_checkpoint
 from .loop import train as train_run
 from .progress import bars, say
@@ -515,8 +515,11 @@ def _depth_result(store, kind: str, low_signal: float = 5e-3) -> Result:
 
 @_api_call
 def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 10, probe_batch_size: int = 128,
-             data=None, out: str | Path | None = None) -> Result:
-    """The frozen-init identity check over seeds (SPEC §1's calibration), optionally written to ``out`` (.json)."""
+             data=None, out: str | Path | None = None, progress: bool = True) -> Result:
+    """The frozen-init identity check over seeds (SPEC §1's calibration), optionally written to ``out`` (.json).
+
+    ``progress`` is taken like every API function's (the check trains nothing and shows no bar).
+    """
     if config.num_blocks < 1:
         raise ConfigError("{num_blocks} 0: the identity check measures residual blocks; give at least 1")
     seeds = [seeds] if isinstance(seeds, int | str | bytes) or not hasattr(seeds, "__iter__") else list(seeds)
@@ -613,7 +616,15 @@ def audit_identity(acfg: AuditConfig, data_sha256: str) -> dict:
 
 
 def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
-    """Refuse to overwrite the report of a different audit configuration in ``out`` (its runs are kept anyway)."""
+    """Refuse to overwrite the report of a different audit configuration in ``out`` (its runs are kept anyway).
+
+    A file of the report's names that depthaudit did not write (a user's own ``report.md`` or picture) is
+    refused too, before anything trains: it is never written over.
+    """
+    foreign = foreign_report_file(out)
+    if foreign is not None:
+        raise UsageError(f"{foreign} exists and is not depthaudit's (the audit writes its report there); move it "
+                         "away or choose another --out")
     try:
         old = json.loads((out / "report.json").read_text(encoding="utf-8")).get("config")
     except (OSError, ValueError, AttributeError):

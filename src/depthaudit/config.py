@@ -5,6 +5,7 @@ import contextlib
 import contextvars
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, UsageError
@@ -98,6 +99,9 @@ class TrainConfig:
                                  advanced=True, training=True)
     seed: int = arg(42, help="seed (init, feedback, shuffle)", lo=0, hi=2**63 - 1, per_run=True)
     device: str = arg("auto", help="cpu | cuda | cuda:N | auto = cuda if available", metavar="DEV")
+    # the warm start's content (sha256), read when the config is built: a checkpoint replaced under the same path
+    # names another run, never the stored one (no flag: it is the file's, not a choice)
+    warm_start_sha256: str | None = None
 
     def __post_init__(self):
         from .data.augment import AUGMENTS
@@ -144,6 +148,16 @@ class TrainConfig:
                              + (f" ({inside})" if os.path.isfile(inside) else ""))
             raise refuse(self, f"{{warm_start}} {self.warm_start}: {why_not_a_file(self.warm_start)}; give a "
                          "checkpoint.pt path")
+        if self.warm_start and self.warm_start_sha256 is None and not _NOTHING_TRAINS.get():
+            from .data.base import sha256_file
+
+            try:
+                object.__setattr__(self, "warm_start_sha256", sha256_file(Path(self.warm_start)))
+            except OSError as exc:
+                raise refuse(self, f"{{warm_start}} {self.warm_start}: cannot be read "
+                             f"({exc.strerror or exc})") from None
+        elif not self.warm_start and self.warm_start_sha256 is not None:
+            object.__setattr__(self, "warm_start_sha256", None)  # (no warm start: nothing to name)
         if self.penalty_form not in ("abs", "rel"):  # (the API's path; the CLI's parser refuses it first)
             raise refuse(self, f"{{penalty_form}} {self.penalty_form!r} not known; use abs or rel")
         from .recipe import PENALTY_REDUCTIONS
@@ -293,7 +307,7 @@ LEGACY: dict[str, Any] = {"variant": "v0.1", "augment": "none", "stop_after": No
 # fields added after runs were stored, at the value every earlier run had: left out of a run's name (its folder hash)
 # so those runs are found again (``identity_dict``)
 NAME_NEUTRAL: dict[str, Any] = {"optimizer": "adamw", "penalty_reduction": "example", "warmup": None,
-                                "warmup_fraction": 0.2}
+                                "warmup_fraction": 0.2, "warm_start_sha256": None}
 # fields some stored records hold under an earlier name (the toward-BP experiment fields were renamed so none
 # collides with the protocol's methods)
 RENAMED: dict[str, str] = {"bridge_alpha": "credit_mix", "init_checkpoint": "warm_start"}

@@ -194,6 +194,53 @@ def our_png(path: Path) -> bool:
     return head[:8] == b"\x89PNG\r\n\x1a\n" and b"Software\x00" + PNG_MARK.encode() in head
 
 
+# the files an audit (and the monitor) write into their folder: never written over when they are a user's own
+REPORT_FILES = ("report.json", "report.md", "cosine_heatmap.png", "scale_checks.png", "depth_utility.png",
+                "per_sample_cosine.png")
+
+
+def _our_json(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and str(doc.get("schema", "")).startswith("depthaudit")
+
+
+def foreign_report_file(out: Path, names=REPORT_FILES) -> Path | None:
+    """The first of ``out/<names>`` that exists and is not depthaudit's own (a user's notes, picture, …), or None.
+
+    Ours: a JSON with a ``depthaudit…`` schema, Markdown starting ``# depthaudit``, a PNG marked as ours
+    (:func:`our_png`) — or any PNG beside our ``report.json`` (figures written before PNGs were marked).
+    """
+    out = Path(out)
+    ours_json = _our_json(out / "report.json")
+    for name in names:
+        p = out / name
+        if not (p.exists() or p.is_symlink()):
+            continue
+        if not p.is_file():
+            return p
+        if name.endswith(".json"):
+            ok = _our_json(p)
+        elif name.endswith(".md"):
+            try:
+                with open(p, "rb") as fh:
+                    ok = fh.read(12) == b"# depthaudit"
+            except OSError:
+                ok = False
+        else:
+            try:
+                with open(p, "rb") as fh:
+                    ok = our_png(p) or (ours_json and fh.read(8) == b"\x89PNG\r\n\x1a\n")
+            except OSError:
+                ok = False
+        if not ok:
+            return p
+    return None
+
+
 def why_not_a_file(path) -> str:
     """Why ``path`` cannot be read as a file: ``no such file``, ``is a folder`` or ``is not a regular file …``."""
     p = Path(path)

@@ -12,6 +12,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from ..config import TrainConfig, nothing_trains
+from ..errors import UsageError
 from .parser import POS_INT, Parser, add_fields, field_default, fmt, given
 
 
@@ -37,6 +38,9 @@ def method_option_flags(p: Parser) -> None:
 
     g = p.group("method options (each method's own; also name:key=value in a method spec)")
     for f, (opt, owners) in option_flags().items():
+        if "--" + f in p._option_string_actions:  # (argparse's own table) a plug-in's name + option = one of ours
+            raise UsageError(f"method {owners[0]!r}{_where(owners[0])} declares the option whose flag would be --{f}, "
+                             f"which is already depthaudit's own flag; rename that option (or the method)")
         d = ("yes" if opt.default else "no") if opt.type is bool else fmt(opt.default)
         help_text = f"{', '.join(owners)}: {opt.help} ({opt.describe()}; default: {d})".replace("%", "%%")
         if opt.type is bool:  # `--fa-stream-identity` alone is yes; `… yes`/`… no` as its help says
@@ -46,6 +50,18 @@ def method_option_flags(p: Parser) -> None:
             g.add_argument("--" + f, dest=f.replace("-", "_"), type=_option_type(opt), help=help_text, advanced=True,
                            metavar="X" if opt.type is float else "N" if opt.type is int else
                            "|".join(opt.choices or ("S",)))
+
+
+def _where(method: str) -> str:
+    """`` (file.py)``: where a registered method's class is defined, for a message about it."""
+    import inspect
+
+    from ..methods import METHODS
+
+    try:
+        return f" ({Path(inspect.getsourcefile(METHODS.get(method))).name})"
+    except (TypeError, OSError):
+        return ""
 
 
 def _option_type(opt):

@@ -16,7 +16,7 @@ from ..evaluator.monitor import USER_LOOP_RUNS
 from ..experiments.audit import report_mismatch
 from ..experiments.intervene import _row
 from ..experiments.ladder import LadderConfig, placed_in_ladder
-from ..io import check_output_dir, check_replaceable, not_a_file, write_json, write_text
+from ..io import check_output_dir, check_replaceable, foreign_report_file, not_a_file, write_json, write_text
 from ..report import audit_markdown, audit_terminal
 from ..report.card import unrendered
 from ..stores import (
@@ -95,7 +95,7 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     if a.audit_dir and not any(next(sub.glob("ladder_*.json"), None) for sub in dirs):
         print(f"depthaudit: note: --audit-dir has no effect here: {d} holds no ladder (it cross-checks a ladder's "
               "k=L rung against the audit)", file=sys.stderr)
-    found = 0
+    found, skipped = 0, []
     for sub in dirs:
         if (sub / "sweep.json").exists():  # cells ran separately (--cell): assemble them with the sweep's command
             rc = _assemble_cells(sub)
@@ -108,6 +108,7 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
             if sub == d:
                 raise
             print(f"depthaudit: note: skipped {sub}: {cli_message(exc)}", file=sys.stderr)  # one bad folder, not all
+            skipped.append(sub)
             continue
         if n and sub != d:
             print(f"(from {sub})\n")
@@ -115,6 +116,10 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     if not found:
         raise UsageError(f"{d} holds no ladder_*, saturation_*, grow_*, intervention.json or report.json (nor do "
                          f"its subfolders); {_what_it_holds(d)}")
+    if skipped:  # the others are rendered, but `report DIR && publish` must not go on as if all were
+        names = ", ".join(str(s) for s in skipped[:3]) + (", …" if len(skipped) > 3 else "")
+        raise UsageError(f"{len(skipped)} folder(s) could not be rendered ({names}: each named above with its fix); "
+                         f"the other {found} result(s) were")
     return 0
 
 
@@ -265,6 +270,10 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         if edited:
             raise UsageError(f"{d / 'report.json'} {edited}; rerun the audit command with --out {d} (finished runs "
                              "are reused) to write it again from the records")
+        foreign = foreign_report_file(d)
+        if foreign is not None:  # a user's own report.md or picture among the report's files: never written over
+            raise UsageError(f"{foreign} exists and is not depthaudit's (report rewrites the audit's files there); "
+                             "move it away and rerun")
         with _rendering(d / "report.json"), _staged(d) as tmp:
             figures = audit_figures(report, tmp)
             md, text = audit_markdown(report, figures), audit_terminal(report)

@@ -38,6 +38,12 @@ from ..seeds import derive_seed
 from ..stores import FileStore
 
 
+def budget_text(cfg: dict) -> str:
+    """``"N epochs"``, or ``"first S of N epochs"`` when ``--stop-after S`` cut the runs short (every card says it)."""
+    ep = cfg.get("epochs", "?")
+    return f"{ep} epochs" if cfg.get("stop_after") is None else f"first {cfg['stop_after']} of {ep} epochs"
+
+
 class _FamilyRegistry(Registry):
     """A :class:`~depthaudit.registry.Registry` of family instances (a registered class is instantiated)."""
 
@@ -234,7 +240,7 @@ class DepthFamily:
 
     def saturation_title(self, ident: dict) -> str:
         """The saturation table's title."""
-        return f"Depth saturation: {self.saturation_what(ident)}, {ident.get('epochs', '?')} epochs"
+        return f"Depth saturation: {self.saturation_what(ident)}, {budget_text(ident)}"
 
     def figure_what(self, ident: dict) -> str:
         """The model in the saturation figure's title."""

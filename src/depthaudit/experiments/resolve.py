@@ -45,6 +45,10 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
             raise refuse(cfg, f"the base config's method {str(base.method_spec)!r} is not what this sweep trains: "
                          "each row's method comes from {methods}; give methods=(" + repr(str(base.method_spec)) +
                          ",) and leave the base's method at its default (bp)")
+        if base.train_blocks != "all":  # each run's train_blocks is the sweep's (all/none, or the ladder's k)
+            raise refuse(cfg, f"the base config's train_blocks {base.train_blocks!r} is not what this sweep trains: "
+                         "each run's blocks come from the sweep (trained: all, frozen: none; a ladder's k); leave "
+                         "the base's train_blocks at its default ('all')")
         specs = resolve_methods(cfg.methods)
         if not specs:
             raise refuse(cfg, "{methods} is empty; give at least one credit method (e.g. bp)")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..diagnostics import DIAGNOSTICS, INIT_MEASUREMENT_KEY, MEASUREMENT_KEY, registered
+from ..experiments.families import budget_text
 from ..methods import METHODS
 from ..methods.options import declared
 from ..verdicts import check_cells, fmt_ms
@@ -117,7 +118,7 @@ def _table_md(headers, rows) -> str:
 def _title(report: dict) -> str:
     c = report["config"]
     b = c["base"]
-    ep = f"{b['epochs']} epochs" if b.get("stop_after") is None else f"first {b['stop_after']} of {b['epochs']} epochs"
+    ep = budget_text(b)
     probe = (f"probe {c['probe_batches']}×{c['probe_batch_size']}" if "probe_batches" in c
              else f"probe batch {c.get('probe_size')}")
     fam = [_row_options(r["method"]) for r in report.get("methods") or []]  # each row's own, never the base's

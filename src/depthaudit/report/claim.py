@@ -120,6 +120,9 @@ def spearman(xs: list[float], ys: list[float]) -> float:
 def main(argv: list[str] | None = None) -> int:
     """``OUT.png DIR [DIR …]``: the figure from every audit/intervention folder given; prints each point."""
     argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print(__doc__.strip())
+        return 0
     if len(argv) < 2:
         print("usage: python -m depthaudit.report.claim OUT.png DIR [DIR ...]", file=sys.stderr)
         return 2

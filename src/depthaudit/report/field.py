@@ -160,8 +160,14 @@ def field_figure(found: dict[tuple[str, str], dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``OUT.md DIR [DIR …] [--epochs N] [--dataset NAME]``: write and print the field table (+ OUT.png)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print(__doc__.strip())
+        return 0
     opts = {"--epochs": "100", "--dataset": "cifar10"}
     for flag in opts:
+        if argv.count(flag) > 1:
+            print(f"depthaudit: error: {flag} is given {argv.count(flag)} times; give it once", file=sys.stderr)
+            return 2
         if flag in argv:
             i = argv.index(flag)
             if i + 1 >= len(argv):

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ..config import TrainConfig  # noqa: E402
+from ..experiments.families import budget_text  # noqa: E402
 from ..experiments.ladder import aggregate  # noqa: E402
 from ..io import save_figure  # noqa: E402
 from ..stores import read_record  # noqa: E402
@@ -164,7 +165,7 @@ def ladder_report(path: Path, audit_dir: Path | None = None) -> tuple[str, str]:
     agg = aggregate(doc)
     ident = doc["identity"]
     title = (f"Depth-utility ladder — {ident['dataset']}, {ident['arch']} d={ident['d_hidden']} "
-             f"L={ident['num_blocks']}, {ident['epochs']} epochs")
+             f"L={ident['num_blocks']}, {budget_text(ident)}")
     table = ladder_table_md(agg)
     fig = path.with_suffix(".png")
     published = published_ladder(ident)

@@ -7,7 +7,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..experiments.families import family_of  # noqa: E402
+from ..experiments.families import budget_text, family_of  # noqa: E402
 from ..io import save_figure  # noqa: E402
 from .pretrained import pretrained_figure, pretrained_md  # noqa: E402
 from .titles import saturation_title  # noqa: E402,F401  (re-exported: the commands and the API take it from here)
@@ -89,7 +89,7 @@ def grow_title(doc: dict) -> str:
     """The growth table's title from its file alone."""
     ident = doc["identity"]
     return (f"Growth vs scratch: {_grow_what(ident)} on {ident.get('dataset', '?')}, "
-            f"{ident.get('epochs', '?')} epochs, insertions at epochs {ident.get('insert_at', '?')}")
+            f"{budget_text(ident)}, insertions at epochs {ident.get('insert_at', '?')}")
 
 
 def _grow_what(ident: dict) -> str:
@@ -136,7 +136,7 @@ def depth_figure(doc: dict, path: Path, low_signal: float) -> None:
     ax.legend(h1 + h2, l1 + l2, fontsize=7)
     ident = doc["identity"]
     what = family.figure_what(ident)
-    ax.set_title(f"Depth saturation: {what} on {ident.get('data', '?')}, {ident.get('epochs', '?')} epochs", fontsize=9)
+    ax.set_title(f"Depth saturation: {what} on {ident.get('data', '?')}, {budget_text(ident)}", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
@@ -168,7 +168,7 @@ def grow_figure(doc: dict, path: Path) -> None:
     ax.set_ylabel("test accuracy")
     ident = doc["identity"]
     ax.set_title(f"Growth vs scratch: {_grow_what(ident)} on {ident.get('dataset', '?')}, "
-                 f"{ident.get('epochs', '?')} epochs", fontsize=9)
+                 f"{budget_text(ident)}", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)

@@ -1,0 +1,150 @@
+"""What the eighth independent walk (issue 36) found, each reproduced as the walker did; each fails before its fix."""
+
+import json
+import shutil
+
+import pytest
+
+import depthaudit as da
+from depthaudit.cli import main
+from depthaudit.errors import UsageError
+
+TINY = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1"]
+
+
+def test_a_sweeps_base_train_blocks_is_refused_not_recorded_as_what_trained(tmp_path):
+    """W1 (31): AuditConfig(base=TrainConfig(train_blocks="last:1")) trained all/none but recorded last:1."""
+    base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=2, epochs=1, train_blocks="last:1")
+    for make in (da.AuditConfig, da.LadderConfig):
+        with pytest.raises(da.ConfigError, match="train_blocks 'last:1' is not what this sweep trains"):
+            make(base=base, methods=("bp",))
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_users_own_files_in_the_report_folder_are_never_written_over(tmp_path, capsys):
+    """W2 (40, 41): audit --out, report and TrainingMonitor.write replaced a user's report.md and pictures."""
+    out = tmp_path / "a"
+    out.mkdir()
+    (out / "report.md").write_text("MY NOTES\n")
+    assert main(["audit", *TINY, "--methods", "bp", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "report.md exists and is not depthaudit's" in err and err.count("\n") == 1
+    assert (out / "report.md").read_text() == "MY NOTES\n" and sorted(p.name for p in out.iterdir()) == ["report.md"]
+    (out / "report.md").unlink()
+    assert main(["audit", *TINY, "--methods", "bp", "--out", str(out)]) == 0  # its own files: rewritten freely
+    assert main(["audit", *TINY, "--methods", "bp", "--out", str(out)]) == 0
+    (out / "scale_checks.png").write_text("my picture")
+    assert main(["report", str(out)]) == 2
+    assert "scale_checks.png exists and is not depthaudit's" in capsys.readouterr().err
+    assert (out / "scale_checks.png").read_text() == "my picture"
+    # the monitor of a user's own loop
+    from depthaudit.evaluator.monitor import TrainingMonitor
+
+    mine = tmp_path / "m"
+    mine.mkdir()
+    (mine / "depth_utility.png").write_bytes(b"\x89PNG\r\n\x1a\nnot ours")
+    mon = TrainingMonitor.__new__(TrainingMonitor)  # (write refuses before it reads the monitor's report)
+    mon._need = lambda r: r
+    with pytest.raises(UsageError, match="depth_utility.png exists and is not depthaudit's"):
+        mon.write(mine, {"schema": "depthaudit.audit.v1"})
+    assert sorted(p.name for p in mine.iterdir()) == ["depth_utility.png"]
+
+
+def test_a_plugin_option_whose_flag_is_ours_is_one_line_naming_its_file(tmp_path, monkeypatch, capsys):
+    """W3 (46): method 'batch' with option 'size' makes --batch-size twice: an internal-error traceback."""
+    (tmp_path / "walk8coll.py").write_text(
+        "from depthaudit.methods import METHODS, Option\nfrom depthaudit.methods.dfa import DFA\n\n\n"
+        "@METHODS.register('walk8batch')\nclass BatchDFA(DFA):\n    options = {'size': Option(1.0, 'a size', lo=0)}\n\n"
+        "    def __init__(self, model, seed, size=1.0):\n        super().__init__(model, seed)\n"
+        "        self.size = size\n")
+    (tmp_path / "walk8coll2.py").write_text(  # the flag --walk8batch-size is free; --batch-size needs the name
+        "from depthaudit.methods import METHODS, Option\nfrom depthaudit.methods.dfa import DFA\n\n\n"
+        "@METHODS.register('batch')\nclass BatchDFA(DFA):\n    options = {'size': Option(1.0, 'a size', lo=0)}\n\n"
+        "    def __init__(self, model, seed, size=1.0):\n        super().__init__(model, seed)\n"
+        "        self.size = size\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from depthaudit.methods import METHODS
+
+    try:
+        for argv in (["train", *TINY, "--out", str(tmp_path / "t")], ["ladder", "--help"]):
+            assert main(["--plugin", "walk8coll2", *argv]) == 2
+            err = capsys.readouterr().err
+            assert "method 'batch' (walk8coll2.py)" in err and "--batch-size" in err and "Traceback" not in err
+            assert err.count("\n") == 1
+    finally:
+        METHODS._items.pop("batch", None)
+        METHODS._items.pop("walk8batch", None)
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("cmd", [
+    ["grow", "--family", "resmlp", "--dataset", "mnist1d", "--d-hidden", "8", "--epochs", "3", "--stop-after", "1",
+     "--extra", "1"],
+    ["saturation", "--family", "resmlp", "--dataset", "mnist1d", "--d-hidden", "8", "--epochs", "3",
+     "--stop-after", "1", "--extra", "0"],
+    ["ladder", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "3", "--stop-after", "1",
+     "--methods", "bp", "--k-values", "1", "--seeds", "1"]])
+def test_a_card_of_runs_cut_short_says_so_in_its_title(tmp_path, capsys, cmd):
+    """W4 (59-61): with --stop-after, the ladder, saturation and grow cards titled the run with the full budget."""
+    out = tmp_path / "o"
+    assert main([*cmd, "--output_dir" if cmd[0] == "ladder" else "--out", str(out)]) == 0
+    (md,) = out.glob("*.md")
+    title = md.read_text().splitlines()[0]
+    print(title)
+    assert "first 1 of 3 epochs" in title and " 3 epochs" not in title.replace("of 3 epochs", "")
+
+
+def test_a_warm_start_checkpoint_replaced_under_its_path_is_another_run(tmp_path, capsys):
+    """W5 (78, 120): the warm start was named by its path only; a sweep reused runs from the old weights."""
+    for seed in ("1", "2"):
+        assert main(["train", *TINY, "--seed", seed, "--out", str(tmp_path / f"t{seed}")]) == 0
+    ck = tmp_path / "ck.pt"
+    shutil.copy(tmp_path / "t1" / "checkpoint.pt", ck)
+    base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1, warm_start=str(ck))
+    assert base.warm_start_sha256 and len(base.warm_start_sha256) == 64
+    lc = da.LadderConfig(base=base, methods=("fa",), k_values=(1,), seeds=(1,))
+    first = da.ladder(lc, tmp_path / "L", progress=False).record
+    shutil.copy(tmp_path / "t2" / "checkpoint.pt", ck)  # other weights, same path
+    base2 = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1, warm_start=str(ck))
+    assert base2.warm_start_sha256 != base.warm_start_sha256
+    with pytest.raises(UsageError, match="warm_start_sha256"):  # the store of the old weights: refused
+        da.ladder(da.LadderConfig(base=base2, methods=("fa",), k_values=(1,), seeds=(1,)), tmp_path / "L",
+                  progress=False)
+    fresh = da.ladder(da.LadderConfig(base=base2, methods=("fa",), k_values=(1,), seeds=(1,)), tmp_path / "L2",
+                      progress=False).record
+    a, b = (next(iter(r["runs"].values()))["final"]["test_acc"] for r in (first, fresh))
+    print("from the first checkpoint:", a, "from the second:", b)
+    assert a != b
+    # no warm start: the run's name is what it always was (stores written before the field still match)
+    plain = da.TrainConfig(dataset="mnist1d")
+    assert plain.warm_start_sha256 is None and "warm_start_sha256" not in plain.identity_dict()
+
+
+def test_report_over_a_parent_folder_ends_non_zero_when_it_skipped_one(tmp_path, capsys):
+    """W6 (80): `report PARENT` skipped an edited record with a note and exited 0 (the folder itself: exit 2)."""
+    good, bad = tmp_path / "p" / "good", tmp_path / "p" / "bad"
+    assert main(["audit", *TINY, "--methods", "bp", "--out", str(good)]) == 0
+    shutil.copytree(good, bad)
+    doc = json.loads((bad / "report.json").read_text())
+    doc["methods"][0]["trained_test_acc"]["mean"] = 0.99  # an edit of a sealed report
+    (bad / "report.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "p")]) == 2
+    out, err = capsys.readouterr()
+    assert f"(from {good})" in out  # the others are rendered
+    assert f"skipped {bad}" in err and "1 folder(s) could not be rendered" in err
+    assert main(["report", str(good)]) == 0
+
+
+def test_walk8_unclear_outcomes_made_clear(tmp_path, capsys):
+    """50, 52, 106 (unclear): the report scripts' --help printed only usage (exit 2); a repeated --epochs was read
+    as a folder; da.identity(..., progress=False) a TypeError."""
+    from depthaudit.report import claim, field
+
+    for mod in (field, claim):
+        assert mod.main(["--help"]) == 0
+        assert "python -m depthaudit.report." in capsys.readouterr().out
+    assert field.main([str(tmp_path / "f.md"), str(tmp_path), "--epochs", "1", "--epochs", "2"]) == 2
+    assert "--epochs is given 2 times" in capsys.readouterr().err
+    r = da.identity(da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1), seeds=1, progress=False)
+    assert r.record["per_seed"]
