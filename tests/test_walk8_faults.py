@@ -148,3 +148,16 @@ def test_walk8_unclear_outcomes_made_clear(tmp_path, capsys):
     assert "--epochs is given 2 times" in capsys.readouterr().err
     r = da.identity(da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1), seeds=1, progress=False)
     assert r.record["per_seed"]
+
+
+def test_a_users_file_under_a_sweeps_table_name_is_refused_before_anything(tmp_path, capsys):
+    """43 (unclear): a user's own ladder_d8_L1_mnist1d.md was replaced by the ladder's table without a word."""
+    out = tmp_path / "l"
+    out.mkdir()
+    (out / "ladder_d8_L1_mnist1d.md").write_text("my notes\n")
+    argv = ["ladder", *TINY, "--methods", "bp", "--k-values", "1", "--seeds", "1", "--output_dir", str(out)]
+    assert main(argv) == 2
+    assert "ladder_d8_L1_mnist1d.md exists and is not depthaudit's" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["ladder_d8_L1_mnist1d.md"]  # nothing made, no lock either
+    (out / "ladder_d8_L1_mnist1d.md").unlink()
+    assert main(argv) == 0 and main(argv) == 0  # its own table: rewritten freely

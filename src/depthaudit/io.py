@@ -241,6 +241,32 @@ def foreign_report_file(out: Path, names=REPORT_FILES) -> Path | None:
     return None
 
 
+def foreign_table_file(json_path: Path) -> Path | None:
+    """The ``.md``/``.png`` beside a results JSON (a ladder's, saturation's, …) that is not depthaudit's, or None.
+
+    Ours: anything beside our own JSON (a table depthaudit wrote there before), a marked PNG, or Markdown whose
+    title is one of ours (``# Depth…``, ``# Growth…``, ``# depthaudit…``).
+    """
+    json_path = Path(json_path)
+    if _our_json(json_path):
+        return None
+    for suffix in (".md", ".png"):
+        p = json_path.with_suffix(suffix)
+        if not (p.exists() or p.is_symlink()):
+            continue
+        if not p.is_file():
+            return p
+        try:
+            with open(p, "rb") as fh:
+                head = fh.read(16)
+        except OSError:
+            return p
+        ok = our_png(p) if suffix == ".png" else head.startswith((b"# Depth", b"# Growth", b"# depthaudit"))
+        if not ok:
+            return p
+    return None
+
+
 def why_not_a_file(path) -> str:
     """Why ``path`` cannot be read as a file: ``no such file``, ``is a folder`` or ``is not a regular file …``."""
     p = Path(path)

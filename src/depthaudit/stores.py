@@ -572,6 +572,12 @@ class FileStore:
         writes the identity marker in ``.runs`` and the JSON (assembled from the records already there). In a
         store older than seals, every intact record in its place is re-sealed (with its place) now, once.
         """
+        from .io import foreign_table_file
+
+        foreign = foreign_table_file(self.path)
+        if foreign is not None:  # a user's own file under the table's name: never written over (refused before
+            raise UsageError(f"{foreign} exists and is not depthaudit's (this command writes its table there); "
+                             "move it away or choose another output folder")  # anything is made, the lock too)
         with file_lock(self.path.with_suffix(".lock")):
             doc, marker = self._read_owner()
             self._check(doc, marker)
