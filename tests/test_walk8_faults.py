@@ -161,3 +161,13 @@ def test_a_users_file_under_a_sweeps_table_name_is_refused_before_anything(tmp_p
     assert sorted(p.name for p in out.iterdir()) == ["ladder_d8_L1_mnist1d.md"]  # nothing made, no lock either
     (out / "ladder_d8_L1_mnist1d.md").unlink()
     assert main(argv) == 0 and main(argv) == 0  # its own table: rewritten freely
+
+
+def test_a_warm_start_from_another_dataset_names_the_dataset(tmp_path, capsys):
+    """75 (unclear): the advice named --arch/--d-hidden/--num-blocks when the dataset was what differed."""
+    assert main(["train", *TINY, "--out", str(tmp_path / "t")]) == 0
+    capsys.readouterr()
+    assert main(["train", "--dataset", "teacher-a0", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1",
+                 "--warm-start", str(tmp_path / "t" / "checkpoint.pt"), "--out", str(tmp_path / "u")]) == 2
+    assert "it was trained with --dataset mnist1d: give the same" in capsys.readouterr().err
+    assert not (tmp_path / "u").exists()

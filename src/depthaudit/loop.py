@@ -172,9 +172,14 @@ def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMeth
         except RuntimeError as exc:
             lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
             what = lines[1] if len(lines) > 1 else lines[0] if lines else "mismatch"
+            was = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
+            differ = [f"--{k.replace('_', '-')} {was[k]}" for k in ("dataset", "arch", "variant", "d_hidden",
+                                                                     "num_blocks", "mlp_ratio")
+                      if k in was and was[k] != getattr(cfg, k)]
+            fix = (f"it was trained with {', '.join(differ)}: give the same" if differ else
+                   "train with the checkpoint's --dataset/--arch/--d-hidden/--num-blocks")
             raise UsageError(f"--warm-start {cfg.warm_start}: does not fit this model ({len(lines) - 1} "
-                             f"mismatches, first: {what}); train with the checkpoint's --arch/--d-hidden/"
-                             "--num-blocks") from None
+                             f"mismatches, first: {what}); {fix}") from None
     check_readout(model, data, cfg.arch)
     trainable = set(cfg.trainable())
     for i, blk in enumerate(model.blocks, start=1):
