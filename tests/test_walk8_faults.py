@@ -171,3 +171,16 @@ def test_a_warm_start_from_another_dataset_names_the_dataset(tmp_path, capsys):
                  "--warm-start", str(tmp_path / "t" / "checkpoint.pt"), "--out", str(tmp_path / "u")]) == 2
     assert "it was trained with --dataset mnist1d: give the same" in capsys.readouterr().err
     assert not (tmp_path / "u").exists()
+
+
+def test_executor_slurm_without_slurm_is_refused_before_the_folder_is_claimed(tmp_path, capsys, monkeypatch):
+    """Walk 7 case 199 (unclear): with no sbatch, submitit quietly ran the 'array' here; now one line, nothing made."""
+    import shutil as sh
+
+    monkeypatch.setattr(sh, "which", lambda name, *a, **k: None)  # (a machine without SLURM, whatever this one has)
+    assert main(["audit", *TINY, "--methods", "bp", "--executor", "slurm", "--out", str(tmp_path / "s")]) == 2
+    assert "no SLURM here (sbatch is not on PATH)" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+    with pytest.raises(da.ConfigError, match="no SLURM here"):
+        da.SweepOptions(executor="slurm")
+    da.SweepOptions(executor="slurm", slurm_cluster="local")  # submitit's local stand-in, asked for: allowed

@@ -14,6 +14,7 @@ keeps running and the message names its ``scancel``. Ray (``pip install "depthau
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -86,6 +87,10 @@ class SweepOptions:
         if (self.jobs or 1) > 1 and self.executor != "local":
             raise refuse(self, f"{{jobs}} is for the local executor; with {{executor={self.executor}}} every cell is "
                          "its own task")
+        if self.executor == "slurm" and self.slurm_cluster is None and not self.list_cells \
+                and shutil.which("sbatch") is None:  # (submitit would quietly run the tasks here instead)
+            raise refuse(self, "{executor=slurm}: no SLURM here (sbatch is not on PATH); run the command where "
+                         "SLURM is (a login node), or use the local executor")
 
 
 def execute(spec: RunSpec, data=None, log=None, argv=None) -> dict:
