@@ -404,8 +404,10 @@ def _close_pool(pool: ProcessPoolExecutor, log, grace: float = 10.0) -> None:
                 p.join(0.1)
         stuck = [p for p in procs if p.is_alive()]
         if stuck and not got:
-            log(f"depthaudit: note: {len(stuck)} worker process(es) did not exit after their runs were stored (a "
-                "plug-in's thread still running?); stopped")
+            why = ("a plug-in's thread still running?" if os.environ.get("DEPTHAUDIT_PLUGINS") else
+                   "slow to shut down on a busy machine; nothing was lost")
+            log(f"depthaudit: note: {len(stuck)} worker process(es) did not exit within {grace:g} s after their runs "
+                f"were stored ({why}); stopped")
         _end(stuck, 3.0)
 
 
