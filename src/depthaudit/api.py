@@ -38,12 +38,21 @@ from .data import load_data
 from .diagnostics.identity import identity_over_seeds
 from .errors import ConfigError, UsageError
 from .experiments.audit import AuditConfig, audit_specs, identity_summary, run_audit
-from .experiments.families import FAMILIES
+from .experiments.families import FAMILIES, budget_text
 from .experiments.grow import run_arm
 from .experiments.intervene import InterveneConfig, run_intervention
 from .experiments.ladder import LadderConfig, ladder_specs, open_store
 from .experiments.toward_bp import bp_warm_start, credit_mix_sweep, warm_start_specs, warm_start_store
-from .io import LISTING_ONLY, check_output_dir, foreign_report_file, staged, write_bytes_atomic, write_json, write_text
+from .io import (
+    LISTING_ONLY,
+    check_output_dir,
+    foreign_report_file,
+    foreign_table_file,
+    staged,
+    write_bytes_atomic,
+    write_json,
+    write_text,
+)
 from .loop import Stepper, build, check_fits, read_checkpoint
 from .loop import train as train_run
 from .progress import bars, say
@@ -339,6 +348,7 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     opts = _sweep(sweep, out, config.base.device)
     _buildable(_arms(config, data), data)
+    _not_foreign(out / "intervention.json", [out / "intervention.md", out / "intervention.png"])
     claim = None
     if not opts.list_cells and opts.cell is None and not opts.stored_only:  # the report belongs to one
         # configuration: claimed before training (a λ grid of the same configuration may replace the report: its
@@ -359,6 +369,14 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
     return Result(out / "intervention.json", res, table, md, [out / "intervention.png"])
 
 
+def _not_foreign(json_path: Path, files: list[Path]) -> None:
+    """Refuse, before anything trains, a user's own file among those a command writes beside ``json_path``."""
+    foreign = foreign_table_file(json_path, files)
+    if foreign is not None:
+        raise UsageError(f"{foreign} exists and is not depthaudit's (this command writes its results there); move "
+                         "it away or choose another --out")
+
+
 @_api_call
 def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, progress: bool = True,
            replace_report: bool = False, argv: list[str] | None = None) -> Result:
@@ -377,6 +395,7 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
     plan = (fitted_probe_batches(data, config.probe_batches, config.probe_batch_size), config.probe_batch_size)
     ident = config.identity(plan, data.sha256)
     _buildable([base], data)
+    _not_foreign(out / f"probes_{tag}.json", [out / f"probes_{tag}.md", out / f"credit_mix_{tag}.png"])
     claim = None
     if not opts.list_cells and opts.cell is None and not opts.stored_only:  # this method's report in OUT belongs
         # to one configuration: claimed under the folder's lock before anything trains (another method's probes
@@ -405,13 +424,16 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
                 "(--pre-epochs: not cells, they need BP's checkpoint) and writes"))
         return Result.stopped_sweep(out, cb)
     parts = [f"# Probes (ours): {config.label}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
-             f"{base.epochs} epochs, seeds {list(config.seeds)}", "", "## Credit mix (ours)", "", credit_mix_md(cb), "",
+             f"{budget_text(base.to_dict())}, seeds {list(config.seeds)}", "", "## Credit mix (ours)", "",
+             credit_mix_md(cb), "",
              f"![credit mix](credit_mix_{tag}.png)", ""]
     res = {"credit_mix": cb}
     if config.pre_epochs > 0:
         res["warm_start"] = bp_warm_start(base, base.method, config.pre_epochs, config.seeds, out, data, plan,
                                           log=log, argv=argv, stored_only=opts.stored_only)
-        parts += [f"## BP warm start (ours; BP for {config.pre_epochs} epochs, then {base.epochs} more)", "",
+        more = (f"{base.epochs} more" if base.stop_after is None else
+                f"the first {base.stop_after} of {base.epochs} more (--stop-after)")
+        parts += [f"## BP warm start (ours; BP for {config.pre_epochs} epochs, then {more})", "",
                   warm_start_md(res["warm_start"]), ""]
     if claim is None and opts.stored_only:
         claim = claim_folder(out, "probes", ident, replace_report, name=f"probes_{tag}.identity.json")

@@ -125,7 +125,9 @@ def _entry(argv: list[str] | None) -> int:
     # an unwritable HOME (HOME=/proc) makes matplotlib warn twice on import before using a temporary folder, which
     # works: the command's own line about what it could not write is the one that matters
     logging.getLogger("matplotlib").setLevel(logging.ERROR)
-    plain_terminal()
+    if "matplotlib" not in sys.modules:  # the commands draw into files only: the file backend, whatever MPLBACKEND
+        os.environ["MPLBACKEND"] = "Agg"  # says (a value matplotlib does not know would stop its import); workers
+    plain_terminal()  # inherit it
     real_err = sys.stderr
     if sys.stderr is sys.__stderr__:  # a process's own stderr (not a test's capture): progress and notes that
         sys.stderr = _Tolerant(sys.stderr)  # cannot be written (`2>/dev/full`) are lost quietly, as with `2>&-`

@@ -241,17 +241,21 @@ def foreign_report_file(out: Path, names=REPORT_FILES) -> Path | None:
     return None
 
 
-def foreign_table_file(json_path: Path) -> Path | None:
-    """The ``.md``/``.png`` beside a results JSON (a ladder's, saturation's, …) that is not depthaudit's, or None.
+OUR_TITLES = (b"# Depth", b"# Growth", b"# depthaudit", b"# Probes", b"# Scale-penalty")  # our Markdown's first bytes
+
+
+def foreign_table_file(json_path: Path, others=None) -> Path | None:
+    """The ``.md``/``.png`` beside a results JSON (or ``others``) that is not depthaudit's, or None.
 
     Ours: anything beside our own JSON (a table depthaudit wrote there before), a marked PNG, or Markdown whose
-    title is one of ours (``# Depth…``, ``# Growth…``, ``# depthaudit…``).
+    title is one of ours (:data:`OUR_TITLES`). ``others``: the paths to check instead of the JSON's
+    ``.md``/``.png`` twins (an intervention's, a probes' figure of another name).
     """
     json_path = Path(json_path)
     if _our_json(json_path):
         return None
-    for suffix in (".md", ".png"):
-        p = json_path.with_suffix(suffix)
+    for p in others if others is not None else (json_path.with_suffix(".md"), json_path.with_suffix(".png")):
+        p = Path(p)
         if not (p.exists() or p.is_symlink()):
             continue
         if not p.is_file():
@@ -261,7 +265,7 @@ def foreign_table_file(json_path: Path) -> Path | None:
                 head = fh.read(16)
         except OSError:
             return p
-        ok = our_png(p) if suffix == ".png" else head.startswith((b"# Depth", b"# Growth", b"# depthaudit"))
+        ok = our_png(p) if p.suffix == ".png" else head.startswith(OUR_TITLES)
         if not ok:
             return p
     return None

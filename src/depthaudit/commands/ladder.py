@@ -123,6 +123,44 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def verified_report(d: Path) -> dict:
+    """``d/report.json`` (unsealed) once it is checked against its run records and its seal, else one line.
+
+    What ``report``, the field table and the claim figure read: a report edited by hand, or one its run records
+    do not give, is never rendered (the records are the truth; the audit rerun rewrites it from them).
+    """
+    sealed = read_json_doc(d / "report.json")
+    report = unsealed(sealed)
+    check_report_doc(d / "report.json", report)
+    slugs = [slug for m in report.get("methods") or [] for kind in ("trained", "frozen")
+             for slug in ((m.get("runs") or {}).get(kind) or [])]
+    slugs += [slug for m in report.get("methods") or [] for slug in (m.get("shallow") or {}).get("runs") or []]
+    # a missing or damaged run record behind the report: named, not rendered (a monitor's report of the
+    # user's own training loop keeps no run records: nothing to check)
+    check_folder_records(d / "runs", [s for s in slugs if s not in USER_LOOP_RUNS], d / "report.json")
+    derived_from_records(d / "report.json", [report], d / "runs")
+    edited = seal_problem(sealed)  # the rest, provenance included (the records above stand behind the numbers)
+    if edited is None and SEAL not in sealed and FolderStore(d / "runs", log=lambda m: None).sealed():
+        edited = (f"has no {SEAL} seal though the run records beside it are sealed (the seal was removed, so an "
+                  "edit would not show)")
+    if edited:
+        raise UsageError(f"{d / 'report.json'} {edited}; rerun the audit command with --out {d} (finished runs "
+                         "are reused) to write it again from the records")
+    return report
+
+
+def verified_intervention(d: Path) -> dict:
+    """``d/intervention.json`` once its numbers are checked against its run records, else one line."""
+    res = read_json_doc(d / "intervention.json")
+    with _rendering(d / "intervention.json"):
+        audits = list((res.get("audits") or {}).values())
+        slugs = [slug for a in audits for m in a["methods"] for kind in ("trained", "frozen")
+                 for slug in m["runs"][kind]]
+    check_folder_records(d / "runs", slugs, d / "intervention.json")
+    derived_from_records(d / "intervention.json", audits, d / "runs", res)
+    return res
+
+
 def _what_it_holds(d: Path) -> str:
     """The fix for a folder with nothing to render, from what it does hold (its claim, a train's or probes' files)."""
     cards = sorted(p.name for p in d.glob("probes_*.md"))
@@ -252,24 +290,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         print(f"{path.name}\n{table}\n")
         found += 1
     if (d / "report.json").exists():
-        sealed = read_json_doc(d / "report.json")
-        report = unsealed(sealed)
-        check_report_doc(d / "report.json", report)
-        slugs = [slug for m in report.get("methods") or [] for kind in ("trained", "frozen")
-                 for slug in ((m.get("runs") or {}).get(kind) or [])]
-        slugs += [slug for m in report.get("methods") or [] for slug in (m.get("shallow") or {}).get("runs") or []]
-
-        # a missing or damaged run record behind the report: named, not rendered (a monitor's report of the
-        # user's own training loop keeps no run records: nothing to check)
-        check_folder_records(d / "runs", [s for s in slugs if s not in USER_LOOP_RUNS], d / "report.json")
-        derived_from_records(d / "report.json", [report], d / "runs")
-        edited = seal_problem(sealed)  # the rest, provenance included (the records above stand behind the numbers)
-        if edited is None and SEAL not in sealed and FolderStore(d / "runs", log=lambda m: None).sealed():
-            edited = (f"has no {SEAL} seal though the run records beside it are sealed (the seal was removed, so an "
-                      "edit would not show)")
-        if edited:
-            raise UsageError(f"{d / 'report.json'} {edited}; rerun the audit command with --out {d} (finished runs "
-                             "are reused) to write it again from the records")
+        report = verified_report(d)
         foreign = foreign_report_file(d)
         if foreign is not None:  # a user's own report.md or picture among the report's files: never written over
             raise UsageError(f"{foreign} exists and is not depthaudit's (report rewrites the audit's files there); "
@@ -305,13 +326,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
     if (d / "intervention.json").exists():
         from ..report.intervene import intervention_doc, intervention_figure, intervention_md
 
-        res = read_json_doc(d / "intervention.json")
-        with _rendering(d / "intervention.json"):
-            audits = list((res.get("audits") or {}).values())
-            slugs = [slug for a in audits for m in a["methods"] for kind in ("trained", "frozen")
-                     for slug in m["runs"][kind]]
-        check_folder_records(d / "runs", slugs, d / "intervention.json")
-        derived_from_records(d / "intervention.json", audits, d / "runs", res)
+        res = verified_intervention(d)
         with _rendering(d / "intervention.json"), _staged(d) as tmp:
             intervention_figure(res, tmp / "intervention.png")
             table = intervention_md(res)

@@ -11,14 +11,18 @@ and it prints the points it drew (one line each) beside writing the figure (atom
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
-import matplotlib
+if __name__ == "__main__" and "matplotlib" not in sys.modules:  # the script draws into a file only: the file
+    os.environ["MPLBACKEND"] = "Agg"  # backend, whatever MPLBACKEND says (an unknown value would stop the import)
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..errors import UsageError  # noqa: E402
 from ..io import our_png, save_figure  # noqa: E402
 from .published_audit import SECTION5, SECTION5_COS, TABLE1, TABLE1_GAMMA  # noqa: E402
 
@@ -36,15 +40,17 @@ def points(folder: Path) -> list[dict]:
     """One point per row (and λ) of the audit and intervention files in ``folder``: label, λ, epochs, acc, Γ."""
     out = []
     rep, itv = folder / "report.json", folder / "intervention.json"
+    from ..commands.ladder import verified_intervention, verified_report
+
     if rep.is_file():
-        doc = json.loads(rep.read_text(encoding="utf-8"))
+        doc = verified_report(folder)  # checked against its run records and seal (an edit is never plotted)
         base = doc["config"]["base"]
         for m in doc["methods"]:
             out.append({"label": m["method"], "lambda": base.get("scale_penalty", 0.0), "epochs": base["epochs"],
                         "acc": m["standard_pair"]["test_acc"]["mean"],
                         "gamma": m["standard_pair"]["aggregate_cosine_mean_per_layer"]["mean"], "source": str(folder)})
     if itv.is_file():
-        doc = json.loads(itv.read_text(encoding="utf-8"))
+        doc = verified_intervention(folder)
         epochs = next(iter(doc["audits"].values()))["config"]["base"]["epochs"]
         for r in doc["rows"]:
             for d in r["by_lambda"]:
@@ -136,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         found = {d: points(Path(d)) for d in argv[1:]}
         ours = list({(p["label"], p["lambda"], p["epochs"], p["acc"], p["gamma"]): p
                      for d in argv[1:] for p in found[d]}.values())
-    except (ValueError, OSError, KeyError) as exc:
+    except (ValueError, OSError, KeyError, UsageError) as exc:
         print(f"depthaudit: error: {exc}", file=sys.stderr)
         return 2
     for d in (d for d, pts in found.items() if not pts):

@@ -16,9 +16,11 @@ and the peer benchmark's (biotorch, ResNet-20: another model, for context) under
 
 # imports inside functions: matplotlib only when the figure is drawn (import cost)
 import json
+import os
 import sys
 from pathlib import Path
 
+from ..errors import UsageError
 from ..io import our_png, save_figure, write_text
 from ..methods import METHODS
 from .published_audit import TABLE1
@@ -38,7 +40,9 @@ def rows(folder: Path, epochs: int, dataset: str) -> dict[tuple[str, str], dict]
     rep = Path(folder) / "report.json"
     if not rep.is_file():
         raise ValueError(f"{folder}: no report.json; pass audit folders (depthaudit audit --out DIR)")
-    doc = json.loads(rep.read_text(encoding="utf-8"))
+    from ..commands.ladder import verified_report
+
+    doc = verified_report(Path(folder))  # checked against its run records and seal (an edit is never tabled)
     base = doc["config"]["base"]
     if (base.get("epochs"), base.get("dataset"), base.get("d_hidden"), base.get("num_blocks")) != (
             epochs, dataset, 256, 4) or base.get("stop_after"):  # the reference ResMLP (d = 256, L = 4) at
@@ -159,6 +163,8 @@ def field_figure(found: dict[tuple[str, str], dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``OUT.md DIR [DIR …] [--epochs N] [--dataset NAME]``: write and print the field table (+ OUT.png)."""
+    if argv is None and "matplotlib" not in sys.modules:  # the script draws into a file only: the file backend,
+        os.environ["MPLBACKEND"] = "Agg"  # whatever MPLBACKEND says (an unknown value would stop the import)
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         print(__doc__.strip())
@@ -201,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         for d in argv[1:]:
             for key, row in rows(Path(d), int(opts["--epochs"]), opts["--dataset"]).items():
                 found.setdefault(key, row)  # the first folder named holds a cell: later ones do not replace it
-    except (ValueError, OSError, KeyError) as exc:
+    except (ValueError, OSError, KeyError, UsageError) as exc:
         print(f"depthaudit: error: {exc}", file=sys.stderr)
         return 2
     md = field_md(found, int(opts["--epochs"]), opts["--dataset"])

@@ -7,6 +7,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..experiments.families import budget_text  # noqa: E402
 from ..io import save_figure  # noqa: E402
 from ..verdicts import check_cells  # noqa: E402
 from .card import fmt_ms  # noqa: E402
@@ -96,7 +97,7 @@ def intervention_doc(res: dict, table: str) -> str:
     beside = (f"## Beside the published §5\n\nThe study's 30-epoch cells (3 seeds, mean ± std, ddof 1); a cell is "
               f"reproduced within max(2 std, 2 pp).\n\n{s5}\n\n") if s5 else ""
     return (f"# Scale-penalty intervention ({res['penalty_form']} form, λ ∈ {grid}; {base['dataset']} {base['arch']} "
-            f"d={base['d_hidden']} L={base['num_blocks']}, {base['epochs']} epochs)\n\n{table}\n\n{beside}"
+            f"d={base['d_hidden']} L={base['num_blocks']}, {budget_text(base)})\n\n{table}\n\n{beside}"
             f"## Reading, per method\n\n{reading_md(res)}\n\n![checks vs λ](intervention.png)\n")
 
 
