@@ -279,12 +279,17 @@ class TrainConfig:
         """Whether a config stored by any version (missing fields = what it ran with) equals this one.
 
         Where the data was read from (``data_dir``, ``download``) does not count: the same data moved or
-        given by a relative path is the same run; stores that reuse runs check the data's hash instead.
+        given by a relative path is the same run; stores that reuse runs check the data's hash instead. Nor does
+        where the warm start was read from, when both name the same checkpoint by its sha256.
         """
         with nothing_trains():  # a run stored from a GPU is compared, never run, here
             try:
                 other = replace(TrainConfig.from_dict(stored), data_dir=self.data_dir, download=self.download)
-            except (TypeError, UsageError):
+                if other.warm_start_sha256 is not None and other.warm_start_sha256 == self.warm_start_sha256:
+                    other = replace(other, warm_start=self.warm_start)  # the same weights read from another path
+                elif self.warm_start_sha256 is None and other.warm_start == self.warm_start:  # built without
+                    other = replace(other, warm_start_sha256=None)  # reading the file (a listing, a report): by path
+            except (TypeError, UsageError):  # (a folder moved, an absolute path given for a relative one)
                 return False
         return other == self
 

@@ -129,6 +129,9 @@ def bp_warm_start(base: TrainConfig, method: str, pre_epochs: int, seeds, out: P
                     log(f"depthaudit: note: {spec.checkpoint} {bad}; {spec.key} trains again to rewrite it")
                 store.path(spec).unlink(missing_ok=True)
         run_sweep(pre, store, data=data, log=log, argv=argv)
+        # the checkpoints exist now: each arm names its weights by their sha256 too (the same weights reused from a
+        # folder moved or named by another path; other weights under the same path: another run)
+        pre, arm_specs = warm_start_specs(base, method, pre_epochs, seeds, out, probe_plan, eps)
         recs = run_sweep(arm_specs, store, data=data, log=log, argv=argv).records
     rows = []
     for arm in (f"{method}_from_bp", f"{method}_scratch", "bp_continued"):
