@@ -220,8 +220,8 @@ def foreign_report_file(out: Path, names=REPORT_FILES) -> Path | None:
         p = out / name
         if not (p.exists() or p.is_symlink()):
             continue
-        if not p.is_file():
-            return p
+        if not p.is_file():  # a folder, FIFO or broken link there: the write itself names it (never replaced)
+            continue
         if name.endswith(".json"):
             ok = _our_json(p)
         elif name.endswith(".md"):
@@ -258,8 +258,8 @@ def foreign_table_file(json_path: Path, others=None) -> Path | None:
         p = Path(p)
         if not (p.exists() or p.is_symlink()):
             continue
-        if not p.is_file():
-            return p
+        if not p.is_file():  # a folder, FIFO or broken link there: the write itself names it (never replaced)
+            continue
         try:
             with open(p, "rb") as fh:
                 head = fh.read(16)
