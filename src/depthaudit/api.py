@@ -421,7 +421,10 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
             cb = replace(cb, stopped=cb.stopped.replace(
                 "When every cell has finished, `depthaudit report OUT` (or the same command without --cell) writes",
                 "When every cell has finished, the same command without --cell trains the BP warm start's runs "
-                "(--pre-epochs: not cells, they need BP's checkpoint) and writes"))
+                "(--pre-epochs: not cells, they need BP's checkpoint) and writes").replace(
+                "When every cell has finished, the same call without cell= writes",
+                "When every cell has finished, the same call without cell= trains the BP warm start's runs "
+                "(pre_epochs: not cells, they need BP's checkpoint) and writes"))
         return Result.stopped_sweep(out, cb)
     parts = [f"# Probes (ours): {config.label}, {base.dataset} {base.arch} d={base.d_hidden} L={base.num_blocks}, "
              f"{budget_text(base.to_dict())}, seeds {list(config.seeds)}", "", "## Credit mix (ours)", "",

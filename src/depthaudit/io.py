@@ -308,6 +308,10 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
     if p.name == "runs" and p.is_dir() and (p.parent / "identity.json").is_file():
         raise UsageError(f"{flag} {p}: it is the run store of the results in {p.parent} (their runs/ folder); "
                          f"choose another {flag}")
+    for anc in (p, *p.parents):  # inside another results file's record folder (<name>.runs): never a store of its own
+        if anc.name.endswith(".runs") and (anc / "identity.json").is_file():
+            raise UsageError(f"{flag} {p}: it lies in {anc}, the run records of {anc.with_suffix('.json')}; "
+                             f"choose another {flag}")
     for q in (p, *(p / s for s in subdirs)):
         if q.exists() and not q.is_dir():
             raise UsageError(f"{flag} {p}: {q} exists and is not a folder; move it or choose another {flag}")

@@ -869,6 +869,9 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
     claim = {"schema": "depthaudit.identity.v1", "kind": kind, "identity": _jsonable(identity)}
     if name != IDENTITY_FILE:
         claim["file"] = name
+    if _foreign_claim(folder / name):  # a user's own file of that name: never taken for a claim, never replaced
+        raise UsageError(f"{folder / name} exists and is not depthaudit's (the folder's claim is written there); "
+                         f"move it away or use another {flag}")
     with file_lock(folder / ".lock"):
         old = _read_claim(folder, name)
         if old is not None and old.get("kind", kind) != kind:  # another command's folder: never taken over, not
@@ -915,6 +918,23 @@ def _without_neutral(identity: dict) -> dict:
     if isinstance(out.get("base"), dict):
         out["base"] = strip(out["base"])
     return out
+
+
+def _foreign_claim(path: Path) -> bool:
+    """Whether ``path`` (where a claim goes) is a file depthaudit did not write.
+
+    That is JSON without our schema, or an unreadable file in a folder that holds nothing of ours (a damaged
+    claim beside our runs is rewritten by the claimant).
+    """
+    if not path.is_file():
+        return False
+    try:
+        doc = read_strict(path)
+    except (OSError, ValueError, UnicodeDecodeError):
+        folder = path.parent
+        return not ((folder / "runs").exists() or (folder / "report.json").exists() or any(folder.glob("*.runs"))
+                    or (folder / "result.json").exists())
+    return not (isinstance(doc, dict) and str(doc.get("schema", "")).startswith("depthaudit"))
 
 
 def _read_claim(folder: Path, name: str = IDENTITY_FILE) -> dict | None:

@@ -187,7 +187,8 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
             f"it out of {path.parent} (report refuses the folder while it is there)")
     if opts.cell is not None:
         rec = results[specs[0].key]
+        then = ("`depthaudit report OUT` (or the same command without --cell) writes" if opts.remember is not None
+                else "the same call without cell= writes")  # (from Python no command is kept for `report`)
         return SweepStatus(results, f"cell {specs[0].key}: {_summary(rec)}; stored in {store}. When every cell has "
-                           "finished, `depthaudit report OUT` (or the same command without --cell) writes the tables "
-                           "and figures")
+                           f"finished, {then} the tables and figures")
     return SweepStatus(results)

@@ -184,13 +184,17 @@ def _assemble_cells(d: Path) -> int:
     sweep = read_json_doc(d / "sweep.json")
     cmd = sweep.get("argv") if isinstance(sweep, dict) else None
     sweeps = ("audit", "ladder", "intervene", "probes", "saturation", "grow")  # the commands that take --cell
+    lead = []  # the global options before the command (--plugin MODULE, as given to the cells)
+    while isinstance(cmd, list) and cmd and isinstance(cmd[0], str) and cmd[0].startswith("--plugin"):
+        n = 1 if "=" in cmd[0] else 2
+        lead, cmd = lead + cmd[:n], cmd[n:]
     if not isinstance(cmd, list) or not all(isinstance(t, str) for t in cmd) or not cmd or cmd[0] not in sweeps:
         raise UsageError(f"{d / 'sweep.json'} is damaged (it holds no sweep command); rerun the sweep's command "
                          "without --cell instead")
     flag = "--output_dir" if cmd and cmd[0] == "ladder" else "--out"
     kept = [t for i, t in enumerate(cmd) if t not in ("--out", "--output_dir")
             and not (i and cmd[i - 1] in ("--out", "--output_dir")) and not t.startswith(("--out=", "--output_dir="))]
-    cmd = [*kept, flag, str(d)]  # the folder as it is now, wherever the sweep first wrote it (named once)
+    cmd = [*lead, *kept, flag, str(d)]  # the folder as it is now, wherever the sweep first wrote it (named once)
     print(f"assembling the finished cells: depthaudit {' '.join(cmd)}", file=sys.stderr)
     try:
         return run_command([*cmd, "--stored-only"])

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, UsageError
-from .base import CACHE_CHECK, DATASETS, ArrayData, cache_dir, cached_arrays, sha256_files
+from .base import CACHE_CHECK, DATASETS, ArrayData, cache_dir, cached_arrays, regular_file, sha256_files
 from .imagefolder import load_image_dir, load_image_zip
 
 SOURCES = {
@@ -34,7 +34,7 @@ SOURCES = {
 def md5_file(path: Path) -> str:
     """md5 of a file (the checksum the official archives publish)."""
     h = hashlib.md5()
-    with open(path, "rb") as fh:
+    with open(regular_file(path), "rb") as fh:
         while block := fh.read(1 << 22):
             h.update(block)
     return h.hexdigest()
@@ -75,7 +75,7 @@ def _read_pickles(folder: Path, spec: dict) -> list[np.ndarray]:
         xs, ys = [], []
         for fname in spec[split]:
             try:
-                with open(folder / fname, "rb") as fh:
+                with open(regular_file(folder / fname), "rb") as fh:
                     d = pickle.load(fh, encoding="bytes")
                 x = np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
                 y = np.asarray(d[spec["label_key"]], dtype=np.int64)

@@ -12,7 +12,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import ConfigError, UsageError
-from .base import DATASETS, ArrayData, cached_arrays, sha256_file, sha256_files
+from .base import DATASETS, ArrayData, cached_arrays, regular_file, sha256_file, sha256_files
 
 EXTS = (".png", ".jpg", ".jpeg", ".bmp")
 
@@ -97,7 +97,7 @@ def load_image_dir(root: Path, name: str, size: int | None = None) -> ArrayData:
 
     def build() -> ArrayData:
         rel = [str(p.relative_to(root)) for p in files]
-        arrays, k = _decode(lambda n: (root / n).read_bytes(), _split_members(rel), str(root), size)
+        arrays, k = _decode(lambda n: regular_file(root / n).read_bytes(), _split_members(rel), str(root), size)
         return ArrayData(*arrays, num_classes=k, source=str(root.resolve()), sha256=digest)
 
     return cached_arrays(f"{name}-imgdir-{digest[:16]}", build)

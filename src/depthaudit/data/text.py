@@ -19,6 +19,7 @@ import torch
 
 from ..errors import UsageError
 from ..io import why_not_a_file
+from .base import regular_file
 
 MAX_VOCAB = 2**20  # token ids above this would make an absurd embedding (the largest LM vocabularies are ~256k)
 
@@ -55,7 +56,7 @@ def load_text(path: str | None, context: int, device, tokens: np.ndarray | None 
     ``vocab``: the model's vocabulary size, which every id must be below; ``bos``: start every window with this id.
     """
     if tokens is not None:
-        raw = Path(path).read_bytes() if path is not None else _default_text()[0].encode()
+        raw = regular_file(path).read_bytes() if path is not None else _default_text()[0].encode()
         source = str(Path(path).resolve()) if path is not None else _default_text()[1]
     elif path is None:
         text, source = _default_text()
@@ -66,7 +67,7 @@ def load_text(path: str | None, context: int, device, tokens: np.ndarray | None 
         p = Path(path)
         if not p.is_file():
             raise UsageError(f"--text {path}: {why_not_a_file(path)}; give a UTF-8 text file or a .npy token file")
-        raw = p.read_bytes()
+        raw = regular_file(p).read_bytes()
         source = str(p.resolve())
         if p.suffix == ".npy":
             try:
