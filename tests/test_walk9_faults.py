@@ -114,3 +114,130 @@ def test_an_unknown_mplbackend_does_not_stop_a_command(tmp_path):
         p = subprocess.run([sys.executable, "-m", f"depthaudit.report.{mod}", str(tmp_path / out), str(tmp_path / "a"),
                             *extra], env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_fifo_where_the_data_file_goes_is_one_line_not_a_hang(tmp_path, capsys):
+    """Case 85: a FIFO named cifar-10-python.tar.gz (or the one .zip) blocked the command forever."""
+    for name in ("cifar-10-python.tar.gz", "cifar10-jpeg.zip"):
+        d = tmp_path / name.split(".")[0]
+        d.mkdir()
+        os.mkfifo(d / name)
+        assert main(["train", "--dataset", "cifar10", "--data-dir", str(d), "--epochs", "1",
+                     "--out", str(tmp_path / "o")]) == 2
+        assert f"{d / name} is not a regular file (a FIFO, device or socket)" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_report_never_rewrites_a_users_file_under_a_tables_name(tmp_path, capsys):
+    """Case 104: report re-rendered a ladder (or saturation) over a user's own .md / text .png of its name."""
+    lad = tmp_path / "l"
+    assert main(["ladder", *TINY, "--methods", "bp", "--k-values", "1", "--seeds", "1", "--output_dir", str(lad)]) == 0
+    (lad / "ladder_d8_L1_mnist1d.md").write_text("my notes\n")
+    assert main(["report", str(lad)]) == 2
+    assert "ladder_d8_L1_mnist1d.md exists and is not depthaudit's" in capsys.readouterr().err
+    assert (lad / "ladder_d8_L1_mnist1d.md").read_text() == "my notes\n"
+    (lad / "ladder_d8_L1_mnist1d.md").unlink()
+    (lad / "ladder_d8_L1_mnist1d.png").write_text("a text file")
+    assert main(["report", str(lad)]) == 2 and (lad / "ladder_d8_L1_mnist1d.png").read_text() == "a text file"
+
+
+def test_cells_run_from_python_say_how_to_finish_from_python(tmp_path):
+    """Case 112: from Python the message said `depthaudit report OUT`, which cannot work (no command is kept)."""
+    import depthaudit as da
+
+    cfg = da.AuditConfig(base=da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1), methods=("bp",))
+    r = da.audit(cfg, tmp_path / "a", sweep=da.SweepOptions(cell="0"), progress=False)
+    assert "the same call without cell= writes" in r.stopped and "depthaudit report" not in r.stopped
+    da.audit(cfg, tmp_path / "a", sweep=da.SweepOptions(cell="1"), progress=False)
+    assert da.audit(cfg, tmp_path / "a", progress=False).record["methods"][0]["method"] == "bp"
+
+
+def test_cells_run_with_a_plugin_are_assembled_by_report(tmp_path, monkeypatch, capsys):
+    """Cases 114, 115: sweep.json kept `--plugin M` before the command, and report called it damaged."""
+    (tmp_path / "walk9pc.py").write_text(
+        "from depthaudit.methods import METHODS\nfrom depthaudit.methods.bp import BP\n\n\n"
+        "@METHODS.register('walk9a')\nclass A(BP):\n    name = 'walk9a'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from depthaudit.methods import METHODS
+
+    out = tmp_path / "c"
+    try:
+        for cell in ("0", "1"):
+            assert main(["--plugin", "walk9pc", "ladder", *TINY, "--methods", "walk9a", "--seeds", "1",
+                         "--k-values", "0", "1", "--cell", cell, "--output_dir", str(out)]) == 0
+        assert json.loads((out / "sweep.json").read_text())["argv"][:2] == ["--plugin", "walk9pc"]
+        capsys.readouterr()
+        assert main(["report", str(out)]) == 0
+        assert "assembling the finished cells: depthaudit --plugin walk9pc ladder" in capsys.readouterr().err
+    finally:
+        METHODS._items.pop("walk9a", None)
+
+
+DIAG = '''from depthaudit.diagnostics import Diagnostic, register
+from depthaudit.diagnostics.base import layer_headers, per_layer_rows
+from depthaudit.verdicts import mean_std
+
+
+@register
+class CreditNorm(Diagnostic):
+    name = "walk9_credit_norm"
+    order = 35
+
+    def compute(self, snap):
+        return {"per_layer": [c.flatten(1).norm(dim=1).mean().item() for c in snap.credits]}
+
+    @classmethod
+    def summarise(cls, finals, num_blocks):
+        vals = [cls.read(p)["per_layer"] for p in finals]
+        return {"walk9_credit_norm": [mean_std([v[i] for v in vals]) for i in range(num_blocks + 1)]}
+
+    @classmethod
+    def section(cls, report, table):
+        return ("Per-layer mean credit norm", table(layer_headers(report),
+                                                    per_layer_rows(report, "walk9_credit_norm")))
+'''
+
+
+def test_the_docs_diagnostic_plugin_over_runs_stored_before_it(tmp_path, capsys):
+    """Cases 119, 120: the docs' own diagnostic raised KeyError 'per_layer' over runs stored before it existed."""
+    (tmp_path / "walk9diag.py").write_text(DIAG)
+    a = tmp_path / "a"
+    assert main(["audit", *TINY, "--methods", "bp", "fa", "--probe-batches", "1", "--out", str(a)]) == 0
+    env = {**os.environ, "PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1"}
+    run = [sys.executable, "-m", "depthaudit", "--plugin", "walk9diag"]
+    p = subprocess.run([*run, "audit", *TINY, "--methods", "bp", "fa", "dfa", "--probe-batches", "1", "--out",
+                        str(a)], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((a / "report.json").read_text())
+    have = {m["method"]: "walk9_credit_norm" in m for m in doc["methods"]}
+    assert have == {"bp": False, "fa": False, "dfa": True}  # measured where it ran, absent where it did not
+    assert "Per-layer mean credit norm" in (a / "report.md").read_text()
+    p = subprocess.run([*run, "report", str(a)], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+
+
+def test_a_users_identity_json_is_never_taken_for_a_claim(tmp_path, capsys):
+    """Cases 128, 129: a user's identity.json was 'another sweep', and --replace-report / --force replaced it."""
+    for cmd, take in ((["audit", *TINY, "--methods", "bp"], "--replace-report"), (["train", *TINY], "--force")):
+        out = tmp_path / cmd[0]
+        out.mkdir()
+        (out / "identity.json").write_text('{"name": "me", "version": 3}')
+        for extra in ([], [take]):
+            assert main([*cmd, *extra, "--out", str(out)]) == 2
+            assert "identity.json exists and is not depthaudit's" in capsys.readouterr().err
+            assert sorted(p.name for p in out.iterdir()) == ["identity.json"]
+            assert json.loads((out / "identity.json").read_text()) == {"name": "me", "version": 3}
+
+
+def test_a_store_inside_another_results_files_records_is_refused(tmp_path, capsys):
+    """Cases 26, 27: a ladder (or saturation) into another ladder's .runs folder was accepted, and broke it."""
+    lad = tmp_path / "l"
+    argv = ["ladder", *TINY, "--methods", "bp", "--k-values", "1", "--seeds", "1", "--output_dir"]
+    assert main([*argv, str(lad)]) == 0
+    before = sorted(p.name for p in (lad / "ladder_d8_L1_mnist1d.runs").iterdir())
+    for out in (lad / "ladder_d8_L1_mnist1d.runs", lad / "ladder_d8_L1_mnist1d.runs" / "sub"):
+        assert main([*argv, str(out)]) == 2
+        assert "the run records of" in capsys.readouterr().err
+    assert sorted(p.name for p in (lad / "ladder_d8_L1_mnist1d.runs").iterdir()) == before
+    assert main(["report", str(lad)]) == 0

@@ -60,7 +60,18 @@ from .provenance import provenance
 from .report import audit_markdown, audit_terminal, fmt_ms
 from .runlog import check_loggers
 from .runner import fitted_probe_batches, probe_batch, result_record, save_run
-from .stores import ORDERLESS, FileStore, RunSpec, claim_folder, file_lock, grows, identity_diff, seal, still_owner
+from .stores import (
+    ORDERLESS,
+    FileStore,
+    RunSpec,
+    claim_folder,
+    file_lock,
+    foreign_claim,
+    grows,
+    identity_diff,
+    seal,
+    still_owner,
+)
 from .sweep import SweepOptions, SweepStatus, batch_cap, pick_cell, run_sweep
 
 if TYPE_CHECKING:
@@ -224,6 +235,9 @@ def claim_training(out: Path, config: TrainConfig, force: bool):
     ``force``.
     """
     made = not out.exists()
+    if foreign_claim(out / "identity.json"):  # a user's own file where the claim goes: refused before the lock
+        raise UsageError(f"{out / 'identity.json'} exists and is not depthaudit's (the folder's claim is written "
+                         "there); move it away or choose another --out")
     with file_lock(out / ".train.lock", wait=False) as held:
         if not held:
             raise UsageError(f"{out} is being written by another depthaudit train right now; wait for it to end, "

@@ -247,13 +247,12 @@ OUR_TITLES = (b"# Depth", b"# Growth", b"# depthaudit", b"# Probes", b"# Scale-p
 def foreign_table_file(json_path: Path, others=None) -> Path | None:
     """The ``.md``/``.png`` beside a results JSON (or ``others``) that is not depthaudit's, or None.
 
-    Ours: anything beside our own JSON (a table depthaudit wrote there before), a marked PNG, or Markdown whose
-    title is one of ours (:data:`OUR_TITLES`). ``others``: the paths to check instead of the JSON's
-    ``.md``/``.png`` twins (an intervention's, a probes' figure of another name).
+    Ours: Markdown whose title is one of ours (:data:`OUR_TITLES`), a marked PNG, or a PNG beside our own JSON.
+    ``others``: the paths to check instead of the JSON's ``.md``/``.png`` twins (an intervention's, a probes'
+    figure of another name).
     """
     json_path = Path(json_path)
-    if _our_json(json_path):
-        return None
+    ours_json = _our_json(json_path)
     for p in others if others is not None else (json_path.with_suffix(".md"), json_path.with_suffix(".png")):
         p = Path(p)
         if not (p.exists() or p.is_symlink()):
@@ -265,7 +264,10 @@ def foreign_table_file(json_path: Path, others=None) -> Path | None:
                 head = fh.read(16)
         except OSError:
             return p
-        ok = our_png(p) if p.suffix == ".png" else head.startswith(OUR_TITLES)
+        if p.suffix == ".png":  # (a PNG beside our JSON: a figure written before PNGs were marked)
+            ok = our_png(p) or (ours_json and head[:8] == b"\x89PNG\r\n\x1a\n")
+        else:
+            ok = head.startswith(OUR_TITLES)
         if not ok:
             return p
     return None

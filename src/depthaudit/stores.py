@@ -869,7 +869,7 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
     claim = {"schema": "depthaudit.identity.v1", "kind": kind, "identity": _jsonable(identity)}
     if name != IDENTITY_FILE:
         claim["file"] = name
-    if _foreign_claim(folder / name):  # a user's own file of that name: never taken for a claim, never replaced
+    if foreign_claim(folder / name):  # a user's own file of that name: never taken for a claim, never replaced
         raise UsageError(f"{folder / name} exists and is not depthaudit's (the folder's claim is written there); "
                          f"move it away or use another {flag}")
     with file_lock(folder / ".lock"):
@@ -920,7 +920,7 @@ def _without_neutral(identity: dict) -> dict:
     return out
 
 
-def _foreign_claim(path: Path) -> bool:
+def foreign_claim(path: Path) -> bool:
     """Whether ``path`` (where a claim goes) is a file depthaudit did not write.
 
     That is JSON without our schema, or an unreadable file in a folder that holds nothing of ours (a damaged

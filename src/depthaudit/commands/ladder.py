@@ -16,7 +16,15 @@ from ..evaluator.monitor import USER_LOOP_RUNS
 from ..experiments.audit import report_mismatch
 from ..experiments.intervene import _row
 from ..experiments.ladder import LadderConfig, placed_in_ladder
-from ..io import check_output_dir, check_replaceable, foreign_report_file, not_a_file, write_json, write_text
+from ..io import (
+    check_output_dir,
+    check_replaceable,
+    foreign_report_file,
+    foreign_table_file,
+    not_a_file,
+    write_json,
+    write_text,
+)
 from ..report import audit_markdown, audit_terminal
 from ..report.card import unrendered
 from ..stores import (
@@ -121,6 +129,14 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"{len(skipped)} folder(s) could not be rendered ({names}: each named above with its fix); "
                          f"the other {found} result(s) were")
     return 0
+
+
+def _mine(json_path: Path, others=None) -> None:
+    """Refuse to re-render where a user's own file sits under a name of the result's table or figure."""
+    foreign = foreign_table_file(json_path, others)
+    if foreign is not None:
+        raise UsageError(f"{foreign} exists and is not depthaudit's (report rewrites the results' files there); "
+                         "move it away and rerun")
 
 
 def verified_report(d: Path) -> dict:
@@ -286,6 +302,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
                              f"command's grid (the rerun says so), move it out of {path.with_suffix('.runs')}")
 
     for path in sorted(d.glob("ladder_*.json")):
+        _mine(path)
         check_ladder_doc(path, read_json_doc(path))
         assembled(path, "ladder")
         check_ladder_doc(path, read_json_doc(path))
@@ -315,6 +332,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
     from ..report.saturation import grow_figure, grow_md, grow_title, saturation_figure, saturation_md, saturation_title
 
     for path in sorted(d.glob("saturation_*.json")):
+        _mine(path)
         read_json_doc(path, runs=True)
         assembled(path, "saturation")
         doc = read_json_doc(path, runs=True)
@@ -330,6 +348,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
     if (d / "intervention.json").exists():
         from ..report.intervene import intervention_doc, intervention_figure, intervention_md
 
+        _mine(d / "intervention.json", [d / "intervention.md", d / "intervention.png"])
         res = verified_intervention(d)
         with _rendering(d / "intervention.json"), _staged(d) as tmp:
             intervention_figure(res, tmp / "intervention.png")
@@ -338,6 +357,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         print(f"intervention.json\n{table}\n")
         found += 1
     for path in sorted(d.glob("grow_*.json")):
+        _mine(path)
         read_json_doc(path, runs=True)
         assembled(path, "grow")
         doc = read_json_doc(path, runs=True)

@@ -186,7 +186,7 @@ def registered() -> list[type[Diagnostic]]:
 def per_layer_rows(report: dict, key: str, sub: str | None = None) -> list[list[str]]:
     """One card row per method: the seed mean ± std of a per-layer summary ``m[key]`` (or ``m[key][sub]``)."""
     return [[m["method"], *(fmt_ms(v) for v in (m[key] if sub is None else (m.get(key) or {}).get(sub) or []))]
-            for m in report["methods"]]
+            for m in report["methods"] if key in m]  # (a method whose runs predate the quantity has no row)
 
 
 def layer_headers(report: dict) -> list[str]:

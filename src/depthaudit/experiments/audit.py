@@ -155,8 +155,15 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
         "runs": {"trained": [run_slug_of(r) for r in trained], "frozen": [run_slug_of(r) for r in frozen]},
     }
     for d in registered():  # each quantity's own summary and history (diagnostics/*.py)
-        _merge(out, d.summarise(finals, L))
-        out["history"].update(d.trajectory(points, L))
+        if any(d.name not in (f or {}) for f in finals):  # a run stored before this quantity existed (a plug-in's
+            try:  # added later): its method has no summary of it, unless the quantity summarises without it
+                part, traj = d.summarise(finals, L), d.trajectory(points, L)
+            except (KeyError, TypeError, IndexError, ValueError):
+                continue
+        else:
+            part, traj = d.summarise(finals, L), d.trajectory(points, L)
+        _merge(out, part)
+        out["history"].update(traj)
     return out
 
 
