@@ -241,3 +241,40 @@ def test_a_store_inside_another_results_files_records_is_refused(tmp_path, capsy
         assert "the run records of" in capsys.readouterr().err
     assert sorted(p.name for p in (lad / "ladder_d8_L1_mnist1d.runs").iterdir()) == before
     assert main(["report", str(lad)]) == 0
+
+
+def test_data_changed_in_place_after_load_data_is_refused_not_recorded_as_the_dataset(tmp_path):
+    """Cases 36, 37: a bundle whose tensors were changed in place was recorded under the dataset's sha256, and a CLI
+    audit of the real dataset then reused those runs (bp 'at chance', FLAG D3)."""
+    import torch
+
+    import depthaudit as da
+
+    d = da.load_data("mnist1d", None, False, torch.device("cpu"))
+    cfg = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+    da.audit(da.AuditConfig(base=cfg, methods=("bp",)), tmp_path / "ok", progress=False, data=d)  # as loaded: fine
+    for change in (lambda: d.x_train.mul_(0), lambda: d.y_train.copy_(d.y_train.flip(0))):
+        change()
+        for call in (lambda: da.audit(da.AuditConfig(base=cfg, methods=("bp",)), tmp_path / "a", progress=False,
+                                      data=d),
+                     lambda: da.ladder(da.LadderConfig(base=cfg, methods=("bp",), k_values=(1,), seeds=(1,)),
+                                       tmp_path / "l", progress=False, data=d)):
+            with pytest.raises(da.ConfigError, match="its tensors changed after da.load_data"):
+                call()
+        d = da.load_data("mnist1d", None, False, torch.device("cpu"))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "l").exists()
+
+
+def test_train_inside_a_sweeps_run_store_is_refused_not_advised_to_force(tmp_path, capsys):
+    """Cases 156-158: train --out into a ladder's .runs/ or an audit's run folder advised --force, which replaced
+    the store's claim or a finished audit run's record."""
+    a = tmp_path / "a"
+    assert main(["audit", *TINY, "--methods", "bp", "--out", str(a)]) == 0
+    run = next((a / "runs").glob("*bp_all*"))
+    before = (run / "result.json").read_bytes()
+    for extra in ([], ["--force"]):
+        assert main(["train", *TINY, "--lr", "0.002", *extra, "--out", str(run)]) == 2
+        err = capsys.readouterr().err
+        assert "the run store of the results in" in err and "--force" not in err
+    assert (run / "result.json").read_bytes() == before
+    assert main(["report", str(a)]) == 0

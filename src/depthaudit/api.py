@@ -161,10 +161,28 @@ def _data(cfg: TrainConfig, data):
     if data is not None and getattr(data, "name", cfg.dataset) != cfg.dataset:  # every record names the data by it
         raise ConfigError(f"{{data}} is {data.name!r}'s data but the config names dataset {cfg.dataset!r}, which every "
                           f"record and file name would carry; give {{dataset={data.name}}} in the config")
+    if data is not None:
+        unchanged_data(data)
     device = torch.device(cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():  # listing or reporting GPU runs: nothing trains
         device = torch.device("cpu")
-    return data if data is not None else load_data(cfg.dataset, cfg.data_dir, cfg.download, device)
+    return data if data is not None else load_data(cfg.dataset, cfg.data_dir, cfg.download, device,
+                                                   fingerprint=False)
+
+
+def unchanged_data(data):
+    """``data`` (a caller's bundle), refused when its tensors changed since ``da.load_data`` gave it.
+
+    Every record names the data by the sha256 of the files it was loaded from; tensors edited in place (labels
+    shuffled, inputs zeroed, a subset) are other data under that name, which a later run of the real dataset
+    would reuse. A bundle built without a fingerprint (a user's own) is taken as its sha256 says.
+    """
+    fp = getattr(data, "fingerprint", None)
+    if fp is not None and data.tensors_digest() != fp:
+        raise ConfigError(f"{{data}}: its tensors changed after da.load_data gave them, so they are no longer the "
+                          f"{data.name} data its sha256 names; load it again, or register your changed data as a "
+                          "dataset of its own name and sha256 (docs: extending)")
+    return data
 
 
 def _arms(config, data) -> list:

@@ -124,7 +124,7 @@ def run_recipe(spec, data: DataBundle | None = None, log=None, argv=None, watch=
     """
     cfg = spec.cfg
     if data is None:
-        data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
+        data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device), fingerprint=False)
     tracker, monitor = _measurement(spec, data)
     run = train(cfg, data, log=log or (lambda m: None), tracker=tracker, monitor=monitor, watch=watch)
     if watch is not None:
@@ -141,7 +141,7 @@ def run_recipe_stacked(specs: list, data: DataBundle | None = None, log=None, ar
     """
     cfg = specs[0].cfg
     if data is None:
-        data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device))
+        data = load_data(cfg.dataset, cfg.data_dir, False, torch.device(cfg.device), fingerprint=False)
     measured = [_measurement(s, data) for s in specs]
     runs = train_stacked([s.cfg for s in specs], data, log=log or (lambda m: None),
                          trackers=[m[0] for m in measured], monitors=[m[1] for m in measured], watches=watches,

@@ -1,5 +1,7 @@
 """Data: registry of loaders (:data:`DATASETS`), decoded-array cache, device placement."""
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -11,8 +13,13 @@ from .base import DATASETS, ArrayData, DataBundle, cache_dir, to_bundle
 __all__ = ["DATASETS", "ArrayData", "DataBundle", "cache_dir", "load_data"]
 
 
-def load_data(name: str, data_dir: str | None, download: bool, device: torch.device) -> DataBundle:
-    """Load a registered dataset and place it on ``device``."""
+def load_data(name: str, data_dir: str | None, download: bool, device: torch.device,
+              fingerprint: bool = True) -> DataBundle:
+    """Load a registered dataset and place it on ``device``.
+
+    ``fingerprint`` (a caller's load): the bundle keeps its tensors' digest, so one changed in place and passed
+    back as ``data=`` is refused rather than recorded under the sha256 of the files it was loaded from.
+    """
     loader = DATASETS.get(name)
     arrays = loader(data_dir=data_dir, download=download)
     if not isinstance(arrays, ArrayData):  # a user's loader that returns something else: named where it is
@@ -21,7 +28,8 @@ def load_data(name: str, data_dir: str | None, download: bool, device: torch.dev
                          "not an ArrayData; return depthaudit.data.ArrayData(x_train, y_train, x_test, y_test, "
                          "num_classes, source, sha256)")
     check_arrays(name, arrays)
-    return to_bundle(name, arrays, device)
+    bundle = to_bundle(name, arrays, device)
+    return replace(bundle, fingerprint=bundle.tensors_digest()) if fingerprint else bundle
 
 
 def check_arrays(name: str, a) -> None:

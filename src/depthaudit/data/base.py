@@ -42,6 +42,18 @@ class DataBundle:
     source: str
     sha256: str
     pad_value: torch.Tensor | None = None  # (C,) a black pixel after normalisation (images only; augmentation)
+    # the tensors' own digest when loaded for a caller (da.load_data): a bundle changed in place afterwards is no
+    # longer the data its sha256 names (checked where it is passed back, ``data=``)
+    fingerprint: str | None = None
+
+    def tensors_digest(self) -> str:
+        """sha256 over the four tensors' dtypes, shapes and bytes, as they are now (a copy to the CPU)."""
+        h = hashlib.sha256()
+        for t in (self.x_train, self.y_train, self.x_test, self.y_test):
+            a = t.detach().cpu().contiguous().numpy()
+            h.update(f"{a.dtype.str}{a.shape}".encode())
+            h.update(memoryview(a).cast("B"))
+        return h.hexdigest()
 
     @property
     def input_shape(self) -> tuple[int, ...]:

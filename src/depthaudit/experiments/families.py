@@ -145,10 +145,11 @@ class DepthFamily:
         """``(data, name, sha256)``: the data of the sweep (``data`` if given), the name in file names, its hash."""
         import torch
 
+        from ..api import unchanged_data
         from ..data import load_data
 
-        data = data if data is not None else load_data(cfg.dataset, cfg.data_dir, cfg.download,
-                                                       torch.device(cfg.device))
+        data = unchanged_data(data) if data is not None else load_data(
+            cfg.dataset, cfg.data_dir, cfg.download, torch.device(cfg.device), fingerprint=False)
         self.check_data(cfg, data, command)
         return data, cfg.dataset, data.sha256
 
@@ -190,7 +191,7 @@ class DepthFamily:
         """The data one run trains on: the sweep's (in process), else loaded from the run's config."""
         from ..data import load_data
 
-        return data if data is not None else load_data(run.dataset, run.data_dir, False, device)
+        return data if data is not None else load_data(run.dataset, run.data_dir, False, device, fingerprint=False)
 
     def train_depth(self, run, data, device, log) -> Trained:
         """Build and train one depth of the saturation sweep (default: plain backprop, the recipe's AdamW/cosine).

@@ -145,6 +145,6 @@ def run_arm(spec, data=None, log=None, argv=None) -> dict:
     cfg: GrowRun = spec.cfg
     device = torch.device(cfg.device)
     if data is None:
-        data = load_data(cfg.dataset, cfg.data_dir, False, device)
+        data = load_data(cfg.dataset, cfg.data_dir, False, device, fingerprint=False)
     t0 = time.perf_counter()
     return FAMILIES.get(cfg.family).grow_arm(cfg, data, log, argv, t0)
