@@ -35,6 +35,7 @@ import torch
 
 from .config import NAME_NEUTRAL, TrainConfig, nothing_trains
 from .data import load_data
+from .data.base import unchanged_data
 from .diagnostics.identity import identity_over_seeds
 from .errors import ConfigError, UsageError
 from .experiments.audit import AuditConfig, audit_specs, identity_summary, run_audit
@@ -168,21 +169,6 @@ def _data(cfg: TrainConfig, data):
         device = torch.device("cpu")
     return data if data is not None else load_data(cfg.dataset, cfg.data_dir, cfg.download, device,
                                                    fingerprint=False)
-
-
-def unchanged_data(data):
-    """``data`` (a caller's bundle), refused when its tensors changed since ``da.load_data`` gave it.
-
-    Every record names the data by the sha256 of the files it was loaded from; tensors edited in place (labels
-    shuffled, inputs zeroed, a subset) are other data under that name, which a later run of the real dataset
-    would reuse. A bundle built without a fingerprint (a user's own) is taken as its sha256 says.
-    """
-    fp = getattr(data, "fingerprint", None)
-    if fp is not None and data.tensors_digest() != fp:
-        raise ConfigError(f"{{data}}: its tensors changed after da.load_data gave them, so they are no longer the "
-                          f"{data.name} data its sha256 names; load it again, or register your changed data as a "
-                          "dataset of its own name and sha256 (docs: extending)")
-    return data
 
 
 def _arms(config, data) -> list:

@@ -185,3 +185,20 @@ def _chw_float(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty((x.shape[0], x.shape[3], x.shape[1], x.shape[2]), dtype=torch.float32, device=x.device)
     out.copy_(x.permute(0, 3, 1, 2))
     return out.div_(255)
+
+
+def unchanged_data(data):
+    """``data`` (a caller's bundle), refused when its tensors changed since ``da.load_data`` gave it.
+
+    Every record names the data by the sha256 of the files it was loaded from; tensors edited in place (labels
+    shuffled, inputs zeroed, a subset) are other data under that name, which a later run of the real dataset
+    would reuse. A bundle built without a fingerprint (a user's own) is taken as its sha256 says.
+    """
+    fp = getattr(data, "fingerprint", None)
+    if fp is not None and data.tensors_digest() != fp:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"{{data}}: its tensors changed after da.load_data gave them, so they are no longer the "
+                          f"{data.name} data its sha256 names; load it again, or register your changed data as a "
+                          "dataset of its own name and sha256 (docs: extending)")
+    return data

@@ -37,6 +37,7 @@ from ..io import check_output_dir, foreign_report_file, write_json, write_text
 from ..models.base import ResidualModel
 from ..provenance import provenance
 from ..report import audit_markdown, audit_terminal
+from ..report.verified import USER_LOOP_RUNS
 from ..stores import seal
 from ..verdicts import Thresholds, decision_table
 from .core import CreditEvaluator, bp_twin, untouched
@@ -68,7 +69,6 @@ def frozen_twin(net: nn.Module, blocks: str | None = None) -> nn.Module:
     return twin
 
 
-USER_LOOP_RUNS = ("your training loop", "your training loop on frozen_twin")  # a monitor's runs: no record kept
 NOT_MEASURED = "NOT MEASURED"  # D3's status on a card made without a frozen twin
 
 

@@ -145,8 +145,8 @@ class DepthFamily:
         """``(data, name, sha256)``: the data of the sweep (``data`` if given), the name in file names, its hash."""
         import torch
 
-        from ..api import unchanged_data
         from ..data import load_data
+        from ..data.base import unchanged_data
 
         data = unchanged_data(data) if data is not None else load_data(
             cfg.dataset, cfg.data_dir, cfg.download, torch.device(cfg.device), fingerprint=False)

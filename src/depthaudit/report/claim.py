@@ -40,7 +40,7 @@ def points(folder: Path) -> list[dict]:
     """One point per row (and λ) of the audit and intervention files in ``folder``: label, λ, epochs, acc, Γ."""
     out = []
     rep, itv = folder / "report.json", folder / "intervention.json"
-    from ..commands.ladder import verified_intervention, verified_report
+    from .verified import verified_intervention, verified_report
 
     if rep.is_file():
         doc = verified_report(folder)  # checked against its run records and seal (an edit is never plotted)

@@ -40,7 +40,7 @@ def rows(folder: Path, epochs: int, dataset: str) -> dict[tuple[str, str], dict]
     rep = Path(folder) / "report.json"
     if not rep.is_file():
         raise ValueError(f"{folder}: no report.json; pass audit folders (depthaudit audit --out DIR)")
-    from ..commands.ladder import verified_report
+    from .verified import verified_report
 
     doc = verified_report(Path(folder))  # checked against its run records and seal (an edit is never tabled)
     base = doc["config"]["base"]
