@@ -250,18 +250,20 @@ def test_data_changed_in_place_after_load_data_is_refused_not_recorded_as_the_da
 
     import depthaudit as da
 
-    d = da.load_data("mnist1d", None, False, torch.device("cpu"))
     cfg = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+    d = da.load_data("mnist1d", None, False, torch.device("cpu"))
     da.audit(da.AuditConfig(base=cfg, methods=("bp",)), tmp_path / "ok", progress=False, data=d)  # as loaded: fine
-    for change in (lambda: d.x_train.mul_(0), lambda: d.y_train.copy_(d.y_train.flip(0))):
-        change()
-        for call in (lambda: da.audit(da.AuditConfig(base=cfg, methods=("bp",)), tmp_path / "a", progress=False,
-                                      data=d),
-                     lambda: da.ladder(da.LadderConfig(base=cfg, methods=("bp",), k_values=(1,), seeds=(1,)),
-                                       tmp_path / "l", progress=False, data=d)):
-            with pytest.raises(da.ConfigError, match="its tensors changed after da.load_data"):
-                call()
+    for change in ("zero inputs", "shuffle labels"):
         d = da.load_data("mnist1d", None, False, torch.device("cpu"))
+        if change == "zero inputs":
+            d.x_train.mul_(0)
+        else:
+            d.y_train.copy_(d.y_train.flip(0))
+        with pytest.raises(da.ConfigError, match="its tensors changed after da.load_data"):
+            da.audit(da.AuditConfig(base=cfg, methods=("bp",)), tmp_path / "a", progress=False, data=d)
+        with pytest.raises(da.ConfigError, match="its tensors changed after da.load_data"):
+            da.ladder(da.LadderConfig(base=cfg, methods=("bp",), k_values=(1,), seeds=(1,)), tmp_path / "l",
+                      progress=False, data=d)
     assert not (tmp_path / "a").exists() and not (tmp_path / "l").exists()
 
 
@@ -278,3 +280,27 @@ def test_train_inside_a_sweeps_run_store_is_refused_not_advised_to_force(tmp_pat
         assert "the run store of the results in" in err and "--force" not in err
     assert (run / "result.json").read_bytes() == before
     assert main(["report", str(a)]) == 0
+
+
+def test_walk10_a_users_json_under_a_results_name_and_train_into_a_warm_start_store(tmp_path, capsys):
+    """Walk 10 cases 3, 11, 23, 24: a user's intervention.json / probes_fa.json was replaced; train --force into a
+    probes warm-start store (no claim file beside it) replaced a BP pre-run's record. train's default runs/<config>
+    folders side by side stay fine."""
+    for cmd, name in ((["intervene", *TINY, "--methods", "bp", "--lambdas", "0", "0.1"], "intervention.json"),
+                      (["probes", *TINY, "--method", "fa", "--alphas", "0.5"], "probes_fa.json")):
+        out = tmp_path / name.split(".")[0]
+        out.mkdir()
+        (out / name).write_text('{"mine": 1}')
+        assert main([*cmd, "--out", str(out)]) == 2
+        assert f"{name} exists and is not depthaudit's" in capsys.readouterr().err
+        assert (out / name).read_text() == '{"mine": 1}'
+    p = tmp_path / "p"
+    assert main(["probes", *TINY, "--method", "dfa", "--alphas", "0", "--pre-epochs", "1", "--out", str(p)]) == 0
+    run = next((p / "warm_start" / "runs").glob("*/result.json")).parent
+    before = (run / "result.json").read_bytes()
+    for out in (run, p / "warm_start" / "runs" / "new"):
+        assert main(["train", *TINY, "--force", "--out", str(out)]) == 2
+        assert "the run store of the results in" in capsys.readouterr().err
+    assert (run / "result.json").read_bytes() == before and not (p / "warm_start" / "runs" / "new").exists()
+    for lr in ("0.001", "0.002"):  # train's own folders side by side under runs/: not a sweep's store
+        assert main(["train", *TINY, "--lr", lr, "--out", str(tmp_path / "runs" / lr)]) == 0

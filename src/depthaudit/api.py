@@ -47,6 +47,7 @@ from .experiments.toward_bp import bp_warm_start, credit_mix_sweep, warm_start_s
 from .io import (
     LISTING_ONLY,
     check_output_dir,
+    foreign_json,
     foreign_report_file,
     foreign_table_file,
     staged,
@@ -389,7 +390,7 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
 
 def _not_foreign(json_path: Path, files: list[Path]) -> None:
     """Refuse, before anything trains, a user's own file among those a command writes beside ``json_path``."""
-    foreign = foreign_table_file(json_path, files)
+    foreign = foreign_table_file(json_path, files) or foreign_json(json_path)
     if foreign is not None:
         raise UsageError(f"{foreign} exists and is not depthaudit's (this command writes its results there); move "
                          "it away or choose another --out")
@@ -448,7 +449,7 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
              f"{budget_text(base.to_dict())}, seeds {list(config.seeds)}", "", "## Credit mix (ours)", "",
              credit_mix_md(cb), "",
              f"![credit mix](credit_mix_{tag}.png)", ""]
-    res = {"credit_mix": cb}
+    res = {"schema": "depthaudit.probes.v1", "credit_mix": cb}
     if config.pre_epochs > 0:
         res["warm_start"] = bp_warm_start(base, base.method, config.pre_epochs, config.seeds, out, data, plan,
                                           log=log, argv=argv, stored_only=opts.stored_only)

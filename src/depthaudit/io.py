@@ -205,7 +205,14 @@ def _our_json(path: Path) -> bool:
             doc = json.load(fh)
     except (OSError, ValueError):
         return False
-    return isinstance(doc, dict) and str(doc.get("schema", "")).startswith("depthaudit")
+    return isinstance(doc, dict) and (str(doc.get("schema", "")).startswith("depthaudit")
+                                      or isinstance(doc.get("credit_mix"), dict))  # (probes before their schema)
+
+
+def foreign_json(path: Path) -> Path | None:
+    """``path`` when it is a regular file that is not a depthaudit results JSON (a user's own), else None."""
+    p = Path(path)
+    return p if p.is_file() and not _our_json(p) else None
 
 
 def foreign_report_file(out: Path, names=REPORT_FILES) -> Path | None:
@@ -287,6 +294,17 @@ def why_not_a_file(path) -> str:
 LISTING_ONLY: ContextVar[bool] = ContextVar("depthaudit_listing_only", default=False)
 
 
+def _sweep_records(runs: Path) -> bool:
+    """Whether ``runs`` is a sweep's run store: a run record there without a folder claim of its own.
+
+    (A ``train`` folder has one: ``runs/<config>``, train's default, holds trainings side by side.)
+    """
+    try:
+        return any(not (r.parent / "identity.json").exists() for r in runs.glob("*/result.json"))
+    except OSError:
+        return False
+
+
 def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -> None:
     """Refuse, before any work, an output folder that cannot be made or written (one line, the fix named).
 
@@ -314,7 +332,7 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
         if anc.name.endswith(".runs") and (anc / "identity.json").is_file():  # never a store of its own
             raise UsageError(f"{flag} {p}: it lies in {anc}, the run records of {anc.with_suffix('.json')}; "
                              f"choose another {flag}")
-        if anc != p and anc.name == "runs" and (anc.parent / "identity.json").is_file():
+        if anc.name == "runs" and ((anc.parent / "identity.json").is_file() or _sweep_records(anc)):
             raise UsageError(f"{flag} {p}: it lies in {anc}, the run store of the results in {anc.parent}; "
                              f"choose another {flag}")
     for q in (p, *(p / s for s in subdirs)):
