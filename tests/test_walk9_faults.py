@@ -173,34 +173,18 @@ def test_cells_run_with_a_plugin_are_assembled_by_report(tmp_path, monkeypatch, 
         METHODS._items.pop("walk9a", None)
 
 
-DIAG = '''from depthaudit.diagnostics import Diagnostic, register
-from depthaudit.diagnostics.base import layer_headers, per_layer_rows
-from depthaudit.verdicts import mean_std
+def _docs_diagnostic() -> str:
+    """The diagnostic plug-in exactly as docs/extending.md shows it (the walker used the docs' own example)."""
+    import re
+    from pathlib import Path
 
-
-@register
-class CreditNorm(Diagnostic):
-    name = "walk9_credit_norm"
-    order = 35
-
-    def compute(self, snap):
-        return {"per_layer": [c.flatten(1).norm(dim=1).mean().item() for c in snap.credits]}
-
-    @classmethod
-    def summarise(cls, finals, num_blocks):
-        vals = [cls.read(p)["per_layer"] for p in finals]
-        return {"walk9_credit_norm": [mean_std([v[i] for v in vals]) for i in range(num_blocks + 1)]}
-
-    @classmethod
-    def section(cls, report, table):
-        return ("Per-layer mean credit norm", table(layer_headers(report),
-                                                    per_layer_rows(report, "walk9_credit_norm")))
-'''
+    text = (Path(__file__).parents[1] / "docs" / "extending.md").read_text(encoding="utf-8")
+    return next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "class CreditNorm" in b)
 
 
 def test_the_docs_diagnostic_plugin_over_runs_stored_before_it(tmp_path, capsys):
     """Cases 119, 120: the docs' own diagnostic raised KeyError 'per_layer' over runs stored before it existed."""
-    (tmp_path / "walk9diag.py").write_text(DIAG)
+    (tmp_path / "walk9diag.py").write_text(_docs_diagnostic())
     a = tmp_path / "a"
     assert main(["audit", *TINY, "--methods", "bp", "fa", "--probe-batches", "1", "--out", str(a)]) == 0
     env = {**os.environ, "PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -210,7 +194,7 @@ def test_the_docs_diagnostic_plugin_over_runs_stored_before_it(tmp_path, capsys)
                         str(a)], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     doc = json.loads((a / "report.json").read_text())
-    have = {m["method"]: "walk9_credit_norm" in m for m in doc["methods"]}
+    have = {m["method"]: "credit_norm" in m for m in doc["methods"]}
     assert have == {"bp": False, "fa": False, "dfa": True}  # measured where it ran, absent where it did not
     assert "Per-layer mean credit norm" in (a / "report.md").read_text()
     p = subprocess.run([*run, "report", str(a)], env=env, capture_output=True, text=True, timeout=300)
