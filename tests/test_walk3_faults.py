@@ -116,7 +116,7 @@ def test_a_swapped_warm_start_checkpoint_is_retrained_not_used(tmp_path, capsys)
     args = ["probes", *TINY, "--method", "fa", "--alphas", "0", "--pre-epochs", "1", "--probe-batches", "1",
             "--out", str(tmp_path / "p")]
     assert main(args) == 0
-    ckpt = next((tmp_path / "p" / "warm_start").glob("bp_pre_s*.pt"))
+    ckpt = next((tmp_path / "p" / "warm_start").glob("bp_pre_*.pt"))
     assert main(["train", *TINY, "--seed", "7", "--out", str(tmp_path / "t")]) == 0
     shutil.copy(tmp_path / "t" / "checkpoint.pt", ckpt)
     capsys.readouterr()

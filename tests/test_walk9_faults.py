@@ -288,3 +288,39 @@ def test_walk10_a_users_json_under_a_results_name_and_train_into_a_warm_start_st
     assert (run / "result.json").read_bytes() == before and not (p / "warm_start" / "runs" / "new").exists()
     for lr in ("0.001", "0.002"):  # train's own folders side by side under runs/: not a sweep's store
         assert main(["train", *TINY, "--lr", lr, "--out", str(tmp_path / "runs" / lr)]) == 0
+
+
+def test_walk10_two_probes_with_other_pre_epochs_keep_their_own_warm_start(tmp_path, capsys):
+    """Walk 10 cases 80-82: probes of other --pre-epochs in one folder shared warm_start/bp_pre_s42.pt (a run was
+    recorded under the other's checkpoint; each rerun retrained the other's warm start)."""
+    p = tmp_path / "p"
+    fa = ["probes", *TINY, "--method", "fa", "--alphas", "0", "--pre-epochs", "1", "--out", str(p)]
+    assert main(fa) == 0
+    assert main(["probes", *TINY, "--method", "dfa", "--alphas", "0", "--pre-epochs", "2", "--out", str(p)]) == 0
+    assert len(list((p / "warm_start").glob("bp_pre_*.pt"))) == 2
+    capsys.readouterr()
+    assert main(fa) == 0
+    assert "3 of 3 runs already finished" in capsys.readouterr().err  # nothing of fa's retrained
+
+
+def test_walk10_a_users_sweep_json_checkpoint_or_result_is_never_replaced(tmp_path, capsys):
+    """Walk 10 cases 153-161: --cell replaced a user's sweep.json and report called it damaged; train replaced a
+    user's checkpoint.pt, and advised --force over a user's result.json."""
+    a = tmp_path / "a"
+    a.mkdir()
+    (a / "sweep.json").write_text("my sweep notes")
+    assert main(["audit", *TINY, "--methods", "bp", "--cell", "0", "--out", str(a)]) == 2
+    assert "sweep.json exists and is not depthaudit's" in capsys.readouterr().err
+    assert (a / "sweep.json").read_text() == "my sweep notes"
+    assert main(["audit", *TINY, "--methods", "bp", "--out", str(a)]) == 0  # the whole audit: no sweep.json needed
+    assert main(["report", str(a)]) == 0
+    assert "sweep.json is not depthaudit's; it is left alone" in capsys.readouterr().err
+    for name, text in (("checkpoint.pt", "my weights"), ("result.json", '{"mine": 1}')):
+        t = tmp_path / name.split(".")[0]
+        t.mkdir()
+        (t / name).write_text(text)
+        for extra in ([], ["--force"]):
+            assert main(["train", *TINY, *extra, "--out", str(t)]) == 2
+            err = capsys.readouterr().err
+            assert f"{name} exists" in err and "pass --force" not in err
+        assert (t / name).read_text() == text and sorted(x.name for x in t.iterdir()) == [name]

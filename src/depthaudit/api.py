@@ -212,6 +212,7 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
     """Train one run under ``config`` and write ``out/result.json`` (+ ``checkpoint.pt``)."""
     out = Path(out)
     check_output_dir(out)
+    _own_training_files(out)
     if (out / "result.json").exists() and not force:
         raise UsageError(f"{out}/result.json already exists; pass --force (force=True) to overwrite or choose "
                          "another output folder")
@@ -231,6 +232,15 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
     return Result(out / "result.json", record, card)
 
 
+def _own_training_files(out: Path) -> None:
+    """A user's own ``result.json`` or ``checkpoint.pt`` in a training's folder: refused, never offered to --force."""
+    if foreign_json(out / "result.json"):
+        raise UsageError(f"{out / 'result.json'} exists and is not depthaudit's; move it away or choose another --out")
+    if (out / "checkpoint.pt").is_file() and not (out / "result.json").exists():  # (ours is written with its record)
+        raise UsageError(f"{out / 'checkpoint.pt'} exists beside no result.json, so it is no run depthaudit finished; "
+                         "move it away or choose another --out")
+
+
 @contextmanager
 def claim_training(out: Path, config: TrainConfig, force: bool):
     """Hold ``out`` for one training: a second one into it (any config) is refused in one line before it trains.
@@ -240,6 +250,7 @@ def claim_training(out: Path, config: TrainConfig, force: bool):
     ``force``.
     """
     made = not out.exists()
+    _own_training_files(out)
     if foreign_claim(out / "identity.json"):  # a user's own file where the claim goes: refused before the lock
         raise UsageError(f"{out / 'identity.json'} exists and is not depthaudit's (the folder's claim is written "
                          "there); move it away or choose another --out")

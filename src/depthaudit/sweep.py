@@ -14,7 +14,7 @@ from pathlib import Path
 from . import progress
 from .errors import Interrupted, UsageError
 from .executors import REUSED, SweepOptions, batch_cap, execute, execute_group, run_groups, stack_groups
-from .io import write_json
+from .io import foreign_json, write_json
 from .stores import FileStore, FolderStore, RunSpec, file_lock, read_run_files
 
 __all__ = ["FileStore", "FolderStore", "RunSpec", "SweepOptions", "SweepStatus", "batch_cap", "cell_lines", "execute",
@@ -126,6 +126,9 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
         specs = [pick_cell(specs, opts.cell)]
         if opts.remember is not None:  # the cell exists: keep the command for `depthaudit report OUT`
             out, keep = opts.remember
+            if foreign_json(Path(out) / "sweep.json"):  # a user's own file of that name: never replaced
+                raise UsageError(f"{Path(out) / 'sweep.json'} exists and is not depthaudit's (a --cell run keeps its "
+                                 "command there); move it away or choose another --out")
             write_json(Path(out) / "sweep.json", {"schema": "depthaudit.sweep.v1", "argv": list(keep)})
     if opts.stored_only:  # trains nothing: a missing cell is refused before the store is claimed (nothing written)
         missing = [s for s in specs if store.get(s, quiet=True) is None]

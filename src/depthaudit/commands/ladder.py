@@ -14,6 +14,7 @@ from ..experiments.ladder import LadderConfig, placed_in_ladder
 from ..io import (
     check_output_dir,
     check_replaceable,
+    foreign_json,
     foreign_report_file,
     foreign_table_file,
     write_json,
@@ -100,7 +101,9 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
               "k=L rung against the audit)", file=sys.stderr)
     found, skipped = 0, []
     for sub in dirs:
-        if (sub / "sweep.json").exists():  # cells ran separately (--cell): assemble them with the sweep's command
+        if (sub / "sweep.json").is_file() and foreign_json(sub / "sweep.json"):
+            print(f"depthaudit: note: {sub / 'sweep.json'} is not depthaudit's; it is left alone", file=sys.stderr)
+        elif (sub / "sweep.json").exists():  # cells ran separately (--cell): assemble them with the sweep's command
             rc = _assemble_cells(sub)
             if rc:
                 return rc

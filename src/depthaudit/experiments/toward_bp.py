@@ -13,7 +13,7 @@ from pathlib import Path
 from ..config import LEGACY, TrainConfig, nothing_trains
 from ..diagnostics import INIT_MEASUREMENT_KEY, MEASUREMENT_KEY, CreditCosine, RobustCosine
 from ..errors import UsageError
-from ..runner import checkpoint_problem, tracking_plan
+from ..runner import checkpoint_problem, run_slug, tracking_plan
 from ..sweep import FileStore, FolderStore, RunSpec, SweepStatus, run_sweep
 from ..verdicts import Thresholds, mean_std
 
@@ -82,9 +82,11 @@ def warm_start_specs(base: TrainConfig, method: str, pre_epochs: int, seeds, out
     """The warm start's two stages: the BP pre-runs (each writes a checkpoint), then the three arms from them."""
     root = Path(out) / "warm_start"
     track = tracking_plan(*probe_plan, 1, Thresholds(eps=eps))
-    pre = [RunSpec(f"bp_pre/s{s}", replace(base, method="bp", method_options={}, seed=s, epochs=pre_epochs,
-                                           stop_after=None), track,
-                   checkpoint=str(root / f"bp_pre_s{s}.pt")) for s in seeds]
+    pre = []
+    for s in seeds:  # each pre-run's checkpoint is named by its config (--pre-epochs, lr, …): two probes of other
+        cfg = replace(base, method="bp", method_options={}, seed=s, epochs=pre_epochs, stop_after=None)
+        pre.append(RunSpec(f"bp_pre/s{s}", cfg, track,  # pre-runs in one folder never share one file
+                           checkpoint=str(root / f"bp_pre_{run_slug(cfg, track)}.pt")))
     arms = []
     for s, spec in zip(seeds, pre, strict=True):
         arms += [RunSpec(f"{method}_from_bp/s{s}", replace(base, method=method, seed=s, warm_start=spec.checkpoint),
