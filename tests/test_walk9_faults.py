@@ -215,12 +215,15 @@ def test_a_users_identity_json_is_never_taken_for_a_claim(tmp_path, capsys):
 
 
 def test_a_store_inside_another_results_files_records_is_refused(tmp_path, capsys):
-    """Cases 26, 27: a ladder (or saturation) into another ladder's .runs folder was accepted, and broke it."""
+    """Cases 26, 27: a ladder (or saturation) into another ladder's .runs folder was accepted, and broke it (walk 10
+    case 22: also through a symbolic link to it)."""
     lad = tmp_path / "l"
     argv = ["ladder", *TINY, "--methods", "bp", "--k-values", "1", "--seeds", "1", "--output_dir"]
     assert main([*argv, str(lad)]) == 0
     before = sorted(p.name for p in (lad / "ladder_d8_L1_mnist1d.runs").iterdir())
-    for out in (lad / "ladder_d8_L1_mnist1d.runs", lad / "ladder_d8_L1_mnist1d.runs" / "sub"):
+    (tmp_path / "lnk").symlink_to(lad / "ladder_d8_L1_mnist1d.runs")  # walk 10 case 22: the same through a link
+    for out in (lad / "ladder_d8_L1_mnist1d.runs", lad / "ladder_d8_L1_mnist1d.runs" / "sub", tmp_path / "lnk" / "x",
+                tmp_path / "lnk"):
         assert main([*argv, str(out)]) == 2
         assert "the run records of" in capsys.readouterr().err
     assert sorted(p.name for p in (lad / "ladder_d8_L1_mnist1d.runs").iterdir()) == before
