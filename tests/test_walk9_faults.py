@@ -315,6 +315,16 @@ def test_walk10_a_users_sweep_json_checkpoint_or_result_is_never_replaced(tmp_pa
     assert main(["audit", *TINY, "--methods", "bp", "--cell", "0", "--out", str(a)]) == 2
     assert "sweep.json exists and is not depthaudit's" in capsys.readouterr().err
     assert (a / "sweep.json").read_text() == "my sweep notes"
+    # walk 11 cases 4-9: refused before the folder is claimed (no identity.json, lock or empty ladder left to
+    # refuse the user's next, different command as "another audit")
+    for i, cmd in enumerate((["audit", "--methods", "bp"], ["ladder", "--methods", "bp", "--seeds", "1"],
+                             ["intervene", "--methods", "bp", "--lambdas", "0", "0.1"])):
+        c = tmp_path / f"c{i}"
+        c.mkdir()
+        (c / "sweep.json").write_text("notes")
+        assert main([cmd[0], *TINY, *cmd[1:], "--cell", "0", "--out", str(c)]) == 2
+        assert "sweep.json exists and is not depthaudit's" in capsys.readouterr().err
+        assert sorted(x.name for x in c.iterdir()) == ["sweep.json"], cmd
     assert main(["audit", *TINY, "--methods", "bp", "--out", str(a)]) == 0  # the whole audit: no sweep.json needed
     assert main(["report", str(a)]) == 0
     assert "sweep.json is not depthaudit's; it is left alone" in capsys.readouterr().err

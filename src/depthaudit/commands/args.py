@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..config import TrainConfig, nothing_trains
 from ..errors import UsageError
+from ..io import foreign_json
 from .parser import POS_INT, Parser, add_fields, field_default, fmt, given
 
 
@@ -146,8 +147,12 @@ def stopped(status) -> int:
 def remember_sweep(opts, out, argv: list[str]):
     """``opts`` that keep a cell's command in ``OUT/sweep.json`` for ``depthaudit report OUT``.
 
-    The sweep writes it once the cell is known to exist, so a bad ``--cell`` leaves nothing behind.
+    The sweep writes it once the cell is known to exist, so a bad ``--cell`` leaves nothing behind; a user's own
+    ``sweep.json`` there is refused here, before the folder is claimed (nothing written).
     """
+    if foreign_json(Path(out) / "sweep.json"):  # (checked again where it is written, for the Python API)
+        raise UsageError(f"{Path(out) / 'sweep.json'} exists and is not depthaudit's (a --cell run keeps its command "
+                         "there); move it away or choose another --out")
     keep, skip = [], False
     for tok in argv:
         if skip:
