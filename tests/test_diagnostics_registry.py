@@ -165,3 +165,31 @@ def test_a_registered_diagnostic_flows_through_the_evaluator_monitor_and_live_lo
     tags = epoch_scalars({"epoch": 1, "test_acc": 0.5, **mon.history[-1]})
     assert tags["toy/value"] == pytest.approx(mon.history[-1]["probe"]["toy_norm"]["value"])
     assert {"audit/rho", "audit/g_L", "cosine/l0", "stream/norm_l2", "test/acc"} <= set(tags)
+
+
+def test_a_diagnostic_returning_tensors_is_named_not_a_crash(tmp_path, plugin, capsys):
+    """Walk 11 case 38: a plug-in diagnostic that returned tensors per layer crashed when the record was written
+    ("internal error", a JSON TypeError), leaving a run folder with a checkpoint and no record."""
+    src = tmp_path / f"{plugin}.py"
+    src.write_text(src.read_text().replace("c.flatten(1).norm(dim=1).mean().item()", "c.flatten(1).norm(dim=1).mean()"))
+    out = tmp_path / "audit"
+    argv = ["--plugin", plugin, "audit", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "2", "--methods", "bp",
+            "--probe-batches", "1", "--probe-batch-size", "16", "--device", "cpu", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "diagnostic 'credit_norm'" in err and "torch.Tensor at ['per_layer'][0]" in err, err
+    assert "Traceback" not in err and "internal error" not in err
+    assert not [p for p in (out / "runs").rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+
+
+def test_every_built_in_diagnostic_returns_what_a_record_stores(tmp_path):
+    """The check above refuses nothing a built-in returns (int keys, numpy scalars, tensors would all be refused)."""
+    from depthaudit.diagnostics.base import unstorable
+
+    assert unstorable({"a": [1.0, None, {"b": "x"}]}) is None
+    assert unstorable({"a": [1.0, {"b": __import__("torch").zeros(1)}]}) == "a torch.Tensor at ['a'][1]['b']"
+    assert unstorable({1: 2.0}) == "a int key 1 at the top level"
+    out = tmp_path / "a"
+    argv = ["audit", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "1", "--methods", "fa", "wm", "--functional",
+            "--probe-batches", "1", "--probe-batch-size", "16", "--device", "cpu", "--out", str(out)]
+    assert main(argv) == 0

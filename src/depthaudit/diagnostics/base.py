@@ -230,5 +230,31 @@ class Tracker:
         if not due:
             return None
         snap = Snapshot(model, method, self.batches, self.eps)
-        return {d.name: d.compute(snap) for d in due}
+        out = {}
+        for d in due:
+            out[d.name] = values = d.compute(snap)
+            bad = unstorable(values)
+            if bad is not None:  # stored in the run's JSON record: named here, not as a crash when it is written
+                from ..errors import UsageError
+
+                raise UsageError(f"diagnostic {d.name!r} ({type(d).__module__}.{type(d).__qualname__}) returned {bad}"
+                                 "; compute() must return plain numbers, strings, lists and dicts (e.g. float(t), "
+                                 "t.tolist()); fix the diagnostic (nothing half-written; finished runs are stored)")
+        return out
+
+
+def unstorable(v, where: str = "") -> str | None:
+    """Where ``v`` holds something a JSON record cannot store (a tensor, an array, an object), else None."""
+    if v is None or isinstance(v, bool | int | float | str):
+        return None
+    if isinstance(v, list | tuple):
+        return next((b for i, x in enumerate(v) if (b := unstorable(x, f"{where}[{i}]")) is not None), None)
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                return f"a {type(k).__name__} key {k!r} at {where or 'the top level'}"
+            if (b := unstorable(x, f"{where}[{k!r}]")) is not None:
+                return b
+        return None
+    return f"a {type(v).__module__}.{type(v).__qualname__} at {where or 'the top level'}"
 
