@@ -62,7 +62,7 @@ def _setup(tmp):
     (tmp / "plugin_badlabels.py").write_text(
         "import numpy as np\nfrom depthaudit.data.base import DATASETS, ArrayData\n\n@DATASETS.register('badlabels')\n"
         "def load(data_dir=None, download=False):\n    x = np.zeros((8, 4), np.float32)\n"
-        "    return ArrayData(x, np.arange(8), x, np.zeros(8, np.int64), 2, 'test', 'x' * 64)\n")
+        "    return ArrayData(x, np.arange(8), x, np.zeros(8, np.int64), 2, 'test', '0' * 64)\n")
     from PIL import Image
 
     for split, size in (("train", 8), ("test", 10)):
@@ -76,7 +76,7 @@ def _setup(tmp):
     (tmp / "plugin_nandata.py").write_text(
         "import numpy as np\nfrom depthaudit.data.base import DATASETS, ArrayData\n\n@DATASETS.register('nandata')\n"
         "def load(data_dir=None, download=False):\n    x = np.full((8, 4), np.nan, np.float32)\n"
-        "    return ArrayData(x, np.arange(8) % 2, x, np.arange(8) % 2, 2, 'nan', 'n' * 64)\n")
+        "    return ArrayData(x, np.arange(8) % 2, x, np.arange(8) % 2, 2, 'nan', '1' * 64)\n")
     (tmp / "plugin_linear.py").write_text(
         "from torch import nn\nfrom depthaudit.models import MODELS\n\n@MODELS.register('plainlinear')\n"
         "def make(input_shape, num_classes, d_hidden=8, num_blocks=1, mlp_ratio=None, seed=0):\n"

@@ -58,7 +58,7 @@ def test_float_labels_are_named_as_a_dtype_problem():
     x = np.zeros((6, 4), np.float32)
     y = np.array([0, 1, 2, 0, 1, 2], np.float32)
     with pytest.raises(UsageError, match=r"labels are float32, not integers; give integer class labels in 0\.\.2"):
-        check_arrays("floaty", ArrayData(x, y, x, y.astype(np.int64), 3, "t", "x" * 64))
+        check_arrays("floaty", ArrayData(x, y, x, y.astype(np.int64), 3, "t", "0" * 64))
 
 
 def test_monitor_steps_must_be_integers_from_zero():

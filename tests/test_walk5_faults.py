@@ -290,6 +290,13 @@ def test_a_plugin_dataset_without_a_data_hash_is_refused_before_any_run(tmp_path
                  "--out", str(out)]) == 2
     assert "its ArrayData sha256 is None; give a non-empty string" in capsys.readouterr().err
     assert not out.exists()
+    # walk 11 case 47: a "sha256" that is no digest (it names the data in every record) is refused the same way
+    (tmp_path / "walk11_badsha.py").write_text((tmp_path / "walk5_nosha.py").read_text().replace(
+        "'nosha', None)", "'nosha', '../../etc')").replace("'walk5nosha'", "'walk11badsha'"))
+    assert main(["--plugin", "walk11_badsha", "train", "--dataset", "walk11badsha", "--d-hidden", "8", "--num-blocks",
+                 "1", "--epochs", "1", "--out", str(out)]) == 2
+    assert "its ArrayData sha256 is '../../etc', not a sha256 digest" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_a_report_whose_seal_was_removed_beside_sealed_records_is_refused(tmp_path, capsys):

@@ -58,6 +58,10 @@ def check_arrays(name: str, a) -> None:
         if not isinstance(v, str) or not v.strip():
             raise UsageError(f"--dataset {name}: its ArrayData {field} is {v!r}; give a non-empty string (sha256: a "
                              "hash of the data, e.g. depthaudit.data.base.content_digest(arrays))")
+    if len(a.sha256) != 64 or a.sha256.strip("0123456789abcdef"):  # (walk 11 case 47: '../../etc' was recorded)
+        raise UsageError(f"--dataset {name}: its ArrayData sha256 is {a.sha256[:80]!r}, not a sha256 digest (64 "
+                         "lowercase hex digits); give the hash of the data, e.g. "
+                         "depthaudit.data.base.content_digest(arrays) or hashlib.sha256(…).hexdigest()")
     if tuple(a.x_train.shape[1:]) != tuple(a.x_test.shape[1:]):
         raise UsageError(f"--dataset {name}: train inputs are {tuple(a.x_train.shape[1:])} but test inputs "
                          f"{tuple(a.x_test.shape[1:])}; both splits must have one input shape")
