@@ -337,3 +337,20 @@ def test_walk10_a_users_sweep_json_checkpoint_or_result_is_never_replaced(tmp_pa
             err = capsys.readouterr().err
             assert f"{name} exists" in err and "pass --force" not in err
         assert (t / name).read_text() == text and sorted(x.name for x in t.iterdir()) == [name]
+
+
+def test_walk11_a_damaged_report_names_the_way_out_that_works(tmp_path, capsys):
+    """Walk 11 cases 49-53: a truncated report.json/intervention.json: `report` advised rerunning the command, and
+    the rerun refused the file as not depthaudit's. The advice is now the one the rerun takes."""
+    a = tmp_path / "a"
+    assert main(["audit", *TINY, "--methods", "bp", "--out", str(a)]) == 0
+    rep = a / "report.json"
+    rep.write_text(rep.read_text()[:500])
+    capsys.readouterr()
+    assert main(["report", str(a)]) == 2
+    assert "damaged — move it away, then rerun the command" in capsys.readouterr().err
+    assert main(["audit", *TINY, "--methods", "bp", "--out", str(a)]) == 2  # the file is kept, as the advice says
+    assert "exists and is not depthaudit's" in capsys.readouterr().err and len(rep.read_text()) == 500
+    rep.rename(tmp_path / "moved.json")  # the advice, followed: the runs are reused, the report written again
+    assert main(["audit", *TINY, "--methods", "bp", "--out", str(a)]) == 0
+    assert "2 of 2 runs already finished" in capsys.readouterr().err and main(["report", str(a)]) == 0

@@ -79,7 +79,8 @@ def read_json_doc(path: Path, runs: bool = False) -> dict:
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc}); it is damaged — rerun the command that wrote it") from None
+        raise UsageError(f"{path}: not valid JSON ({exc}); it is damaged — move it away, then rerun the command that "
+                         "wrote it (which never writes over a file it cannot read)") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{path}: holds a {type(doc).__name__}, not a depthaudit results object; move it away")
     if runs and not (isinstance(doc.get("runs"), dict) and all(isinstance(r, dict) for r in doc["runs"].values())):
