@@ -384,3 +384,28 @@ def test_a_report_of_the_users_own_training_loop_needs_no_run_records(tmp_path, 
     out = _copy(ROOT / "docs" / "results" / "biotorch_fa", tmp_path / "m")
     assert json.loads((out / "report.json").read_text())["methods"][0]["runs"]["trained"] == ["your training loop"]
     assert main(["report", str(out)]) == 0, capsys.readouterr().err
+
+
+def test_a_finished_run_under_its_own_name_is_never_written_over_by_another_configuration(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """Walk 11 cases 95-97: a plug-in method whose option default changed between two audits into one folder: the
+    second audit retrained the finished runs of the first in place (their records overwritten, the runs lost)."""
+    (tmp_path / "walk11_popt.py").write_text(
+        "import os\nfrom depthaudit.methods import METHODS, Option\nfrom depthaudit.methods.dfa import DFA\n"
+        "G = float(os.environ.get('WALK11_GAIN', '1.0'))\n\n@METHODS.register('walk11-gdfa')\nclass GDFA(DFA):\n"
+        "    options = {'gain': Option(G, 'gain', lo=0)}\n\n    def __init__(self, model, seed, gain=G):\n"
+        "        super().__init__(model, seed)\n        self.gain = gain\n\n    def credits(self, model, tr, e):\n"
+        "        return [c * self.gain for c in super().credits(model, tr, e)]\n")
+    argv = [sys.executable, "-m", "depthaudit", "--plugin", "walk11_popt", "audit", "--dataset", "mnist1d",
+            "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1", "--methods", "walk11-gdfa", "--probe-batches",
+            "1", "--device", "cpu", "--out", str(tmp_path / "a")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    assert subprocess.run(argv, env=env, capture_output=True, timeout=300).returncode == 0
+    recs = sorted((tmp_path / "a" / "runs").glob("*/result.json"))
+    before = [p.read_bytes() for p in recs]
+    p = subprocess.run(argv, env={**env, "WALK11_GAIN": "2.0"}, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stderr
+    assert "holds a finished run of another configuration under this run's name (it differs in method_options" \
+        in p.stderr and "Traceback" not in p.stderr
+    assert [q.read_bytes() for q in recs] == before  # the finished runs kept, byte for byte

@@ -200,6 +200,8 @@ REPORT_FILES = ("report.json", "report.md", "cosine_heatmap.png", "scale_checks.
 
 
 def _our_json(path: Path) -> bool:
+    if not Path(path).is_file():  # a FIFO is never opened (the read would block for ever), a folder is not ours
+        return False
     try:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)

@@ -452,9 +452,18 @@ class FolderStore:
             if spec.cfg.same_as(rec.get("config") or {}) and rec.get("tracking") == spec.tracking:
                 rec = unsealed(rec)
                 return rec if p == path else {**rec, "stored_as": p.parent.name}
-            if p == path and not quiet:  # this run's own folder holds another configuration's record (copied in)
-                self.named(p, "holds a run of another configuration than its folder's name says",
-                           RETRAINED)
+            own = SEAL in rec and (rec.get(STORED_IN) or {}).get("key") == p.parent.name
+            if p == path and not quiet and not own:  # a record copied in (no seal or place of its own): retrained
+                self.named(p, "holds a run of another configuration than its folder's name says", RETRAINED)
+            elif p == path and not quiet:  # this run's own folder, sealed there, holds a finished run of another
+                # configuration: one whose name does not cover what differs (a plug-in's option default changed
+                # between runs, say). Retraining would write over a finished run: refused instead
+                ours, theirs = spec.cfg.to_dict(), rec.get("config") or {}
+                diff = sorted(k for k in {*ours, *theirs} - {"data_dir", "download"} if ours.get(k) != theirs.get(k))
+                raise UsageError(f"{p} holds a finished run of another configuration under this run's name (it "
+                                 f"differs in {', '.join(diff) or 'its tracking'}: did a plug-in's option default "
+                                 "change?); it is not replaced: move its folder away, or choose another --out, and "
+                                 "rerun")
         return None
 
     def put(self, spec: RunSpec, rec: dict) -> None:
