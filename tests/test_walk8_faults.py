@@ -184,3 +184,52 @@ def test_executor_slurm_without_slurm_is_refused_before_the_folder_is_claimed(tm
     with pytest.raises(da.ConfigError, match="no SLURM here"):
         da.SweepOptions(executor="slurm")
     da.SweepOptions(executor="slurm", slurm_cluster="local")  # submitit's local stand-in, asked for: allowed
+
+
+def test_walk11_an_edited_monitor_report_names_the_way_it_is_written_again(tmp_path, capsys):
+    """Walk 11 cases 86, 87: an edited report of a user's loop (TrainingMonitor.write) was refused with advice to
+    rerun "the audit command" from its records; it has neither."""
+    import json
+
+    import torch
+
+    from depthaudit.evaluator import TrainingMonitor
+    from depthaudit.models import ResidualAdapter
+
+    torch.manual_seed(0)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+
+        def forward(self, h):
+            return h + self.lin(torch.relu(h))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.head = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+            self.layers = torch.nn.ModuleList([Block(), Block()])
+
+        def forward(self, x):
+            h = self.stem(x)
+            for b in self.layers:
+                h = b(h)
+            return self.head(h)
+
+    x, y = torch.randn(128, 8), torch.randint(0, 4, (128,))
+    mon = TrainingMonitor(ResidualAdapter(Net(), embed="stem", blocks="layers", readout="head",
+                                          block_includes_residual=True), [(x, y)], log=None)
+    mon.step(0)
+    mon.report(test_acc=0.5, frozen_acc=0.4, budget=1)
+    mon.write(tmp_path / "m")
+    assert main(["report", str(tmp_path / "m")]) == 0
+    doc = json.loads((tmp_path / "m" / "report.json").read_text())
+    doc["methods"][0]["trained_test_acc"]["mean"] = 0.95
+    (tmp_path / "m" / "report.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert "was edited after it was written" in err and "TrainingMonitor.report, then .write" in err, err
+    assert "audit command" not in err

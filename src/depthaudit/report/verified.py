@@ -53,6 +53,9 @@ def verified_report(d: Path) -> dict:
     if edited is None and SEAL not in sealed and FolderStore(d / "runs", log=lambda m: None).sealed():
         edited = (f"has no {SEAL} seal though the run records beside it are sealed (the seal was removed, so an "
                   "edit would not show)")
+    if edited and slugs and all(s in USER_LOOP_RUNS for s in slugs):  # a monitor's report: no command, no records
+        raise UsageError(f"{d / 'report.json'} {edited}; write it again from your training loop "
+                         "(TrainingMonitor.report, then .write) into a new folder")
     if edited:
         raise UsageError(f"{d / 'report.json'} {edited}; rerun the audit command with --out {d} (finished runs "
                          "are reused) to write it again from the records")
