@@ -354,3 +354,22 @@ def test_walk11_a_damaged_report_names_the_way_out_that_works(tmp_path, capsys):
     rep.rename(tmp_path / "moved.json")  # the advice, followed: the runs are reused, the report written again
     assert main(["audit", *TINY, "--methods", "bp", "--out", str(a)]) == 0
     assert "2 of 2 runs already finished" in capsys.readouterr().err and main(["report", str(a)]) == 0
+
+
+def test_walk11_a_users_own_json_under_a_results_name_is_left_alone(tmp_path, capsys):
+    """Walk 11 cases 102-104: a user's report.json in a subfolder was "not an audit report of this version … rerun
+    depthaudit audit into that folder" (a rerun refuses it) and made the whole tree's report exit 2."""
+    t = tmp_path / "t"
+    assert main(["audit", *TINY, "--methods", "bp", "--out", str(t / "a")]) == 0
+    (t / "mine").mkdir()
+    (t / "mine" / "report.json").write_text('{"my": "report"}')
+    (t / "mine2").mkdir()
+    (t / "mine2" / "intervention.json").write_text('{"my": "grid"}')
+    capsys.readouterr()
+    assert main(["report", str(t)]) == 0
+    err = capsys.readouterr().err
+    assert "mine/report.json is not depthaudit's" in err and "mine2/intervention.json is not depthaudit's" in err
+    assert main(["report", str(t / "mine")]) == 2  # the folder itself: said, with the way that works
+    err = capsys.readouterr().err
+    assert "is not depthaudit's (a JSON without its schema)" in err and "rerun" not in err, err
+    assert (t / "mine" / "report.json").read_text() == '{"my": "report"}'

@@ -2,6 +2,7 @@
 
 # imports inside functions: torch/matplotlib modules where used (`--help` loads neither); jsonschema: test extra
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -108,6 +109,11 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
             if rc:
                 return rc
             found += 1  # (assembled and printed by the sweep's own command: probes write no report.json)
+        theirs = _users_own(sub)
+        if theirs is not None and sub != d:  # a user's own JSON under a results file's name: not ours to render
+            print(f"depthaudit: note: {theirs} is not depthaudit's (a JSON without its schema); it is left alone",
+                  file=sys.stderr)
+            continue
         try:
             n = _report_dir(sub, a)
         except UsageError as exc:
@@ -127,6 +133,25 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"{len(skipped)} folder(s) could not be rendered ({names}: each named above with its fix); "
                          f"the other {found} result(s) were")
     return 0
+
+
+def _users_own(d: Path) -> Path | None:
+    """A results file's name in ``d`` holding a user's own JSON object (valid, no depthaudit schema), else None.
+
+    (A file that is not valid JSON may be a damaged one of ours: it is named as damaged, not passed over.)
+    """
+    for f in (d / "report.json", d / "intervention.json", *sorted(d.glob("ladder_*.json")),
+              *sorted(d.glob("saturation_*.json")), *sorted(d.glob("grow_*.json"))):
+        if not f.is_file():
+            continue
+        try:
+            doc = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and not str(doc.get("schema", "")).startswith("depthaudit") \
+                and not isinstance(doc.get("credit_mix"), dict):
+            return f
+    return None
 
 
 def _mine(json_path: Path, others=None) -> None:

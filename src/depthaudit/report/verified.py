@@ -132,6 +132,9 @@ def check_report_doc(path: Path, doc: dict) -> None:
     """An audit report.json checked against the JSON Schema that ships with the package."""
     import jsonschema
 
+    if not str(doc.get("schema", "")).startswith("depthaudit"):  # a user's own JSON of that name: no rerun writes
+        raise UsageError(f"{path}: is not depthaudit's (a JSON without its schema), so there is no report to render "
+                         "here; move it away to write an audit's report in this folder")
     schema_file = files("depthaudit.report").joinpath("audit.schema.json")
     schema = __import__("json").loads(schema_file.read_text(encoding="utf-8"))
     try:
