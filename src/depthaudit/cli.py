@@ -57,6 +57,8 @@ SIGNALLED: list[int] = []  # the signals (SIGINT, SIGTERM) this process received
 
 def _term_to_interrupt(signum, frame):
     SIGNALLED.append(signum)
+    for s in (signal.SIGINT, signal.SIGTERM):  # the stop is under way: a second Ctrl-C or SIGTERM (a scheduler's
+        signal.signal(s, signal.SIG_IGN)  # repeated TERM) must not cut its cleanup short (restored after the command)
     raise KeyboardInterrupt
 
 
@@ -153,8 +155,9 @@ def _entry(argv: list[str] | None) -> int:
             signal.signal(signal.SIGTERM, old_term)
         if old_int is not None:
             signal.signal(signal.SIGINT, old_int)
-        if argv_given is None:  # the process ends here: a second Ctrl-C while workers are joined stays quiet
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if argv_given is None:  # the process ends here: a second Ctrl-C or SIGTERM while workers are joined stays
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # quiet (exit 130, never 143)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 _silence_stdout = silence_stdout  # (its home is io.py, which commands/parser.py reads without importing the CLI)
