@@ -244,13 +244,14 @@ def test_an_audit_overtaken_by_a_larger_one_stores_its_runs_and_leaves_the_repor
 
     out = tmp_path / "a"
     base = [sys.executable, "-m", "depthaudit", "audit", "--dataset", "mnist1d", "--d-hidden", "64",
-            "--num-blocks", "2", "--epochs", "15", "--probe-batches", "1", "--out", str(out)]
+            "--num-blocks", "2", "--epochs", "60", "--probe-batches", "1", "--out", str(out)]
+    # (60 epochs: A still trains when B, a new process, has started and claimed, on a loaded machine too)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     a = subprocess.Popen([*base, "--methods", "bp"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True)
     try:
         for line in a.stderr:
-            if "epoch 1/15" in line:
+            if "epoch 1/60" in line:
                 break
         b = subprocess.run([*base, "--methods", "bp", "fa"], env=env, capture_output=True, text=True, timeout=600)
         a_err = a.stderr.read()

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -233,3 +234,46 @@ def test_walk11_an_edited_monitor_report_names_the_way_it_is_written_again(tmp_p
     err = capsys.readouterr().err
     assert "was edited after it was written" in err and "TrainingMonitor.report, then .write" in err, err
     assert "audit command" not in err
+
+
+def test_walk11_a_report_set_stays_whole_when_one_file_cannot_be_replaced(tmp_path, monkeypatch, capsys):
+    """Walk 11 cases 77, 78: report.md (or one figure) immutable: the audit replaced report.json and the other
+    figures, leaving a mixed set while its line said "nothing half-written". Now the moves before the failing one
+    are put back. The failure is injected at each file of the set in turn (and, where chattr works, for real)."""
+    import os
+    import subprocess
+
+    import depthaudit.io as dio
+
+    a = tmp_path / "a"
+    assert main(["audit", *TINY, "--methods", "bp", "fa", "--out", str(a)]) == 0
+    def report_set():  # (identity.json is the folder's claim, not the report: it grows with the dfa runs stored)
+        return {p.name: p.read_bytes() for p in a.iterdir() if p.is_file() and p.name[0] != "." and p.suffix != ".lock"
+                and p.name != "identity.json"}
+
+    before = report_set()
+    real = os.replace
+    for victim in sorted(before):
+        def failing(src, dst, victim=victim):
+            if Path(dst) == a / victim and ".previous" not in str(src):
+                raise PermissionError(1, "Operation not permitted", str(src))
+            return real(src, dst)
+
+        monkeypatch.setattr(dio.os, "replace", failing)
+        capsys.readouterr()
+        assert main(["audit", *TINY, "--methods", "bp", "fa", "dfa", "--out", str(a)]) == 2, victim
+        err = capsys.readouterr().err
+        assert f"{a / victim}" in err and "Operation not permitted" in err, err
+        monkeypatch.setattr(dio.os, "replace", real)
+        now = report_set()
+        assert now == before, (victim, [n for n in now if now[n] != before.get(n)])
+        assert not [p for p in a.iterdir() if p.name.startswith(".render-")]
+    md = a / "report.md"
+    if subprocess.run(["chattr", "+i", str(md)], capture_output=True).returncode == 0:  # (root on ext4)
+        try:
+            assert main(["audit", *TINY, "--methods", "bp", "fa", "dfa", "--out", str(a)]) == 2
+            assert report_set() == before
+        finally:
+            subprocess.run(["chattr", "-i", str(md)], capture_output=True)
+    assert main(["audit", *TINY, "--methods", "bp", "fa", "dfa", "--out", str(a)]) == 0  # and then it is written
+    assert '"method": "dfa"' in (a / "report.json").read_text() and "dfa" in md.read_text()

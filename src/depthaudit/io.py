@@ -1,10 +1,12 @@
 """Atomic file writes: a reader never sees a half-written result."""
 
+import contextlib
 import errno
 import io
 import json
 import math
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -126,13 +128,32 @@ def staged(folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".render-") as tmp:
         yield Path(tmp)
-        for f in sorted(Path(tmp).rglob("*")):  # nothing replaced unless every file can be
+        files = [f for f in sorted(Path(tmp).rglob("*")) if f.is_file()]
+        for f in files:  # nothing replaced unless every file can be
             check_replaceable(folder / f.relative_to(tmp))
-        for f in sorted(Path(tmp).rglob("*")):
-            if f.is_file():
+        previous = Path(tmp) / ".previous"  # a copy of each file it replaces: a move that fails (an immutable file,
+        previous.mkdir()  # a permission) puts the ones before it back, so the set stays whole (walk 11 cases 77, 78)
+        kept, moved = {}, []
+        for i, f in enumerate(files):
+            dest = folder / f.relative_to(tmp)
+            if dest.is_file():
+                kept[dest] = previous / str(i)
+                shutil.copy2(dest, kept[dest])
+        try:
+            for f in files:
                 dest = folder / f.relative_to(tmp)
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(f, dest)
+                try:
+                    os.replace(f, dest)
+                except OSError as exc:
+                    exc.filename = str(dest)  # (named as the file it could not replace, not our scratch copy)
+                    raise
+                moved.append(dest)
+        except BaseException:
+            for dest in reversed(moved):
+                with contextlib.suppress(OSError):
+                    os.replace(kept[dest], dest) if dest in kept else dest.unlink()
+            raise
 
 
 def finite_json(obj: Any) -> Any:
