@@ -373,3 +373,17 @@ def test_walk11_a_users_own_json_under_a_results_name_is_left_alone(tmp_path, ca
     err = capsys.readouterr().err
     assert "is not depthaudit's (a JSON without its schema)" in err and "rerun" not in err, err
     assert (t / "mine" / "report.json").read_text() == '{"my": "report"}'
+
+
+def test_walk11_a_train_folder_claimed_by_a_training_that_never_finished_says_so(tmp_path, capsys):
+    """Walk 11 cases 30, 31: a training that died (a plug-in's os._exit) left its claim; the next train of another
+    config was told --force would replace "its result", which did not exist."""
+    t = tmp_path / "t"
+    assert main(["train", *TINY, "--out", str(t)]) == 0
+    capsys.readouterr()
+    for f in t.iterdir():
+        if f.name in ("result.json", "checkpoint.pt"):
+            f.unlink()  # as a training that ended before writing them leaves the folder
+    assert main(["train", *TINY, "--lr", "0.002", "--out", str(t)]) == 2
+    assert "(it holds no result: that training never finished)" in capsys.readouterr().err
+    assert main(["train", *TINY, "--lr", "0.002", "--force", "--out", str(t)]) == 0

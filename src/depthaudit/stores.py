@@ -892,7 +892,9 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
             if diff and kind in GROWABLE and grows(was, now, diff):
                 pass  # the same audit with more methods or seeds: it keeps every stored run, its report covers all
             elif diff:
-                kept = "its result is replaced" if kind == "train" else "the runs of both are kept"
+                kept = ("its result is replaced" if (folder / "result.json").exists() else
+                        "it holds no result: that training never finished") if kind == "train" else \
+                    "the runs of both are kept"
                 over = f", or {take_over_flag} to take it over ({kept})" if take_over_flag else ""
                 grow = ""
                 if kind in GROWABLE and set(diff) <= set(ORDERLESS):
