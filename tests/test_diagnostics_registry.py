@@ -193,3 +193,26 @@ def test_every_built_in_diagnostic_returns_what_a_record_stores(tmp_path):
     argv = ["audit", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "1", "--methods", "fa", "wm", "--functional",
             "--probe-batches", "1", "--probe-batch-size", "16", "--device", "cpu", "--out", str(out)]
     assert main(argv) == 0
+
+
+def test_a_diagnostic_whose_values_its_summary_cannot_read_stores_no_run(tmp_path, plugin, capsys):
+    """Walk 12 cases 12-18: a plug-in diagnostic returning one value where its summarise() reads one per layer
+    stored every run with those values, then failed at the report; fixed, the rerun reused the bad runs and
+    failed again. Now its first measurement is read back by its own summarise(): nothing stored, and the same
+    command works once the plug-in is fixed."""
+    src = tmp_path / f"{plugin}.py"
+    good = src.read_text()
+    src.write_text(good.replace("for c in snap.credits]", "for c in snap.credits][:1]"))
+    out = tmp_path / "audit"
+    argv = ["--plugin", plugin, "audit", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "2", "--methods", "bp",
+            "--probe-batches", "1", "--probe-batch-size", "16", "--device", "cpu", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "diagnostic 'credit_norm'" in err and "its own summarise() cannot read (IndexError" in err, err
+    assert not list((out / "runs").rglob("result.json"))
+    src.write_text(good)  # the plug-in fixed: the same command, in a fresh process's registry
+    import sys
+
+    sys.modules.pop(plugin, None)
+    DIAGNOSTICS._items.pop("credit_norm", None), DIAGNOSTICS._meta.pop("credit_norm", None)
+    assert main(argv) == 0

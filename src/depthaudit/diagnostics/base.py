@@ -223,6 +223,7 @@ class Tracker:
 
     def __init__(self, batches: list, diagnostics: list[Diagnostic], eps: float = EPS):
         self.batches, self.diagnostics, self.eps = batches, diagnostics, eps
+        self._read_back: set[type] = set()  # diagnostics whose first values their own summarise() has read
 
     def __call__(self, epoch: int, model: ResidualModel, method: CreditMethod, final: bool = False):
         """Measurements due at ``epoch`` as ``{diagnostic name: values}``, or None when none is due."""
@@ -235,12 +236,25 @@ class Tracker:
             out[d.name] = values = d.compute(snap)
             bad = unstorable(values)
             if bad is not None:  # stored in the run's JSON record: named here, not as a crash when it is written
-                from ..errors import UsageError
-
-                raise UsageError(f"diagnostic {d.name!r} ({type(d).__module__}.{type(d).__qualname__}) returned {bad}"
-                                 "; compute() must return plain numbers, strings, lists and dicts (e.g. float(t), "
-                                 "t.tolist()); fix the diagnostic (nothing half-written; finished runs are stored)")
+                raise _diagnostic_error(d, f"returned {bad}; compute() must return plain numbers, strings, lists "
+                                        "and dicts (e.g. float(t), t.tolist())")
+        for d in due:  # what a run stores, its report must read: each diagnostic's own summary of its first
+            if type(d) in self._read_back:  # measurement, tried once, so a run is never stored with values its
+                continue  # report cannot summarise (walk 12: the stored values were reused after the fix)
+            try:
+                type(d).summarise([out], model.num_blocks)
+            except Exception as exc:
+                raise _diagnostic_error(d, f"returned values its own summarise() cannot read ({type(exc).__name__}: "
+                                        f"{str(exc)[:120]})") from None
+            self._read_back.add(type(d))
         return out
+
+
+def _diagnostic_error(d: Diagnostic, what: str):
+    from ..errors import UsageError
+
+    return UsageError(f"diagnostic {d.name!r} ({type(d).__module__}.{type(d).__qualname__}) {what}; fix the "
+                      "diagnostic (nothing half-written; finished runs are stored)")
 
 
 def unstorable(v, where: str = "") -> str | None:
