@@ -138,20 +138,25 @@ def check_readout(model: ResidualModel, data: DataBundle, arch: str) -> None:
     (A user's model whose readout has another width would otherwise fail inside the loss, mid-run.) Evaluated
     in eval mode without gradients: no running statistic or parameter changes.
     """
+    from .models import MODELS
+    from .plugins import defined_at
+
     was = model.training
     model.eval()
     try:
         with torch.no_grad():
             p = next(iter(model.parameters()), None)  # (a CPU build check of data on a GPU: moved, two rows)
             logits = model(data.x_train[:2] if p is None else data.x_train[:2].to(p.device))
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:  # a user's model whose parts do not fit (its
+        # readout wired to the stem, say: walk 12 case 28): its forward pass named, not an internal error
+        raise UsageError(f"--arch {arch} ({defined_at(MODELS.get(arch))}): the model's forward pass on two examples "
+                         f"of {data.name} fails: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}; check its "
+                         "embed, blocks and readout") from None
     finally:
         model.train(was)
     want = (min(2, data.x_train.shape[0]), data.num_classes)
     got = tuple(getattr(logits, "shape", ()))
     if got != want:
-        from .models import MODELS
-        from .plugins import defined_at
-
         where = defined_at(MODELS.get(arch))
         raise UsageError(f"--arch {arch} ({where}): the model returns logits of shape {got} for {want[0]} examples "
                          f"of {data.name}, not {want}: its readout must give one logit per class ({data.num_classes})")

@@ -150,3 +150,11 @@ def defined_at(obj) -> str:
         return f"{inspect.getsourcefile(obj)}:{inspect.getsourcelines(obj)[1]}"
     except (OSError, TypeError):
         return getattr(obj, "__qualname__", repr(obj))
+
+
+def back_to(cwd: str, who: str) -> None:
+    """Undo a plug-in's change of the working folder (relative --out/--data-dir paths stay the user's), saying so."""
+    if os.getcwd() != cwd:
+        os.chdir(cwd)
+        print(f"depthaudit: note: {who} changed the working folder; it is set back to {cwd} (relative paths are "
+              "the command line's)", file=sys.stderr)

@@ -1,12 +1,13 @@
 """Data: registry of loaders (:data:`DATASETS`), decoded-array cache, device placement."""
 
+import os
 from dataclasses import replace
 
 import numpy as np
 import torch
 
 from ..errors import UsageError
-from ..plugins import defined_at
+from ..plugins import back_to, defined_at
 from . import cifar, mnist1d, teacher  # noqa: F401  (registers the loaders)
 from .base import DATASETS, ArrayData, DataBundle, cache_dir, to_bundle
 
@@ -21,7 +22,11 @@ def load_data(name: str, data_dir: str | None, download: bool, device: torch.dev
     back as ``data=`` is refused rather than recorded under the sha256 of the files it was loaded from.
     """
     loader = DATASETS.get(name)
-    arrays = loader(data_dir=data_dir, download=download)
+    cwd = os.getcwd()
+    try:
+        arrays = loader(data_dir=data_dir, download=download)
+    finally:
+        back_to(cwd, f"--dataset {name}'s loader ({defined_at(loader)})")
     if not isinstance(arrays, ArrayData):  # a user's loader that returns something else: named where it is
 
         raise UsageError(f"--dataset {name}: its loader ({defined_at(loader)}) returned a {type(arrays).__name__}, "
@@ -35,6 +40,9 @@ def load_data(name: str, data_dir: str | None, download: bool, device: torch.dev
 def check_arrays(name: str, a) -> None:
     """What a dataset (built in or a plug-in's) returns must be usable: one line naming what is wrong."""
     k = a.num_classes
+    if isinstance(k, int | np.integer) and k > 2**20:  # (walk 12 case 23: 2**62 overflowed the readout's storage)
+        raise UsageError(f"--dataset {name}: num_classes is {k}, more than any readout here is built for (2**20); "
+                         "give the number of classes its labels use")
     if not isinstance(k, int | np.integer) or k < 2:
         raise UsageError(f"--dataset {name}: num_classes is {k!r}; a dataset needs at least 2 classes")
     for split, x, y in (("train", a.x_train, a.y_train), ("test", a.x_test, a.y_test)):

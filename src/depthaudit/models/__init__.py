@@ -1,9 +1,12 @@
 """Residual models, looked up by name in :data:`MODELS`."""
 
 import inspect
+import os
+
+import torch
 
 from ..errors import UsageError
-from ..plugins import defined_at
+from ..plugins import back_to, defined_at
 from .adapter import ResidualAdapter
 from .base import ResidualModel
 from .resmlp import MODELS, LinearReadout, LNReadout, MLPBlock, ResMLP, StudentNet
@@ -33,12 +36,26 @@ def build_model(arch: str, input_shape, num_classes: int, d_hidden: int, num_blo
         raise UsageError(f"--arch {arch}: its factory {getattr(factory, '__name__', factory)} ({defined_at(factory)}) "
                          f"cannot be called as factory(input_shape, num_classes, {', '.join(f'{k}=' for k in kw)}): "
                          f"{exc}; add those parameters (or **kwargs)") from None
+    cwd = os.getcwd()
     try:
         model = factory(input_shape, num_classes, **kw)
     except ValueError as exc:  # a shape the architecture cannot take (e.g. heads, patch size)
         raise UsageError(f"--arch {arch}: {exc}") from None
+    finally:
+        back_to(cwd, f"--arch {arch}'s factory ({defined_at(factory)})")
     if not isinstance(model, ResidualModel):
         raise UsageError(f"--arch {arch}: its factory ({defined_at(factory)}) returned a {type(model).__name__}, "
                          "not a ResidualModel; wrap your network: ResidualAdapter(net, embed=..., blocks=..., "
                          "readout=...) (docs/extending.md)")
+    if torch.empty(0).is_meta:  # (a sizing build under torch.device("meta"), loop.check_fits: the real build,
+        return model  # with the user's numbers, is checked below)
+    if model.num_blocks != num_blocks:  # every record says num_blocks: it must be the model's (walk 12 cases 30-32)
+        raise UsageError(f"--arch {arch}: its factory ({defined_at(factory)}) built {model.num_blocks} residual "
+                         f"blocks where num_blocks={num_blocks} was asked; build the number asked (records and "
+                         "tables name the model by it)")
+    meta = next((n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta), None)
+    if meta is not None:
+        raise UsageError(f"--arch {arch}: its factory ({defined_at(factory)}) returned a model whose {meta} is on the "
+                         "meta device (no values); build it with real tensors (e.g. not under torch.device('meta'))")
     return model
+

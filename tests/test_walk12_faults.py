@@ -1,0 +1,137 @@
+"""Walk 12's causes: plug-in models and datasets that do not hold what they say, each one line, exit 2."""
+
+import os
+import textwrap
+
+import pytest
+
+from depthaudit.cli import main
+from depthaudit.data.base import DATASETS
+from depthaudit.models import MODELS
+
+TINY = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "1"]
+
+NET = '''
+import os
+
+import numpy as np
+import torch
+from torch import nn
+
+from depthaudit.data.base import DATASETS, ArrayData
+from depthaudit.models import MODELS, ResidualAdapter
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, h):
+        return h + self.lin(torch.relu(h))
+
+
+class Net(nn.Module):
+    def __init__(self, d_in, d, blocks, k):
+        super().__init__()
+        self.stem, self.head = nn.Linear(d_in, d), nn.Linear(d, k)
+        self.layers = nn.ModuleList([Block(d) for _ in range(blocks)])
+
+    def forward(self, x):
+        h = self.stem(x.flatten(1))
+        for b in self.layers:
+            h = b(h)
+        return self.head(h)
+
+
+def _net(input_shape, num_classes, d_hidden, num_blocks, extra=0):
+    return Net(int(np.prod(input_shape)), d_hidden, num_blocks + extra, num_classes)
+
+
+@MODELS.register("w12-extra")
+def extra(input_shape, num_classes, d_hidden=8, num_blocks=2, mlp_ratio=1, seed=0):
+    return ResidualAdapter(_net(input_shape, num_classes, d_hidden, num_blocks, 1), embed="stem", blocks="layers",
+                           readout="head", block_includes_residual=True)
+
+
+@MODELS.register("w12-none")
+def none(input_shape, num_classes, d_hidden=8, num_blocks=2, mlp_ratio=1, seed=0):
+    return ResidualAdapter(_net(input_shape, num_classes, d_hidden, 0), embed="stem", blocks="layers",
+                           readout="head", block_includes_residual=True)
+
+
+@MODELS.register("w12-meta")
+def meta(input_shape, num_classes, d_hidden=8, num_blocks=2, mlp_ratio=1, seed=0):
+    with torch.device("meta"):
+        net = _net(input_shape, num_classes, d_hidden, num_blocks)
+    return ResidualAdapter(net, embed="stem", blocks="layers", readout="head", block_includes_residual=True)
+
+
+@MODELS.register("w12-wired")
+def wired(input_shape, num_classes, d_hidden=8, num_blocks=2, mlp_ratio=1, seed=0):
+    return ResidualAdapter(_net(input_shape, num_classes, d_hidden, num_blocks), embed="stem", blocks="layers",
+                           readout="stem", block_includes_residual=True)
+
+
+def _arrays(k=3):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(120, 6)).astype(np.float32)
+    y = rng.integers(0, 3, 120)
+    return ArrayData(x[:90], y[:90], x[90:], y[90:], k, "w12", "0" * 64)
+
+
+@DATASETS.register("w12-chdir")
+def chdir(data_dir=None, download=False):
+    os.chdir("/")
+    return _arrays()
+
+
+@DATASETS.register("w12-huge")
+def huge(data_dir=None, download=False):
+    return _arrays(2**62)
+'''
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    (tmp_path / "walk12_plug.py").write_text(textwrap.dedent(NET))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for reg in (MODELS, DATASETS):
+        monkeypatch.setattr(reg, "_items", dict(reg._items))
+        monkeypatch.setattr(reg, "_meta", dict(reg._meta))
+    yield "walk12_plug"
+    import sys
+
+    sys.modules.pop("walk12_plug", None)
+
+
+@pytest.mark.parametrize("arch, says", [
+    ("w12-extra", "built 3 residual blocks where num_blocks=2 was asked"),  # cases 30, 31: recorded as 2
+    ("w12-none", "built 0 residual blocks where num_blocks=2 was asked"),  # case 32
+    ("w12-meta", "is on the meta device"),  # case 29: an internal error
+    ("w12-wired", "the model's forward pass on two examples of mnist1d fails: RuntimeError")])  # case 28
+def test_a_plugin_model_that_is_not_what_was_asked_is_one_line(tmp_path, plugin, capsys, arch, says):
+    for cmd in (["train"], ["audit", "--methods", "bp"]):
+        out = tmp_path / cmd[0]
+        assert main(["--plugin", plugin, cmd[0], *TINY, *cmd[1:], "--arch", arch, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "walk12_plug.py" in err and err.count("\n") == 1, err
+        assert not list(out.rglob("result.json")) and not (out / "report.json").exists()
+
+
+def test_a_plugin_loader_that_changes_the_working_folder_is_set_back(tmp_path, plugin, monkeypatch, capsys):
+    """Case 25, 26: a loader's os.chdir('/') put a relative --out's run folder at the filesystem root."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["--plugin", plugin, "train", "--dataset", "w12-chdir", "--d-hidden", "8", "--num-blocks", "1",
+                 "--epochs", "1", "--out", "rel"]) == 0
+    assert os.getcwd() == str(tmp_path) and (tmp_path / "rel" / "result.json").is_file()
+    assert not os.path.exists("/rel")
+    assert "changed the working folder; it is set back to" in capsys.readouterr().err
+
+
+def test_a_dataset_with_an_absurd_class_count_is_one_line(tmp_path, plugin, capsys):
+    """Case 23: num_classes=2**62 was an internal error (the readout's storage overflowed)."""
+    assert main(["--plugin", plugin, "train", "--dataset", "w12-huge", "--d-hidden", "8", "--num-blocks", "1",
+                 "--epochs", "1", "--out", str(tmp_path / "t")]) == 2
+    assert "num_classes is 4611686018427387904, more than any readout" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
