@@ -40,7 +40,8 @@ def _setup(tmp):
     (tmp / "auditrunsfile").mkdir()
     (tmp / "auditrunsfile" / "runs").write_text("x")
     (tmp / "rep_sweep").mkdir()
-    (tmp / "rep_sweep" / "sweep.json").write_text(json.dumps({"argv": "ladder --epochs 1"}))
+    (tmp / "rep_sweep" / "sweep.json").write_text(json.dumps({"schema": "depthaudit.sweep.v1",
+                                                               "argv": "ladder --epochs 1"}))
     # found by a second walk (issue 13's re-walk)
     np.save(tmp / "big.npy", np.array([0, 1, 2**50], dtype=np.int64))
     np.save(tmp / "two.npy", np.zeros((4, 50), dtype=np.int64))

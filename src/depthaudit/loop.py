@@ -149,6 +149,10 @@ def check_readout(model: ResidualModel, data: DataBundle, arch: str) -> None:
             logits = model(data.x_train[:2] if p is None else data.x_train[:2].to(p.device))
     except (RuntimeError, ValueError, TypeError, IndexError) as exc:  # a user's model whose parts do not fit (its
         # readout wired to the stem, say: walk 12 case 28): its forward pass named, not an internal error
+        from .plugins import plugin_blame
+
+        if plugin_blame(exc) is not None:  # raised in a plug-in's own code: named there, with its file and line
+            raise
         raise UsageError(f"--arch {arch} ({defined_at(MODELS.get(arch))}): the model's forward pass on two examples "
                          f"of {data.name} fails: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}; check its "
                          "embed, blocks and readout") from None
