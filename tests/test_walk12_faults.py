@@ -135,3 +135,10 @@ def test_a_dataset_with_an_absurd_class_count_is_one_line(tmp_path, plugin, caps
                  "--epochs", "1", "--out", str(tmp_path / "t")]) == 2
     assert "num_classes is 4611686018427387904, more than any readout" in capsys.readouterr().err
     assert not (tmp_path / "t").exists()
+
+
+def test_a_data_flag_a_text_family_does_not_read_is_noted(tmp_path, capsys):
+    """Cases 70, 71: saturation --family gpt --dataset mnist1d trained on text with no word about --dataset."""
+    assert main(["saturation", "--family", "gpt", "--dataset", "mnist1d", "--extra", "0", "--epochs", "1",
+                 "--list-cells", "--out", str(tmp_path / "s")]) == 0
+    assert "--dataset has no effect with --family gpt: it reads text" in capsys.readouterr().err

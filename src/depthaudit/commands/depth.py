@@ -27,6 +27,11 @@ def depth_config(cls, a: argparse.Namespace):
     fam = kw.get("family") or cls.__dataclass_fields__["family"].default
     if kw.get("base_width") is not None and not FAMILIES.get(fam).uses_base_width:
         _note(f"--base-width has no effect with --family {fam}: it sets ResNet's stage widths")
+    if FAMILIES.get(fam).reads_text:  # (walk 12 cases 70, 71: ignored without a word)
+        for flag in ("dataset", "data_dir"):
+            if kw.get(flag) is not None:
+                _note(f"--{flag.replace('_', '-')} has no effect with --family {fam}: it reads text (--text FILE, "
+                      "else its own bundled text)")
     return cls(**kw)
 
 
