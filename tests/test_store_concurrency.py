@@ -131,7 +131,8 @@ def test_both_open_before_either_claims(tmp_path):
     FileStore(path, "s.v1", {"lr": 0.001}).claim()  # the same configuration: welcome
     # the marker in .runs alone (the JSON moved away) still holds the identity
     path.unlink()
-    with pytest.raises(UsageError, match="ladder_x.runs holds runs of a different configuration"):
+    with pytest.raises(UsageError, match="ladder_x.runs is claimed by a sweep of a different configuration that has no "
+                       "finished run yet"):
         FileStore(path, "s.v1", {"lr": 0.002})
 
 

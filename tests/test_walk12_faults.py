@@ -142,3 +142,40 @@ def test_a_data_flag_a_text_family_does_not_read_is_noted(tmp_path, capsys):
     assert main(["saturation", "--family", "gpt", "--dataset", "mnist1d", "--extra", "0", "--epochs", "1",
                  "--list-cells", "--out", str(tmp_path / "s")]) == 0
     assert "--dataset has no effect with --family gpt: it reads text" in capsys.readouterr().err
+
+
+def test_an_out_spelled_through_its_own_runs_folder_is_the_folder(tmp_path, capsys):
+    """Cases 85, 86: --out A0/runs/.. (that is A0) was refused as lying in A0/runs."""
+    a = tmp_path / "a"
+    argv = ["audit", *TINY, "--methods", "bp", "--probe-batches", "1"]
+    assert main([*argv, "--out", str(a)]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--out", str(a / "runs" / "..")]) == 0
+    assert "2 of 2 runs already finished" in capsys.readouterr().err
+    assert main([*argv, "--out", str(a / "runs" / "x")]) == 2  # inside it, still refused
+    assert "it lies in" in capsys.readouterr().err
+
+
+def test_a_sweep_interrupted_before_its_first_run_is_not_rendered_empty_nor_said_to_hold_runs(tmp_path, capsys):
+    """Cases 95-97: a ladder (grow) stopped before one run finished: report rendered an empty table (exit 0) and the
+    next command of another configuration was told the folder "holds runs of a different configuration"."""
+    import json
+
+    lad = tmp_path / "l"
+    argv = ["ladder", *TINY, "--methods", "bp", "--seeds", "1", "--k-values", "1", "--output_dir", str(lad)]
+    assert main(argv) == 0
+    for rec in (lad / "ladder_d8_L2_mnist1d.runs").glob("*.json"):  # as a sweep stopped before its first run
+        if rec.name != "identity.json":
+            rec.unlink()
+    doc = json.loads((lad / "ladder_d8_L2_mnist1d.json").read_text())
+    (lad / "ladder_d8_L2_mnist1d.json").write_text(json.dumps({**doc, "runs": {}}))
+    for f in ("ladder_d8_L2_mnist1d.md", "ladder_d8_L2_mnist1d.png"):
+        (lad / f).unlink()
+    capsys.readouterr()
+    assert main(["report", str(lad)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no finished run yet" in err and not (lad / "ladder_d8_L2_mnist1d.md").exists(), err
+    assert main([*argv[:-2], "--lr", "0.002", "--output_dir", str(lad)]) == 2
+    err = capsys.readouterr().err
+    assert "is claimed by a sweep of a different configuration that has no finished run yet" in err, err
+    assert "holds runs" not in err

@@ -351,8 +351,9 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
     if p.name == "runs" and p.is_dir() and (p.parent / "identity.json").is_file():
         raise UsageError(f"{flag} {p}: it is the run store of the results in {p.parent} (their runs/ folder); "
                          f"choose another {flag}")
-    real = Path(os.path.realpath(p))  # (a link into a store is the store: checked as written and as resolved)
-    for anc in dict.fromkeys((p, *p.parents, real, *real.parents)):  # inside another results file's record
+    real = Path(os.path.realpath(p))  # (a link into a store is the store: checked as written and as resolved;
+    lex = Path(os.path.normpath(p))  # written, with its ".." applied: A/runs/.. is A, not inside A/runs)
+    for anc in dict.fromkeys((lex, *lex.parents, real, *real.parents)):  # inside another results file's record
         # folder (<name>.runs) or a sweep's runs/: never a store of its own
         if anc.name.endswith(".runs") and (anc / "identity.json").is_file():
             raise UsageError(f"{flag} {p}: it lies in {anc}, the run records of {anc.with_suffix('.json')}; "

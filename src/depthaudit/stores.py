@@ -569,10 +569,13 @@ class FileStore:
                     f"{', '.join(diff[:6]) or 'schema'}): it was edited; move {self.path.name} away (it is rebuilt "
                     "from the records) and rerun")
             if owner.get("schema") != self.schema or diff:
-                raise UsageError(
-                    f"{what} holds runs of a different configuration (differs in: "
-                    f"{', '.join(diff[:6]) or 'schema'}); use another output folder, or move "
-                    f"{self.path.name} and {self.runs_dir.name} away")
+                none = truth is None and not (self.runs_dir.is_dir() and any(
+                    p.name != IDENTITY_FILE for p in self.runs_dir.glob("*.json")))
+                held = ("is claimed by a sweep of a different configuration that has no finished run yet "
+                        "(interrupted, or still running)" if none else "holds runs of a different configuration")
+                raise UsageError(  # (walk 12 cases 96, 97: "holds runs" was said of a claim with none)
+                    f"{what} {held} (differs in: {', '.join(diff[:6]) or 'schema'}); use another output folder, or "
+                    f"move {self.path.name} and {self.runs_dir.name} away" + (" if no such sweep runs" if none else ""))
 
     def claim(self) -> None:
         """Take this store for this identity, under the lock, before anything trains.

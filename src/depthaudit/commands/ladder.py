@@ -126,13 +126,22 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
             print(f"(from {sub})\n")
         found += n
     if not found:
-        raise UsageError(f"{d} holds no ladder_*, saturation_*, grow_*, intervention.json or report.json (nor do "
-                         f"its subfolders); {_what_it_holds(d)}")
+        raise UsageError(f"{d} holds no ladder_*, saturation_*, grow_*, intervention.json or report.json with a "
+                         f"finished run (nor do its subfolders); {_what_it_holds(d)}")
     if skipped:  # the others are rendered, but `report DIR && publish` must not go on as if all were
         names = ", ".join(str(s) for s in skipped[:3]) + (", …" if len(skipped) > 3 else "")
         raise UsageError(f"{len(skipped)} folder(s) could not be rendered ({names}: each named above with its fix); "
                          f"the other {found} result(s) were")
     return 0
+
+
+def _nothing_yet(path: Path, doc: dict) -> bool:
+    """Whether ``path`` holds no finished run (its sweep interrupted before one finished): said, not rendered empty."""
+    if doc.get("runs"):
+        return False
+    print(f"depthaudit: note: {path} holds no finished run yet (its command was interrupted before one finished, "
+          "or still runs): nothing to render; rerun that command to train", file=sys.stderr)
+    return True
 
 
 def _users_own(d: Path) -> Path | None:
@@ -278,6 +287,8 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         check_ladder_doc(path, read_json_doc(path))
         assembled(path, "ladder")
         check_ladder_doc(path, read_json_doc(path))
+        if _nothing_yet(path, read_json_doc(path)):
+            continue
         with rendering(path):
             _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)
         print(f"{path.name}\n{table}\n")
@@ -309,6 +320,8 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         assembled(path, "saturation")
         doc = read_json_doc(path, runs=True)
         runs_intact(path, doc, "saturation")
+        if _nothing_yet(path, doc):
+            continue
         with rendering(path), _staged(d) as tmp:
             low = min((r["config"].get("low_signal", 5e-3) for r in doc["runs"].values()), default=5e-3)
             saturation_figure(doc, tmp / path.with_suffix(".png").name, low)
@@ -334,6 +347,8 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         assembled(path, "grow")
         doc = read_json_doc(path, runs=True)
         runs_intact(path, doc, "grow")
+        if _nothing_yet(path, doc):
+            continue
         with rendering(path), _staged(d) as tmp:
             grow_figure(doc, tmp / path.with_suffix(".png").name)
             table = grow_md(doc)
