@@ -82,8 +82,9 @@ def test_existing_result_refused_without_force(tmp_path, env_cache):
     out = tmp_path / "out"
     out.mkdir()
     (out / "result.json").write_text("{}")
-    p, _ = run(["train"], tmp_path, env_cache)
-    assert p.returncode == 2 and "--force" in p.stderr and (out / "result.json").read_text() == "{}"
+    p, _ = run(["train"], tmp_path, env_cache)  # a file that is not a depthaudit record: the user's, never --force'd
+    assert p.returncode == 2 and "is not depthaudit's" in p.stderr and "--force" not in p.stderr
+    assert (out / "result.json").read_text() == "{}"
 
 
 def test_underscore_spellings_and_help(tmp_path, env_cache):
