@@ -179,3 +179,15 @@ def test_a_sweep_interrupted_before_its_first_run_is_not_rendered_empty_nor_said
     err = capsys.readouterr().err
     assert "is claimed by a sweep of a different configuration that has no finished run yet" in err, err
     assert "holds runs" not in err
+
+
+def test_an_api_yes_no_argument_takes_a_bool(tmp_path):
+    """Case 112: da.audit(..., replace_report="yes") was taken as True."""
+    import depthaudit as da
+    from depthaudit.errors import ConfigError
+
+    cfg = da.AuditConfig(base=da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1), methods=("bp",))
+    for kw in ({"replace_report": "yes"}, {"progress": 1}):
+        with pytest.raises(ConfigError, match="must be True or False"):
+            da.audit(cfg, tmp_path / "a", **kw)
+    assert not (tmp_path / "a").exists()

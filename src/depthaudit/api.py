@@ -134,6 +134,9 @@ def _api_call(fn):
             raise ConfigError(f"{{out}} {out!r} is {'an empty path' if not out.strip() else 'a path with a NUL byte'}"
                               "; give a path (e.g. 'results/run1'), or '.' for the current folder")
 
+        for name, value in sig.bind_partial(*args, **kwargs).arguments.items():  # (walk 12 case 112: "yes" was
+            if sig.parameters[name].annotation in (bool, "bool") and not isinstance(value, bool):  # taken as True)
+                raise ConfigError(f"{{{name}}} must be True or False, got {type(value).__name__} {value!r}")
         given = sig.bind_partial(*args, **kwargs).arguments.get("config")
         want = sig.parameters["config"].annotation if "config" in sig.parameters else None
         if isinstance(want, str) and want.isidentifier() and given is not None \
