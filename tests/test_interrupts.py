@@ -219,3 +219,27 @@ def test_a_second_sigterm_during_the_stop_is_absorbed_exit_130(tmp_path, cache, 
     assert err.strip().splitlines()[-1].startswith("depthaudit: interrupted"), err
     assert "Traceback" not in err and not [p for p in procs if _alive(p)]
     assert not list(out.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("target", ["process", "group"])
+def test_a_hang_up_stops_like_an_interrupt(tmp_path, cache, target):
+    """Walk 13 case 69: SIGHUP (the terminal closed) killed the command with 129, no line, its claim left behind."""
+    out = tmp_path / "o"
+    env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(cache)}
+    proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, "--jobs", "2", "--out", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_ctrl_c_delivered)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not _records(out):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    procs = _descendants(proc.pid)
+    err, took = _signal_and_wait(proc, lambda: (os.killpg if target == "group" else os.kill)(proc.pid,
+                                                                                          signal.SIGHUP), 60)
+    t1 = time.time()
+    while time.time() - t1 < 5 and any(_alive(p) for p in procs):
+        time.sleep(0.1)
+    print(f"SIGHUP to the {target}: exit {proc.returncode} after {took:.1f} s; {err.splitlines()[-1:]}")
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("depthaudit: interrupted"), err
+    assert not [p for p in procs if _alive(p)] and not list(out.rglob("*.tmp"))

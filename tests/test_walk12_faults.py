@@ -191,3 +191,62 @@ def test_an_api_yes_no_argument_takes_a_bool(tmp_path):
         with pytest.raises(ConfigError, match="must be True or False"):
             da.audit(cfg, tmp_path / "a", **kw)
     assert not (tmp_path / "a").exists()
+
+
+def test_walk13_a_dataset_of_scalar_or_object_inputs_is_one_line_naming_the_dataset(tmp_path, monkeypatch, capsys):
+    """Walk 13 cases 54, 58: inputs of shape (N,) blamed the built-in model; an object array was a traceback."""
+    import numpy as np
+
+    from depthaudit.data.base import ArrayData
+
+    monkeypatch.setattr(DATASETS, "_items", dict(DATASETS._items))
+    monkeypatch.setattr(DATASETS, "_meta", dict(DATASETS._meta))
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 60)
+
+    @DATASETS.register("w13-flat")
+    def flat(data_dir=None, download=False):
+        x = rng.normal(size=60).astype(np.float32)
+        return ArrayData(x[:40], y[:40], x[40:], y[40:], 3, "w13", "0" * 64)
+
+    @DATASETS.register("w13-object")
+    def obj(data_dir=None, download=False):
+        x = rng.normal(size=(60, 4)).astype(object)
+        return ArrayData(x[:40], y[:40], x[40:], y[40:], 3, "w13", "0" * 64)
+
+    for name, says in (("w13-flat", "its train inputs have shape (40,)"), ("w13-object", "of dtype object")):
+        out = tmp_path / name
+        assert main(["train", "--dataset", name, "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1",
+                     "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "resmlp" not in err and err.count("\n") == 1, err
+        assert not out.exists()
+
+
+def test_walk13_a_diagnostic_of_the_wrong_shape_is_named(tmp_path, monkeypatch, capsys):
+    """Walk 13 cases 39-41: order = "x", summarise() returning None, section() returning 42 were tracebacks."""
+    from depthaudit.diagnostics import Diagnostic, register
+    from depthaudit.diagnostics.base import DIAGNOSTICS
+    from depthaudit.errors import UsageError
+
+    monkeypatch.setattr(DIAGNOSTICS, "_items", dict(DIAGNOSTICS._items))
+    monkeypatch.setattr(DIAGNOSTICS, "_meta", dict(DIAGNOSTICS._meta))
+    with pytest.raises(UsageError, match="its order is 'x'; give a number"):
+        @register
+        class Bad(Diagnostic):
+            name, order = "w13_bad_order", "x"
+
+    argv = ["audit", *TINY, "--methods", "bp", "--probe-batches", "1"]
+    for i, (body, says) in enumerate((
+            ("    @classmethod\n    def summarise(cls, finals, num_blocks):\n        return None\n",
+             "has a summarise() that returned NoneType"),
+            ("    @classmethod\n    def section(cls, report, table):\n        return 42\n",
+             "its section() returned int 42"))):
+        ns = {}
+        exec("from depthaudit.diagnostics import Diagnostic, register\n\n@register\nclass W13(Diagnostic):\n"
+             f"    name, order = 'w13_{i}', 50\n\n    def compute(self, snap):\n        return {{'v': 1.0}}\n\n{body}",
+             ns)
+        assert main([*argv, "--out", str(tmp_path / f"a{i}")]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err and "internal error" not in err, err
+        DIAGNOSTICS._items.pop(f"w13_{i}"), DIAGNOSTICS._meta.pop(f"w13_{i}", None)

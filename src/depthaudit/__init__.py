@@ -20,7 +20,8 @@ except PackageNotFoundError:  # running from a source tree without installation
 # public name → module that defines it (PEP 562 lazy attributes: torch is imported only when one is used)
 _LAZY = {
     "audit": "api", "ladder": "api", "intervene": "api", "identity": "api", "train": "api", "Result": "api",
-    "saturation": "api", "grow": "api", "probes": "api", "ConfigError": "errors", "nothing_trains": "config",
+    "saturation": "api", "grow": "api", "probes": "api", "ConfigError": "errors", "UsageError": "errors",
+    "nothing_trains": "config",
     "ProbesConfig": "experiments.probes", "InterveneConfig": "experiments.intervene",
     "TrainConfig": "config", "AuditConfig": "experiments.audit", "LadderConfig": "experiments.ladder",
     "SaturationConfig": "experiments.saturation", "GrowConfig": "experiments.grow", "FAMILIES": "experiments.families",

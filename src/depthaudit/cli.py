@@ -57,8 +57,9 @@ SIGNALLED: list[int] = []  # the signals (SIGINT, SIGTERM) this process received
 
 def _term_to_interrupt(signum, frame):
     SIGNALLED.append(signum)
-    for s in (signal.SIGINT, signal.SIGTERM):  # the stop is under way: a second Ctrl-C or SIGTERM (a scheduler's
-        signal.signal(s, signal.SIG_IGN)  # repeated TERM) must not cut its cleanup short (restored after the command)
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the stop is under way: a second Ctrl-C or SIGTERM
+        signal.signal(s, signal.SIG_IGN)  # (a scheduler's repeated TERM) must not cut its cleanup short (restored
+        # after the command)
     raise KeyboardInterrupt
 
 
@@ -133,10 +134,11 @@ def _entry(argv: list[str] | None) -> int:
     real_err = sys.stderr
     if sys.stderr is sys.__stderr__:  # a process's own stderr (not a test's capture): progress and notes that
         sys.stderr = _Tolerant(sys.stderr)  # cannot be written (`2>/dev/full`) are lost quietly, as with `2>&-`
-    old_term = old_int = None
+    old_term = old_int = old_hup = None
     SIGNALLED.clear()
     if threading.current_thread() is threading.main_thread():
         old_term = signal.signal(signal.SIGTERM, _term_to_interrupt)  # SIGTERM stops like Ctrl-C: cleanly
+        old_hup = signal.signal(signal.SIGHUP, _term_to_interrupt)  # so does a terminal's hang-up (walk 13 case 69)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (one ignored by the shell stays so)
             old_int = signal.signal(signal.SIGINT, _term_to_interrupt)  # Ctrl-C as before, but remembered
     try:
@@ -153,6 +155,7 @@ def _entry(argv: list[str] | None) -> int:
         sys.stderr = real_err
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
+            signal.signal(signal.SIGHUP, old_hup)
         if old_int is not None:
             signal.signal(signal.SIGINT, old_int)
         if argv_given is None:  # the process ends here: a second Ctrl-C or SIGTERM while workers are joined stays

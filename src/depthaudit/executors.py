@@ -218,6 +218,23 @@ def import_env_plugins() -> None:
         import_plugin(name)
 
 
+def _tracker_ignoring_hangup() -> None:
+    """Start multiprocessing's resource tracker with SIGHUP ignored (the disposition survives its exec).
+
+    It ignores SIGINT and SIGTERM itself; a terminal's hang-up reaches the whole group, and the driver, not the
+    tracker, ends the sweep (walk 13 case 106: the tracker died printing a KeyError traceback).
+    """
+    from multiprocessing import resource_tracker
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, old)
+
+
 def _worker_init(threads: int, parent: int) -> None:
     """A local worker: its thread share, dies with its parent (pid ``parent``), imports the parent's plug-ins.
 
@@ -225,6 +242,7 @@ def _worker_init(threads: int, parent: int) -> None:
     (the driver's, or a ``kill`` of the group) ends it at once, removing any half-written temp file first.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # (a terminal's hang-up reaches the group too: the driver stops it)
     signal.signal(signal.SIGTERM, _worker_term)
     torch.set_num_threads(threads)
     _die_with_parent(parent)
@@ -422,6 +440,7 @@ def _local_pool(groups, store, opts: SweepOptions, argv, log):
     remaining, retried = list(groups), False
     while remaining:
         finished, broken = set(), False
+        _tracker_ignoring_hangup()
         pool = ProcessPoolExecutor(opts.jobs, mp_context=get_context("spawn"), initializer=_worker_init,
                                    initargs=(threads, os.getpid()))
         try:

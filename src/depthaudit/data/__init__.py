@@ -45,6 +45,17 @@ def check_arrays(name: str, a) -> None:
                          "give the number of classes its labels use")
     if not isinstance(k, int | np.integer) or k < 2:
         raise UsageError(f"--dataset {name}: num_classes is {k!r}; a dataset needs at least 2 classes")
+    for split, x in (("train", a.x_train), ("test", a.x_test)):  # (walk 13 cases 54, 58: a traceback, or the
+        x = np.asarray(x) if not hasattr(x, "dtype") else x  # built-in model blamed)
+        if getattr(x, "ndim", 0) < 2:
+            raise UsageError(f"--dataset {name}: its {split} inputs have shape {tuple(getattr(x, 'shape', ()))}; "
+                             "give one row per example with its features, (N, d) or (N, H, W, C) (a scalar per "
+                             "example: x[:, None])")
+        numeric = np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer) \
+            if isinstance(x, np.ndarray) else True
+        if not numeric:
+            raise UsageError(f"--dataset {name}: its {split} inputs are of dtype {x.dtype}; give numbers (float32, "
+                             "or uint8 images)")
     for split, x, y in (("train", a.x_train, a.y_train), ("test", a.x_test, a.y_test)):
         if len(x) != len(y) or len(y) == 0:
             raise UsageError(f"--dataset {name}: its {split} split has {len(x)} inputs and {len(y)} labels; "

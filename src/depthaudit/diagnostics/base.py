@@ -174,6 +174,12 @@ DIAGNOSTICS: Registry[type[Diagnostic]] = Registry("diagnostic")
 
 def register(cls: type[Diagnostic]) -> type[Diagnostic]:
     """Class decorator: add a diagnostic to :data:`DIAGNOSTICS` under its ``name`` (the audit then measures it)."""
+    order = getattr(cls, "order", None)
+    if isinstance(order, bool) or not isinstance(order, int | float) or order != order:  # (walk 13 case 39)
+        from ..errors import UsageError
+
+        raise UsageError(f"diagnostic {getattr(cls, 'name', cls.__name__)!r} ({cls.__module__}.{cls.__qualname__}): "
+                         f"its order is {order!r}; give a number (where its section goes among the others)")
     DIAGNOSTICS.register(cls.name)(cls)
     return cls
 
@@ -242,10 +248,13 @@ class Tracker:
             if type(d) in self._read_back:  # measurement, tried once, so a run is never stored with values its
                 continue  # report cannot summarise (walk 12: the stored values were reused after the fix)
             try:
-                type(d).summarise([out], model.num_blocks)
+                summary = type(d).summarise([out], model.num_blocks)
             except Exception as exc:
                 raise _diagnostic_error(d, f"returned values its own summarise() cannot read ({type(exc).__name__}: "
                                         f"{str(exc)[:120]})") from None
+            if not isinstance(summary, dict) or unstorable(summary) is not None:  # (walk 13 case 40: None)
+                raise _diagnostic_error(d, f"has a summarise() that returned {type(summary).__name__} "
+                                        f"{str(summary)[:60]}, not a dict of plain values (its part of the summary)")
             self._read_back.add(type(d))
         return out
 

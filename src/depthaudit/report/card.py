@@ -155,7 +155,7 @@ def _sections(report: dict, table) -> list[tuple[str, str]]:
         *([("Decision table: " + report["decision"]["summary"],
              table(["method", "standard pair walks back?", "protocol walks back?"], _decision_rows(report)))]
           if report.get("decision") else []),
-        *[sec for d in registered() if (sec := d.section(report, table)) is not None],  # each quantity's own
+        *[sec for d in registered() if (sec := _section(d, report, table)) is not None],  # each quantity's own
         ("Training monitor: first epoch each check fired (per seed)",
          table(["method", "D1 fired at", "D2 fired at", "stopped at (--stop-on-flag)"], _monitor_rows(report))
          + _stopped_note(report)),
@@ -261,3 +261,14 @@ def unrendered(report: dict, runs_dir) -> list[str]:
             names.update(rec.get(INIT_MEASUREMENT_KEY) or {})
     return sorted(n for n in names if n not in DIAGNOSTICS)
 
+
+def _section(d, report: dict, table):
+    """A diagnostic's own card section, checked: None or a (title, text) pair of strings (else one line)."""
+    sec = d.section(report, table)
+    if sec is None or (isinstance(sec, tuple | list) and len(sec) == 2 and all(isinstance(x, str) for x in sec)):
+        return sec
+    from ..errors import UsageError
+
+    raise UsageError(f"diagnostic {d.name!r} ({d.__module__}.{d.__qualname__}): its section() returned "
+                     f"{type(sec).__name__} {str(sec)[:60]}, not None or a (title, text) pair of strings; fix the "
+                     "diagnostic (the run records are stored; `depthaudit report` renders them once it is fixed)")
