@@ -106,3 +106,28 @@ def test_audit_reports_the_field_measures(tmp_path):
     assert (out / "per_sample_cosine.png").stat().st_size > 0
     md = (out / "report.md").read_text()
     assert "Linear CKA to BP" in md and "Weight alignment" in md and "Per-example credit cosine" in md
+
+
+def test_a_diverged_run_without_a_checkpoint_leaves_the_others_cka(tmp_path):
+    """A diverged run keeps no usable weights; its missing checkpoint emptied the whole CKA column of the audit
+    (the SGD field audit: dfa diverged in epoch 1, so bp's and fa's CKA were not reported)."""
+    from depthaudit.cli import main
+    from depthaudit.data import load_data
+    from depthaudit.experiments.audit import cka_to_bp
+
+    out = tmp_path / "a"
+    assert main(["audit", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1",
+                 "--methods", "bp", "fa", "--probe-batches", "1", "--out", str(out)]) == 0
+    recs = {}
+    for p in (out / "runs").glob("*_all_*/result.json"):
+        rec = json.loads(p.read_text())
+        recs[f"{rec['config']['method']}/trained/s42"] = rec
+    data = load_data("mnist1d", None, False, "cpu")
+    both = cka_to_bp(recs, ("bp", "fa"), (42,), data, out / "runs", 1, 128)
+    assert set(both) == {"bp", "fa"}
+    fa = next((out / "runs").glob("*_fa_all_*"))
+    (fa / "checkpoint.pt").unlink()
+    recs["fa/trained/s42"]["status"] = "diverged"  # (as a diverged run is stored: no usable weights)
+    got = cka_to_bp(recs, ("bp", "fa"), (42,), data, out / "runs", 1, 128)
+    print(got)
+    assert set(got) == {"bp"} and got["bp"] == both["bp"]

@@ -281,6 +281,8 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
         return {}
 
     def load(rec):
+        if rec["status"] == "diverged":  # a diverged run's weights are not finite: no CKA (the card says diverged),
+            return False  # and none is looked for (its checkpoint, if any, is not needed for the others')
         path = runs_dir / run_slug_of(rec) / "checkpoint.pt"
         if path.exists() and not path.is_file():  # a folder or FIFO in its place: named, never skipped silently
             raise UsageError(f"{path} is not a file; the CKA to BP reads it: move {path.parent} away and rerun the "
@@ -289,8 +291,6 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
             print(f"depthaudit: note: {path} is missing, so the report has no CKA to BP (rerun the audit after "
                   f"moving {path.parent} away to train that run again with its checkpoint)", file=sys.stderr)
             return None
-        if rec["status"] == "diverged":  # a diverged run's weights are not finite: no CKA (the card says diverged)
-            return False
         cfg = TrainConfig.from_dict({**rec["config"], "device": str(data.x_test.device), "warm_start": None})
         model, method = build(cfg, data)
         bad = checkpoint_problem(path, rec)
