@@ -167,14 +167,19 @@ def test_a_registered_diagnostic_flows_through_the_evaluator_monitor_and_live_lo
     assert {"audit/rho", "audit/g_L", "cosine/l0", "stream/norm_l2", "test/acc"} <= set(tags)
 
 
+def _plugin_audit(plugin: str, out) -> list[str]:
+    """A 2-epoch bp audit of a tiny model with the plug-in loaded."""
+    return ["--plugin", plugin, "audit", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "2", "--methods", "bp",
+            "--probe-batches", "1", "--probe-batch-size", "16", "--device", "cpu", "--out", str(out)]
+
+
 def test_a_diagnostic_returning_tensors_is_named_not_a_crash(tmp_path, plugin, capsys):
     """Walk 11 case 38: a plug-in diagnostic that returned tensors per layer crashed when the record was written
     ("internal error", a JSON TypeError), leaving a run folder with a checkpoint and no record."""
     src = tmp_path / f"{plugin}.py"
     src.write_text(src.read_text().replace("c.flatten(1).norm(dim=1).mean().item()", "c.flatten(1).norm(dim=1).mean()"))
     out = tmp_path / "audit"
-    argv = ["--plugin", plugin, "audit", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "2", "--methods", "bp",
-            "--probe-batches", "1", "--probe-batch-size", "16", "--device", "cpu", "--out", str(out)]
+    argv = _plugin_audit(plugin, out)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "diagnostic 'credit_norm'" in err and "torch.Tensor at ['per_layer'][0]" in err, err
@@ -204,8 +209,7 @@ def test_a_diagnostic_whose_values_its_summary_cannot_read_stores_no_run(tmp_pat
     good = src.read_text()
     src.write_text(good.replace("for c in snap.credits]", "for c in snap.credits][:1]"))
     out = tmp_path / "audit"
-    argv = ["--plugin", plugin, "audit", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "2", "--methods", "bp",
-            "--probe-batches", "1", "--probe-batch-size", "16", "--device", "cpu", "--out", str(out)]
+    argv = _plugin_audit(plugin, out)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "diagnostic 'credit_norm'" in err and "its own summarise() cannot read (IndexError" in err, err

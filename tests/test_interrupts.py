@@ -189,11 +189,8 @@ def test_interrupt_of_a_slurm_sweep_says_what_is_left_and_how_to_cancel(tmp_path
     assert "to stop them" in last and "a rerun collects them" in last
 
 
-@pytest.mark.parametrize("jobs, gap", [(1, 0.05), (2, 0.3)])
-def test_a_second_sigterm_during_the_stop_is_absorbed_exit_130(tmp_path, cache, jobs, gap):
-    """Walk 11 cases 105-108: SIGTERM twice (a scheduler's repeated TERM) ended the process with 143, killed in
-    its cleanup; like a second Ctrl-C it is absorbed: one line, exit 130, no worker or temp file left."""
-    out = tmp_path / "o"
+def _signalled_mid_sweep(out: Path, cache, jobs: int, send) -> tuple[object, str, float, list[int]]:
+    """Start the ladder, wait for its first record, ``send(proc)``; then wait for it and its workers to end."""
     env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(cache)}
     proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, "--jobs", str(jobs), "--out", str(out)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -203,43 +200,36 @@ def test_a_second_sigterm_during_the_stop_is_absorbed_exit_130(tmp_path, cache, 
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()
     procs = _descendants(proc.pid)
+    err, took = _signal_and_wait(proc, lambda: send(proc), 60)
+    t1 = time.time()
+    while time.time() - t1 < 5 and any(_alive(p) for p in procs):
+        time.sleep(0.1)
+    return proc, err, took, [p for p in procs if _alive(p)]
 
-    def twice():
+
+@pytest.mark.parametrize("jobs, gap", [(1, 0.05), (2, 0.3)])
+def test_a_second_sigterm_during_the_stop_is_absorbed_exit_130(tmp_path, cache, jobs, gap):
+    """Walk 11 cases 105-108: SIGTERM twice (a scheduler's repeated TERM) ended the process with 143, killed in
+    its cleanup; like a second Ctrl-C it is absorbed: one line, exit 130, no worker or temp file left."""
+    def twice(proc):
         os.kill(proc.pid, signal.SIGTERM)
         time.sleep(gap)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGTERM)
 
-    err, took = _signal_and_wait(proc, twice, 60)
-    t1 = time.time()
-    while time.time() - t1 < 5 and any(_alive(p) for p in procs):
-        time.sleep(0.1)
+    proc, err, took, left = _signalled_mid_sweep(tmp_path / "o", cache, jobs, twice)
     print(f"jobs {jobs}: exit {proc.returncode} after {took:.1f} s; stderr tail: {err.splitlines()[-1:]}")
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("depthaudit: interrupted"), err
-    assert "Traceback" not in err and not [p for p in procs if _alive(p)]
-    assert not list(out.rglob("*.tmp"))
+    assert "Traceback" not in err and not left and not list((tmp_path / "o").rglob("*.tmp"))
 
 
 @pytest.mark.parametrize("target", ["process", "group"])
 def test_a_hang_up_stops_like_an_interrupt(tmp_path, cache, target):
     """Walk 13 case 69: SIGHUP (the terminal closed) killed the command with 129, no line, its claim left behind."""
-    out = tmp_path / "o"
-    env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(cache)}
-    proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, "--jobs", "2", "--out", str(out)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_ctrl_c_delivered)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and not _records(out):
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.communicate()
-    procs = _descendants(proc.pid)
-    err, took = _signal_and_wait(proc, lambda: (os.killpg if target == "group" else os.kill)(proc.pid,
-                                                                                          signal.SIGHUP), 60)
-    t1 = time.time()
-    while time.time() - t1 < 5 and any(_alive(p) for p in procs):
-        time.sleep(0.1)
+    proc, err, took, left = _signalled_mid_sweep(
+        tmp_path / "o", cache, 2, lambda p: (os.killpg if target == "group" else os.kill)(p.pid, signal.SIGHUP))
     print(f"SIGHUP to the {target}: exit {proc.returncode} after {took:.1f} s; {err.splitlines()[-1:]}")
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("depthaudit: interrupted"), err
-    assert not [p for p in procs if _alive(p)] and not list(out.rglob("*.tmp"))
+    assert "Traceback" not in err and not left and not list((tmp_path / "o").rglob("*.tmp"))
