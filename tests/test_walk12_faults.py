@@ -250,3 +250,24 @@ def test_walk13_a_diagnostic_of_the_wrong_shape_is_named(tmp_path, monkeypatch, 
         err = capsys.readouterr().err
         assert says in err and "Traceback" not in err and "internal error" not in err, err
         DIAGNOSTICS._items.pop(f"w13_{i}"), DIAGNOSTICS._meta.pop(f"w13_{i}", None)
+
+
+def test_walk14_a_plugin_that_closes_stdout_is_one_line(tmp_path):
+    """Walk 14 case 56: a plug-in method that closed sys.stdout: an internal error with two tracebacks."""
+    import subprocess
+    import sys
+
+    (tmp_path / "w14_close.py").write_text(
+        "import sys\nfrom depthaudit.methods import METHODS\nfrom depthaudit.methods.dfa import DFA\n\n"
+        "@METHODS.register('w14-close')\nclass Close(DFA):\n    def credits(self, model, tr, e):\n"
+        "        sys.stdout.close()\n        return super().credits(model, tr, e)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", "w14_close", "train", *TINY, "--method",
+                        "w14-close", "--out", str(tmp_path / "t")], env=env, capture_output=True, text=True,
+                       timeout=300)
+    print(p.returncode, p.stderr[-600:])
+    assert p.returncode == 2, p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert "cannot write the standard output (it was closed during the command" in last
+    assert "Traceback" not in p.stderr and "internal error" not in p.stderr

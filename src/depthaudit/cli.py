@@ -151,6 +151,11 @@ def _entry(argv: list[str] | None) -> int:
         print(f"depthaudit: error: cannot write the standard output ({exc.strerror or exc})", file=sys.stderr)
         _silence_stdout()
         return 2
+    except ValueError:  # the final flush of a standard output closed during the command (its line already said)
+        if not getattr(sys.stdout, "closed", False):
+            raise
+        _silence_stdout()
+        return 2
     finally:
         sys.stderr = real_err
         if old_term is not None:

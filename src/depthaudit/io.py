@@ -438,6 +438,9 @@ def script(fn, argv: list[str] | None = None) -> int:
 
 def stdout_error(exc: BaseException) -> str | None:
     """One line when writing the standard output itself failed (a full disk, /dev/full); else None."""
+    if isinstance(exc, ValueError) and getattr(sys.stdout, "closed", False):  # closed inside the process (a
+        silence_stdout()  # plug-in's sys.stdout.close(): walk 14 case 56), then written to
+        return "cannot write the standard output (it was closed during the command, e.g. by a plug-in)"
     if not isinstance(exc, OSError) or exc.filename is not None:
         return None  # every file depthaudit writes names itself (io._atomic): an unnamed write is stdout's or a log's
 

@@ -271,4 +271,4 @@ def _section(d, report: dict, table):
 
     raise UsageError(f"diagnostic {d.name!r} ({d.__module__}.{d.__qualname__}): its section() returned "
                      f"{type(sec).__name__} {str(sec)[:60]}, not None or a (title, text) pair of strings; fix the "
-                     "diagnostic (the run records are stored; `depthaudit report` renders them once it is fixed)")
+                     "diagnostic and rerun the same command (the stored runs are reused)")
