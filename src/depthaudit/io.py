@@ -228,8 +228,13 @@ def _our_json(path: Path) -> bool:
             doc = json.load(fh)
     except (OSError, ValueError):
         return False
+    return our_doc(doc)
+
+
+def our_doc(doc) -> bool:
+    """Whether a parsed JSON document is one depthaudit wrote (its schema; probes results before their schema)."""
     return isinstance(doc, dict) and (str(doc.get("schema", "")).startswith("depthaudit")
-                                      or isinstance(doc.get("credit_mix"), dict))  # (probes before their schema)
+                                      or isinstance(doc.get("credit_mix"), dict))
 
 
 def foreign_json(path: Path) -> Path | None:

@@ -18,6 +18,7 @@ from ..io import (
     foreign_json,
     foreign_report_file,
     foreign_table_file,
+    our_doc,
     write_json,
     write_text,
 )
@@ -157,8 +158,7 @@ def _users_own(d: Path) -> Path | None:
             doc = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(doc, dict) and not str(doc.get("schema", "")).startswith("depthaudit") \
-                and not isinstance(doc.get("credit_mix"), dict):
+        if isinstance(doc, dict) and not our_doc(doc):
             return f
     return None
 
