@@ -1,7 +1,9 @@
 """Walk 12's causes: plug-in models and datasets that do not hold what they say, each one line, exit 2."""
 
+import json
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,7 @@ from depthaudit.models import MODELS
 TINY = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "1"]
 
 NET = '''
+import json
 import os
 
 import numpy as np
@@ -271,3 +274,106 @@ def test_walk14_a_plugin_that_closes_stdout_is_one_line(tmp_path):
     last = p.stderr.strip().splitlines()[-1]
     assert "cannot write the standard output (it was closed during the command" in last
     assert "Traceback" not in p.stderr and "internal error" not in p.stderr
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("torch", "its train inputs are a Tensor, not a numpy array; ArrayData holds numpy arrays: give v.numpy()"),
+    ("list", "its train inputs are a list, not a numpy array; ArrayData holds numpy arrays: give np.asarray(v)"),
+    ("labels-list", "its train labels are a list, not a numpy array"),
+    ("zerofeat", "its train inputs have shape (40, 0): 0 features per example"),
+    ("ncfloat", "num_classes is 3.0 (a float); give an int ≥ 2"),
+    ("ncbool", "num_classes is True (a bool); give an int ≥ 2")])
+def test_walk14_a_dataset_of_tensors_lists_no_features_or_a_float_class_count_is_one_line(
+        tmp_path, monkeypatch, capsys, kind, says):
+    """Walk 14 cases 64, 65, 67, 68, 71: tensors, lists, (N, 0) inputs were tracebacks; num_classes=4.0 was told
+    it needs at least 2 classes."""
+    import numpy as np
+    import torch
+
+    from depthaudit.data.base import ArrayData
+
+    monkeypatch.setattr(DATASETS, "_items", dict(DATASETS._items))
+    monkeypatch.setattr(DATASETS, "_meta", dict(DATASETS._meta))
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(60, 4)).astype(np.float32), rng.integers(0, 3, 60)
+    xtr, ytr, k = x[:40], y[:40], 3
+    if kind == "torch":
+        xtr = torch.from_numpy(xtr)
+    elif kind == "list":
+        xtr = xtr.tolist()
+    elif kind == "labels-list":
+        ytr = ytr.tolist()
+    elif kind == "zerofeat":
+        x = x[:, :0]
+        xtr = x[:40]
+    else:
+        k = {"ncfloat": 3.0, "ncbool": True}[kind]
+
+    @DATASETS.register("w14-ds")
+    def ds(data_dir=None, download=False):
+        return ArrayData(xtr, ytr, x[40:], y[40:], k, "w14", "0" * 64)
+
+    out = tmp_path / kind
+    assert main(["train", "--dataset", "w14-ds", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert says in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_walk14_a_force_retrain_whose_checkpoint_cannot_be_replaced_keeps_the_old_pair(tmp_path, monkeypatch,
+                                                                                      capsys):
+    """Walk 14 case 100: an unreplaceable checkpoint.pt (chattr +i) stayed beside the new run's result.json, and a
+    warm start from it read the other run's weights with no word."""
+    import depthaudit.io as dio
+
+    a = tmp_path / "a"
+    assert main(["train", *TINY, "--out", str(a)]) == 0
+    old_rec, old_ck = (a / "result.json").read_bytes(), (a / "checkpoint.pt").read_bytes()
+    assert "checkpoint_sha256" in json.loads(old_rec)  # the record seals its checkpoint
+    real_replace, real_unlink = os.replace, Path.unlink
+
+    def no_ck(src, dst, *args, **kw):  # the checkpoint's destination refuses to be replaced (an immutable file)
+        if str(dst).endswith("checkpoint.pt"):
+            raise PermissionError(1, "Operation not permitted", str(dst))
+        return real_replace(src, dst, *args, **kw)
+
+    def no_unlink(self, *args, **kw):
+        if self.name == "checkpoint.pt":
+            raise PermissionError(1, "Operation not permitted", str(self))
+        return real_unlink(self, *args, **kw)
+
+    monkeypatch.setattr(os, "replace", no_ck)
+    monkeypatch.setattr(dio.os, "replace", no_ck)
+    monkeypatch.setattr(Path, "unlink", no_unlink)
+    capsys.readouterr()
+    assert main(["train", *TINY, "--lr", "0.01", "--out", str(a), "--force"]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "checkpoint.pt is the previous run's and cannot be replaced or removed" in err.splitlines()[-1]
+    assert "Traceback" not in err
+    monkeypatch.undo()
+    assert (a / "result.json").read_bytes() == old_rec and (a / "checkpoint.pt").read_bytes() == old_ck
+
+    # a folder whose checkpoint is another run's (copied in by hand): a warm start from it is refused
+    b = tmp_path / "b"
+    assert main(["train", *TINY, "--lr", "0.01", "--out", str(b)]) == 0
+    (b / "checkpoint.pt").write_bytes(old_ck)
+    capsys.readouterr()
+    assert main(["train", *TINY, "--method", "fa", "--warm-start", str(b / "checkpoint.pt"),
+                 "--out", str(tmp_path / "w")]) == 2
+    assert "is not the checkpoint of the run recorded beside it" in capsys.readouterr().err
+    assert main(["train", *TINY, "--method", "fa", "--warm-start", str(a / "checkpoint.pt"),
+                 "--out", str(tmp_path / "w")]) == 0  # its own pair: read
+
+
+def test_walk14_the_python_refusal_of_another_audits_folder_names_the_keyword(tmp_path):
+    """Walk 14 case 119: da.audit's refusal named only --replace-report, a flag Python has no way to pass."""
+    import depthaudit as da
+
+    base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+    out = tmp_path / "a"
+    da.audit(da.AuditConfig(base=base, methods=("bp", "fa"), probe_batches=1), out, progress=False)
+    with pytest.raises(da.UsageError, match=r"replace_report=True"):
+        da.audit(da.AuditConfig(base=base, methods=("bp",), probe_batches=1), out, progress=False)

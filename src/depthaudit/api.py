@@ -266,7 +266,8 @@ def claim_training(out: Path, config: TrainConfig, force: bool):
                              "another output folder")
         had_claim = (out / "identity.json").exists()
         before = (out / "identity.json").read_bytes() if had_claim and (out / "identity.json").is_file() else None
-        claim_folder(out, "train", config.identity_dict(), take_over=force, take_over_flag="--force")
+        claim_folder(out, "train", config.identity_dict(), take_over=force,
+                     take_over_flag="--force (force=True)")
         try:
             yield
         except BaseException:  # nothing new was kept: the folder's claim is what it was (a folder it made: removed)
@@ -704,7 +705,8 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
             more = ("; to add to it, name everything it holds too ("
                     + "; ".join(f"{k} {' '.join(map(str, old.get(k) or []))}" for k in diff) + ")")
         raise UsageError(f"{out}/report.json is the report of another audit (differs in {', '.join(diff[:6])}){more}; "
-                         "use another --out, or --replace-report to overwrite it (the runs of both stay in runs/)")
+                         "use another --out, or --replace-report (replace_report=True) to overwrite it (the runs of "
+                         "both stay in runs/)")
 
 
 def _comparable_base(d: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """The training loop: data on the device, ``randperm`` shuffles, one sync per epoch."""
 
+import json
 import math
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -91,7 +93,29 @@ def read_checkpoint(path: str) -> dict:
                          "a depthaudit run wrote") from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("model"), dict):
         raise UsageError(f"--warm-start {path}: holds no model weights; give a depthaudit checkpoint.pt")
+    beside = _record_beside(Path(path))
+    if beside is not None and beside["config"] != _as_json(ckpt.get("config")):  # (walk 14 case 100: the weights of
+        raise UsageError(f"--warm-start {path}: is not the checkpoint of the run recorded beside it "  # one run read
+                         f"({Path(path).parent / 'result.json'}: its config differs); retrain that run with "  # as
+                         "--force, or give the checkpoint.pt of the run you mean")  # another's)
     return ckpt
+
+
+def _as_json(v):
+    """``v`` as its JSON text reads back (tuples as lists), to compare with a record read from JSON."""
+    try:
+        return json.loads(json.dumps(v, default=str))
+    except (TypeError, ValueError):
+        return None
+
+
+def _record_beside(path: Path) -> dict | None:
+    """The run record a ``checkpoint.pt`` sits beside (its folder's ``result.json``), if it is one of ours."""
+    try:
+        rec = json.loads((path.parent / "result.json").read_text())
+    except (OSError, ValueError):  # none, unreadable or not JSON: a checkpoint copied alone is fine
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("config"), dict) else None
 
 
 def check_fits(cfg: TrainConfig, data: DataBundle) -> None:

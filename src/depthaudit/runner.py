@@ -42,15 +42,25 @@ def save_run(out: Path, rec: dict, run: RunOutput, checkpoint: bool = True) -> N
     A checkpoint that cannot be written (a full disk) does not lose the run: ``result.json`` is still written,
     then the failure is one line saying so.
     """
-    failed = None
+    failed, stale = None, None
+    ck = out / "checkpoint.pt"
     if checkpoint:
         try:
-            save_torch(out / "checkpoint.pt", {"config": rec["config"], "model": run.model.state_dict(),
-                                               "method": run.method.state_dict(), "status": run.status})
+            save_torch(ck, {"config": rec["config"], "model": run.model.state_dict(),
+                            "method": run.method.state_dict(), "status": run.status})
+            rec = {**rec, "checkpoint_sha256": sha256_file(ck)}  # sealed with the record (a warm start checks it)
         except OSError as exc:
             failed = exc
-    elif (out / "checkpoint.pt").is_file():  # another run's weights (a --force over it): never left beside this one
-        (out / "checkpoint.pt").unlink()
+    if (failed is not None or not checkpoint) and ck.is_file():  # another run's weights (a --force over it): never
+        try:  # left beside this one
+            ck.unlink()
+        except OSError as exc:  # (walk 14 case 100: an immutable file stayed, and was called missing)
+            stale = exc
+    if stale is not None:  # this record must not be paired with the previous run's weights: the old pair is kept
+        raise UsageError(f"{ck} is the previous run's and cannot be replaced or removed ("
+                         f"{stale.strerror or stale}); this run is not written, the "
+                         f"folder still holds the previous run: free {ck} (its permissions, chattr -i) or use "
+                         "another --out, then rerun") from None
     write_json(out / "result.json", rec)
     if failed is not None:
         raise UsageError(f"{environment_error(failed) or failed}; the run is kept in {out / 'result.json'}, without "

@@ -868,7 +868,8 @@ def check_folder_records(root: Path, slugs: list[str], named_by: Path | None = N
 
 
 def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = False, flag: str = "--out",
-                 name: str = IDENTITY_FILE, take_over_flag: str | None = "--replace-report") -> dict:
+                 name: str = IDENTITY_FILE,
+                 take_over_flag: str | None = "--replace-report (replace_report=True)") -> dict:
     """Claim ``folder`` (its report) for ``identity``, under the folder's lock, before anything trains.
 
     The first command to claim a folder owns it (``folder/identity.json``); another with a different
@@ -974,7 +975,7 @@ def still_owner(folder: Path, claim: dict, flag: str = "--out"):
                 raise UsageError(f"{folder} was extended by another {now.get('kind')} (more {', '.join(diff)}) while "
                                  f"this one ran; every run of this one is stored in {folder / 'runs'}, and the other "
                                  "writes the report of all (or rerun with its full lists to write it now)")
-            raise UsageError(f"{folder} was taken over by another {now.get('kind', 'sweep')} (--replace-report) "
-                             f"while this one ran; its runs are stored in {folder / 'runs'}: rerun with another "
-                             f"{flag} to get its report")
+            raise UsageError(f"{folder} was taken over by another {now.get('kind', 'sweep')} (--replace-report, "
+                             f"replace_report=True) while this one ran; its runs are stored in {folder / 'runs'}: "
+                             f"rerun with another {flag} to get its report")
         yield

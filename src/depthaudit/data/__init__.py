@@ -40,19 +40,29 @@ def load_data(name: str, data_dir: str | None, download: bool, device: torch.dev
 def check_arrays(name: str, a) -> None:
     """What a dataset (built in or a plug-in's) returns must be usable: one line naming what is wrong."""
     k = a.num_classes
-    if isinstance(k, int | np.integer) and k > 2**20:  # (walk 12 case 23: 2**62 overflowed the readout's storage)
+    if isinstance(k, bool) or not isinstance(k, int | np.integer):  # (walk 14 case 64: 4.0 was told "at least 2")
+        raise UsageError(f"--dataset {name}: num_classes is {k!r} (a {type(k).__name__}); give an int ≥ 2, the "
+                         "number of classes its labels use")
+    if k > 2**20:  # (walk 12 case 23: 2**62 overflowed the readout's storage)
         raise UsageError(f"--dataset {name}: num_classes is {k}, more than any readout here is built for (2**20); "
                          "give the number of classes its labels use")
-    if not isinstance(k, int | np.integer) or k < 2:
+    if k < 2:
         raise UsageError(f"--dataset {name}: num_classes is {k!r}; a dataset needs at least 2 classes")
+    for split, what, v in (("train", "inputs", a.x_train), ("train", "labels", a.y_train),
+                           ("test", "inputs", a.x_test), ("test", "labels", a.y_test)):
+        if not isinstance(v, np.ndarray):  # (walk 14 cases 67, 68: a tensor or a list was a traceback)
+            fix = "v.numpy() (v.cpu().numpy() from a GPU)" if isinstance(v, torch.Tensor) else "np.asarray(v)"
+            raise UsageError(f"--dataset {name}: its {split} {what} are a {type(v).__name__}, not a numpy array; "
+                             f"ArrayData holds numpy arrays: give {fix}")
     for split, x in (("train", a.x_train), ("test", a.x_test)):  # (walk 13 cases 54, 58: a traceback, or the
-        x = np.asarray(x) if not hasattr(x, "dtype") else x  # built-in model blamed)
-        if getattr(x, "ndim", 0) < 2:
+        if x.ndim < 2:  # built-in model blamed)
             raise UsageError(f"--dataset {name}: its {split} inputs have shape {tuple(getattr(x, 'shape', ()))}; "
                              "give one row per example with its features, (N, d) or (N, H, W, C) (a scalar per "
                              "example: x[:, None])")
-        numeric = np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer) \
-            if isinstance(x, np.ndarray) else True
+        if 0 in x.shape[1:]:  # (walk 14 case 71: zero features divided by zero in the model's init)
+            raise UsageError(f"--dataset {name}: its {split} inputs have shape {tuple(x.shape)}: 0 features per "
+                             "example; give at least one feature")
+        numeric = np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
         if not numeric:
             raise UsageError(f"--dataset {name}: its {split} inputs are of dtype {x.dtype}; give numbers (float32, "
                              "or uint8 images)")
