@@ -13,6 +13,7 @@ from . import progress
 from .config import TrainConfig
 from .data import DataBundle
 from .data.augment import augment_batch
+from .data.base import sha256_file
 from .diagnostics.base import MEASUREMENT_KEY
 from .errors import UsageError
 from .methods import CreditMethod, build_method, parse_method_spec
@@ -93,11 +94,13 @@ def read_checkpoint(path: str) -> dict:
                          "a depthaudit run wrote") from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("model"), dict):
         raise UsageError(f"--warm-start {path}: holds no model weights; give a depthaudit checkpoint.pt")
-    beside = _record_beside(Path(path))
-    if beside is not None and beside["config"] != _as_json(ckpt.get("config")):  # (walk 14 case 100: the weights of
-        raise UsageError(f"--warm-start {path}: is not the checkpoint of the run recorded beside it "  # one run read
-                         f"({Path(path).parent / 'result.json'}: its config differs); retrain that run with "  # as
-                         "--force, or give the checkpoint.pt of the run you mean")  # another's)
+    beside = _record_beside(Path(path))  # (walk 14 case 100: the weights of one run read as another's)
+    if beside is not None:
+        sealed = beside.get("checkpoint_sha256")
+        if beside["config"] != _as_json(ckpt.get("config")) or (sealed and sealed != sha256_file(Path(path))):
+            raise UsageError(f"--warm-start {path}: is not the checkpoint of the run recorded beside it "
+                             f"({Path(path).parent / 'result.json'}: its config or sealed sha256 differs); retrain "
+                             "that run with --force, or give the checkpoint.pt of the run you mean")
     return ckpt
 
 
