@@ -377,3 +377,35 @@ def test_walk14_the_python_refusal_of_another_audits_folder_names_the_keyword(tm
     da.audit(da.AuditConfig(base=base, methods=("bp", "fa"), probe_batches=1), out, progress=False)
     with pytest.raises(da.UsageError, match=r"replace_report=True"):
         da.audit(da.AuditConfig(base=base, methods=("bp",), probe_batches=1), out, progress=False)
+
+
+def test_walk14_a_plugin_raising_keyboardinterrupt_on_import_is_named_but_a_real_signal_is_an_interrupt(tmp_path):
+    """Walk 14 (unclear): a module whose import raised KeyboardInterrupt ended as an interrupt (130), unlike the
+    same raise in its credits() (named, exit 2); a SIGTERM while a slow plug-in imports is still an interrupt."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "w14_kbd.py").write_text("raise KeyboardInterrupt\n")
+    mark = tmp_path / "importing"
+    (tmp_path / "w14_slow.py").write_text(f"import pathlib, time\npathlib.Path({str(mark)!r}).touch()\n"
+                                          "time.sleep(60)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "depthaudit", "--plugin"]
+    p = subprocess.run([*argv, "w14_kbd", "train", *TINY, "--out", str(tmp_path / "a")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    print(p.returncode, p.stderr)
+    assert p.returncode == 2 and "--plugin w14_kbd: importing it raised KeyboardInterrupt at" in p.stderr
+    assert "w14_kbd.py:1" in p.stderr and not (tmp_path / "a").exists()
+    q = subprocess.Popen([*argv, "w14_slow", "train", *TINY, "--out", str(tmp_path / "b")], env=env,
+                         stderr=subprocess.PIPE, text=True)
+    for _ in range(600):  # the command's signal handlers are in place before plug-ins import
+        if mark.exists():
+            break
+        time.sleep(0.1)
+    q.send_signal(signal.SIGTERM)
+    err = q.communicate(timeout=60)[1]
+    print(q.returncode, err)
+    assert q.returncode == 130 and "interrupted" in err and "w14_slow" not in err

@@ -271,7 +271,11 @@ def _main(argv: list[str]) -> int:
         return 2
     except KeyboardInterrupt as exc:
         remove_in_flight()
-        line = None if SIGNALLED else plugin_ended(exc)  # no Ctrl-C, no SIGTERM: a plug-in raised it
+        line = None if SIGNALLED else getattr(exc, "plugin_line", None)  # no Ctrl-C, no SIGTERM: a plug-in
+        if line is not None:  # raised it as it was imported (nothing ran yet)
+            print(f"depthaudit: error: {line}", file=sys.stderr)
+            return 2
+        line = None if SIGNALLED else plugin_ended(exc)  # … or in its own code, mid-command
         if line is not None:
             print(f"depthaudit: error: {line} {HALF_WRITTEN}", file=sys.stderr)
             return 2

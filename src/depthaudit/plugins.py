@@ -36,12 +36,21 @@ def import_plugin(name: str, given: str | None = None) -> None:
     except SystemExit as exc:  # the module called sys.exit() on import: not a plug-in's business
         raise UsageError(f"{given}: importing it called sys.exit({exc.code}); a plug-in module must only "
                          "register things (guard scripts with if __name__ == '__main__')") from None
+    except KeyboardInterrupt as exc:  # a Ctrl-C while it imports, or the module's own `raise KeyboardInterrupt`:
+        # the command (which records the signals it receives) tells them apart with the line carried here
+        exc.plugin_line = (f"{given}: importing it raised KeyboardInterrupt{_user_line(exc)}; a plug-in module must "
+                           "only register things: fix the plug-in")  # (walk 14: it ended as an interrupt, 130)
+        raise
     except Exception as exc:  # the user's module raised: say where, in one line
-        pkg = os.path.dirname(os.path.abspath(__file__))  # point at the user's line, not ours or importlib's
-        frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                  if "importlib" not in f.filename and not os.path.abspath(f.filename).startswith(pkg)]
-        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-        raise UsageError(f"{given}: importing it raised {type(exc).__name__}: {exc}{where}") from None
+        raise UsageError(f"{given}: importing it raised {type(exc).__name__}: {exc}{_user_line(exc)}") from None
+
+
+def _user_line(exc: BaseException) -> str:
+    """`` at file:line`` of the innermost frame of ``exc`` in the user's code (not ours, not importlib's), or ''."""
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if "importlib" not in f.filename and not os.path.abspath(f.filename).startswith(pkg)]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def import_plugins_in(argv: list[str]) -> None:
