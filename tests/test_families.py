@@ -65,3 +65,37 @@ def test_a_registered_family_is_a_choice_runs_and_renders(plain_mlp, tmp_path, c
         assert (out / "saturation_plain-mlp_mnist1d.md").read_text() == md
     finally:
         FAMILIES._items["plain-mlp"] = plain_mlp
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("linear", "its build() returned a Linear, not a ResidualModel"),
+    ("wrong-logits", "the model returns logits of shape (2, 15) for 2 examples of mnist1d, not (2, 10)")])
+def test_a_family_whose_build_gives_no_residual_model_or_the_wrong_logits_is_one_line(tmp_path, capsys, kind, says):
+    """Walk 14 cases 93, 94: nn.Linear was told to check its credits; 15 logits for 10 classes was stored."""
+    import torch
+
+    from depthaudit.models import build_model
+
+    class Odd(DepthFamily):
+        help = "a family whose build() is wrong (this test's)"
+
+        def build(self, run, data, device):
+            if kind == "linear":
+                return torch.nn.Linear(40, 10)
+            return build_model("resmlp", data.input_shape, 15, 8, run.base_blocks + run.extra, None, run.seed)
+
+    FAMILIES.register("odd")(Odd)
+    try:
+        out = tmp_path / kind
+        assert main(["saturation", "--family", "odd", "--dataset", "mnist1d", "--epochs", "1", "--extra", "0",
+                     "--analysis-batches", "1", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        print(err)
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("depthaudit: error: --family odd (") and says in last and "credit" not in last
+        assert "test_families.py" in last
+        for f in out.glob("saturation_odd_*.json"):  # the sweep's claim, if written: no run stored in it
+            assert json.loads(f.read_text())["runs"] == {}
+    finally:
+        FAMILIES._items.pop("odd")
+        FAMILIES._meta.pop("odd", None)

@@ -159,8 +159,10 @@ def free_memory(device: str) -> int | None:
         return None
 
 
-def check_readout(model: ResidualModel, data: DataBundle, arch: str) -> None:
+def check_readout(model: ResidualModel, data: DataBundle, arch: str | None, who: str | None = None) -> None:
     """The model's logits for two training examples must be (2, num_classes): else one line naming ``--arch``.
+
+    ``who`` names the model's maker instead (a depth family: ``--family NAME (file:line)``).
 
     (A user's model whose readout has another width would otherwise fail inside the loss, mid-run.) Evaluated
     in eval mode without gradients: no running statistic or parameter changes.
@@ -180,7 +182,8 @@ def check_readout(model: ResidualModel, data: DataBundle, arch: str) -> None:
 
         if plugin_blame(exc) is not None:  # raised in a plug-in's own code: named there, with its file and line
             raise
-        raise UsageError(f"--arch {arch} ({defined_at(MODELS.get(arch))}): the model's forward pass on two examples "
+        who = who or f"--arch {arch} ({defined_at(MODELS.get(arch))})"
+        raise UsageError(f"{who}: the model's forward pass on two examples "
                          f"of {data.name} fails: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}; check its "
                          "embed, blocks and readout") from None
     finally:
@@ -188,8 +191,8 @@ def check_readout(model: ResidualModel, data: DataBundle, arch: str) -> None:
     want = (min(2, data.x_train.shape[0]), data.num_classes)
     got = tuple(getattr(logits, "shape", ()))
     if got != want:
-        where = defined_at(MODELS.get(arch))
-        raise UsageError(f"--arch {arch} ({where}): the model returns logits of shape {got} for {want[0]} examples "
+        who = who or f"--arch {arch} ({defined_at(MODELS.get(arch))})"
+        raise UsageError(f"{who}: the model returns logits of shape {got} for {want[0]} examples "
                          f"of {data.name}, not {want}: its readout must give one logit per class ({data.num_classes})")
 
 

@@ -120,11 +120,22 @@ def plugin_blame(exc: BaseException, own_code: bool = False) -> str | None:
             except (OSError, TypeError):
                 where = name
             return (f"plug-in {name}: its {cls.__name__} ({where}) gave depthaudit something it cannot use: {what}; "
-                    "check what its methods return (e.g. one credit per layer)")
+                    f"check what its methods return{_example_of(cls)}")
     return None
 
 
 HALF_WRITTEN = "(nothing half-written; finished runs are stored)"
+
+
+def _example_of(cls: type) -> str:
+    """What a plug-in class of this kind must return, as an example for :func:`plugin_blame`'s line."""
+    kinds = {"CreditMethod": "one credit per layer, shaped like its state",  # (walk 14 case 93: a family's
+             "DepthFamily": "build() returns the model of base + N blocks, a depthaudit ResidualModel",  # fault
+             "Diagnostic": "compute() returns a dict of numbers"}  # was given a credit method's example)
+    for base in cls.__mro__:
+        if base.__name__ in kinds and base.__module__.startswith("depthaudit."):
+            return f" (e.g. {kinds[base.__name__]})"
+    return ""
 
 
 def plugin_ended(exc: BaseException) -> str | None:

@@ -201,10 +201,27 @@ class DepthFamily:
         from ..loop import train_plain
 
         data = self.run_data(run, data, device)
-        model = self.build(run, data, device)
+        model = self.built(self.build(run, data, device), data)
         hist, status = train_plain(model, data, run.epochs, run.batch_size, run.lr, run.weight_decay, run.seed,
                                    device, log, stop_after=run.stop_after)
         return Trained(model, data, hist, status)
+
+    def built(self, model, data):
+        """``model`` if :meth:`build` gave what the sweep measures (a ResidualModel with one logit per class).
+
+        Else one line naming the family (walk 14 cases 93, 94: an ``nn.Linear`` was blamed on a credit method's
+        output; 15 logits for 10 classes trained and was stored with no word).
+        """
+        from ..loop import check_readout
+        from ..models import ResidualModel
+        from ..plugins import defined_at
+
+        who = f"--family {self.name} ({defined_at(type(self))})"
+        if not isinstance(model, ResidualModel):
+            raise UsageError(f"{who}: its build() returned a {type(model).__name__}, not a ResidualModel; return "
+                             "the model of base + N blocks (wrap your network: ResidualAdapter, docs/extending.md)")
+        check_readout(model, data, None, who=who)
+        return model
 
     def tangent(self, model, seed_of):
         """``(feature_fn, value_fn)`` for :func:`~depthaudit.depth.growth.activation_gradients`.
