@@ -409,3 +409,44 @@ def test_walk14_a_plugin_raising_keyboardinterrupt_on_import_is_named_but_a_real
     err = q.communicate(timeout=60)[1]
     print(q.returncode, err)
     assert q.returncode == 130 and "interrupted" in err and "w14_slow" not in err
+
+
+def test_walk15_a_numpy_integer_class_count_trains_and_is_recorded(tmp_path, monkeypatch):
+    """Walk 15 case 17: num_classes=np.int64(3) trained, then the record failed to serialise (internal error) and
+    left checkpoint.pt without result.json."""
+    import numpy as np
+
+    from depthaudit.data.base import ArrayData
+
+    monkeypatch.setattr(DATASETS, "_items", dict(DATASETS._items))
+    monkeypatch.setattr(DATASETS, "_meta", dict(DATASETS._meta))
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(60, 4)).astype(np.float32), rng.integers(0, 3, 60)
+
+    @DATASETS.register("w15-npk")
+    def ds(data_dir=None, download=False):
+        return ArrayData(x[:40], y[:40], x[40:], y[40:], np.int64(y.max() + 1), "w15", "0" * 64)
+
+    out = tmp_path / "t"
+    assert main(["train", "--dataset", "w15-npk", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1",
+                 "--out", str(out)]) == 0
+    rec = json.loads((out / "result.json").read_text())
+    assert rec["provenance"]["data"]["num_classes"] == 3 and (out / "checkpoint.pt").is_file()
+
+
+def test_walk15_a_flag_hint_names_this_commands_flag_or_where_a_global_flag_goes(tmp_path, capsys, monkeypatch):
+    """Walk 15 cases 40-42: `audit --method` was told "did you mean --method?", probes' `--methods` likewise, report
+    was offered audit's --methods, and `train … --plugin X` was told to use --plugin."""
+    monkeypatch.delenv("DEPTHAUDIT_PLUGINS", raising=False)  # (--plugin json is imported, and set there)
+    for argv, says in ((["audit", *TINY, "--method", "fa"], "did you mean --methods?"),
+                       (["probes", *TINY, "--methods", "fa"], "did you mean --method?"),
+                       (["train", *TINY, "--seeds", "3"], "did you mean --seed?"),
+                       (["train", *TINY, "--plugin", "json"], "--plugin goes before the command: depthaudit --plugin "
+                                                             "json train …"),
+                       (["audit", "--version"], "--version is depthaudit's own flag: depthaudit --version")):
+        assert main([*argv, "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err
+        print(err)
+        assert says in err and err.count("\n") == 1, err
+    assert main(["report", str(tmp_path), "--method", "x"]) == 2
+    assert "did you mean" not in capsys.readouterr().err  # report has no --method nor --methods

@@ -44,6 +44,7 @@ def save_run(out: Path, rec: dict, run: RunOutput, checkpoint: bool = True) -> N
     """
     failed, stale = None, None
     ck = out / "checkpoint.pt"
+    json.dumps(finite_json(rec), allow_nan=False)  # a record JSON cannot hold fails here, before any file is written
     if checkpoint:
         try:
             save_torch(ck, {"config": rec["config"], "model": run.model.state_dict(),

@@ -92,19 +92,46 @@ def _repeated_note(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 
 def _close_flag(parser: argparse.ArgumentParser, message: str) -> str | None:
-    """The real flag nearest the first unknown ``--flag`` in ``message`` (``--seed`` → ``--seeds``), if any."""
+    """The hint for the first unknown ``--flag`` in ``message``; None when no flag is near.
+
+    The command's own flag nearest it (``--seed`` → ``--seeds``), or where a global flag goes.
+    """
     import difflib
 
     unknown = next((t.partition("=")[0] for t in message.split()[2:] if t.startswith("--")), None)
     if unknown is None:
         return None
-    opts = [o for a in parser._actions for o in a.option_strings]
-    for a in parser._actions:  # the top-level parser reports its commands' unknown flags: look in them too
-        if isinstance(a, argparse._SubParsersAction):
-            opts += [o for p in a.choices.values() for b in p._actions for o in b.option_strings]
-    found = difflib.get_close_matches(unknown, [o for o in opts if o.startswith("--") and "_" not in o], n=1,
-                                      cutoff=0.8)  # (a near spelling only: --force is not "--cell")
-    return found[0] if found else None
+    top = [o for a in parser._actions for o in a.option_strings]
+    opts, cmd = list(top), None
+    for a in parser._actions:  # the top-level parser reports its command's unknown flags: look in that command's
+        if isinstance(a, argparse._SubParsersAction):  # (walk 15 cases 40-42: another command's flag was offered)
+            cmd = _command_in(getattr(parser, "_given", []), a.choices)
+            if cmd is not None:
+                opts += [o for b in a.choices[cmd]._actions for o in b.option_strings]
+    if cmd is not None and unknown in top and unknown not in ("-h", "--help"):  # a global flag after the command
+        action = next(a for a in parser._actions if unknown in a.option_strings)
+        if action.nargs == 0:  # --version
+            return f"{unknown} is depthaudit's own flag: depthaudit {unknown}"
+        words = message.split()[2:]
+        at = next(i for i, t in enumerate(words) if t.partition("=")[0] == unknown)
+        value = words[at].partition("=")[2] or (words[at + 1] if at + 1 < len(words) else "…")
+        return f"{unknown} goes before the command: depthaudit {unknown} {value} {cmd} …"
+    found = difflib.get_close_matches(unknown, [o for o in opts if o.startswith("--") and "_" not in o
+                                                and o != unknown], n=1, cutoff=0.8)  # (a near spelling only:
+    return f"did you mean {found[0]}?" if found else None  # --force is not "--cell")
+
+
+def _command_in(given: list[str], commands) -> str | None:
+    """The command named in a top-level argument list (its first word that is no global flag or its value)."""
+    skip = False
+    for t in given:
+        if skip:
+            skip = False
+        elif t == "--plugin":
+            skip = True
+        elif not t.startswith("-"):
+            return t if t in commands else None
+    return None
 
 
 def fmt(v) -> str:
@@ -141,7 +168,8 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         """As argparse; a flag given twice (the last one counts) is said on stderr, once per flag."""
-        _repeated_note(self, list(sys.argv[1:] if args is None else args))
+        self._given = list(sys.argv[1:] if args is None else args)  # (the command named, for a flag's hint)
+        _repeated_note(self, self._given)
         return super().parse_known_args(args, namespace)
 
     def add_argument(self, *names, **kw):
@@ -177,7 +205,7 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         """One line naming the problem, exit 2 (an unknown flag close to a real one: that one is named)."""
         hint = _close_flag(self, message) if message.startswith("unrecognized arguments:") else None
-        hint = f"; did you mean {hint}?" if hint else ""
+        hint = f"; {hint}" if hint else ""
         self.exit(2, f"{self.prog}: error: {message}{hint} (see --help)\n")
 
 

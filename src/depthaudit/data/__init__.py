@@ -33,7 +33,8 @@ def load_data(name: str, data_dir: str | None, download: bool, device: torch.dev
                          "not an ArrayData; return depthaudit.data.ArrayData(x_train, y_train, x_test, y_test, "
                          "num_classes, source, sha256)")
     check_arrays(name, arrays)
-    bundle = to_bundle(name, arrays, device)
+    arrays = replace(arrays, num_classes=int(arrays.num_classes))  # (walk 15 case 17: a numpy integer, fine as a
+    bundle = to_bundle(name, arrays, device)  # count, went into every record and JSON refused it after training)
     return replace(bundle, fingerprint=bundle.tensors_digest()) if fingerprint else bundle
 
 
