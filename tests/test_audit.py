@@ -291,3 +291,14 @@ def test_default_audit_command_runs_end_to_end(tmp_path):
         for c in m["checks"].values():
             assert c["status"] in ("PASS", "FLAG") and c["value"] is not None
     assert "D1 ρ" in p.stdout and "Frozen-init identity" in p.stdout
+
+
+def test_a_gap_of_exactly_the_floor_passes_d3_whatever_the_float_rounding():
+    """Walk 15 cases 70, 71: 100·(0.208 − 0.188) = 1.9999999999999991 flagged D3 at its 2 pp floor."""
+    assert 100.0 * (0.208 - 0.188) < 2.0  # the float noise this guards against
+    c = check_d3(accuracy_gap_pp(0.208, 0.188), TH)
+    print(c)
+    assert c["value"] == 2.0 and c["status"] == "PASS" and c["margin"] == 0.0
+    mean_gap = mean_std([accuracy_gap_pp(0.208, 0.189), accuracy_gap_pp(0.209, 0.188)])["mean"]
+    assert check_d3(mean_gap, TH)["status"] == "PASS"
+    assert check_d3(accuracy_gap_pp(0.2079, 0.188), TH)["status"] == "FLAG"  # one example under: flagged

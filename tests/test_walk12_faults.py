@@ -450,3 +450,24 @@ def test_walk15_a_flag_hint_names_this_commands_flag_or_where_a_global_flag_goes
         assert says in err and err.count("\n") == 1, err
     assert main(["report", str(tmp_path), "--method", "x"]) == 2
     assert "did you mean" not in capsys.readouterr().err  # report has no --method nor --methods
+
+
+def test_walk15_report_of_an_unfinished_cell_audit_advises_what_works(tmp_path, capsys):
+    """Walk 15 cases 64, 65: report's "remove sweep.json" alternative rendered nothing for an audit, and the next
+    line said "nothing retrains" where 3 of 4 runs were not stored."""
+    out = tmp_path / "lc"
+    argv = ["audit", *TINY, "--methods", "bp", "fa", "--probe-batches", "1"]
+    assert main([*argv, "--out", str(out), "--cell", "0"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    print(err)
+    assert "3 of 4 cells are not finished" in err and "remove" not in err
+    assert "or rerun the command without --cell: depthaudit audit --dataset mnist1d" in err
+    assert f"--out {out} trains what is missing and writes the report" in err
+    (out / "sweep.json").unlink()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "nothing retrains" not in err and "only runs not yet stored train" in err
+    assert main([*argv, "--out", str(out)]) == 0  # the advice works
+    assert (out / "report.json").is_file()

@@ -62,13 +62,24 @@ def check_d2(g_l: float, th: Thresholds) -> dict:
 
 def check_d3(gap_pp: float, th: Thresholds) -> dict:
     """D3 depth utility: accuracy gap (pp) of trained over the frozen-blocks baseline."""
+    gap_pp = _pp(gap_pp)  # (a mean over seeds: float noise)
     flag = not math.isfinite(gap_pp) or gap_pp < th.gap_min_pp
-    return _check(gap_pp, th.gap_min_pp, flag, gap_pp - th.gap_min_pp, "value < threshold", "pp")
+    return _check(gap_pp, th.gap_min_pp, flag, _pp(gap_pp - th.gap_min_pp), "value < threshold", "pp")
 
 
 def accuracy_gap_pp(trained_acc: float, frozen_acc: float) -> float:
-    """Trained minus frozen test accuracy in percentage points (accuracies are fractions)."""
-    return 100.0 * (trained_acc - frozen_acc)
+    """Trained minus frozen test accuracy in percentage points (accuracies are fractions).
+
+    Rounded to 1e-9 pp: accuracies are counts over one test set, so a gap is a multiple of 100/N pp, and a gap of
+    exactly 2 pp must not fall under a 2 pp floor by float rounding (walk 15 case 70: 0.208 − 0.188 gave
+    1.9999999999999991 and a FLAG printed as "+2.0000000000000").
+    """
+    return _pp(100.0 * (trained_acc - frozen_acc))
+
+
+def _pp(x: float) -> float:
+    """``x`` (pp) without float noise below 1e-9 pp (non-finite values as they are)."""
+    return round(x, 9) if math.isfinite(x) else x
 
 
 def mean_std(values: list) -> dict:
@@ -88,7 +99,7 @@ def standard_pair_alarm(test_acc: float | None, gamma: float | None, chance: flo
     aggregate cosine Γ ≤ 0 (no better aligned with BP than an unrelated direction). Empty = no alarm.
     """
     why = []
-    if test_acc is None or not math.isfinite(test_acc) or 100.0 * (test_acc - chance) < th.gap_min_pp:
+    if test_acc is None or not math.isfinite(test_acc) or _pp(100.0 * (test_acc - chance)) < th.gap_min_pp:
         why.append("accuracy at chance")
     if gamma is None or not math.isfinite(gamma) or gamma <= 0.0:
         why.append("Γ ≤ 0")

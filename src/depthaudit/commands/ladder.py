@@ -185,7 +185,7 @@ def _what_it_holds(d: Path) -> str:
     if kind in ("audit", "intervene") or (kind is None and (d / "runs").is_dir()):  # its report was never written
         # (interrupted) or was removed: the stored runs rebuild it
         return (f"its {kind or 'audit or intervene'} report is missing: rerun the {kind or 'audit or intervene'} "
-                f"command with --out {d} (finished runs are reused, nothing retrains) to write it from the stored runs")
+                f"command with --out {d} to write it (its finished runs are reused; only runs not yet stored train)")
     return "pass a folder depthaudit wrote"
 
 
@@ -209,6 +209,10 @@ def _assemble_cells(d: Path) -> int:
     try:
         return run_command([*cmd, "--stored-only"])
     except UsageError as exc:  # e.g. cells not finished; or cells added to a folder another command made
+        if cmd[len(lead)] in ("audit", "intervene", "probes"):  # a report of all its runs or none: no partial
+            again = " ".join([*lead, *kept, flag, str(d)])  # one (walk 15 case 64: removing sweep.json rendered
+            raise UsageError(f"{cli_message(exc)} (or rerun the command without --cell: depthaudit {again} "  # nothing)
+                             "trains what is missing and writes the report)") from None
         raise UsageError(f"{cli_message(exc)} (or, to render what the files hold without that command, remove "
                          f"{d / 'sweep.json'})") from None
 
