@@ -471,3 +471,45 @@ def test_walk15_report_of_an_unfinished_cell_audit_advises_what_works(tmp_path, 
     assert "nothing retrains" not in err and "only runs not yet stored train" in err
     assert main([*argv, "--out", str(out)]) == 0  # the advice works
     assert (out / "report.json").is_file()
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("func", "building it gave a NoneType, not a CreditMethod"),
+    ("plainclass", "building it gave a PC, not a CreditMethod; register a subclass"),
+    ("opt-seed", "its option 'seed' has the name of the argument every method is built with"),
+    ("opt-model", "its option 'model' has the name of the argument every method is built with")])
+def test_walk15_a_plugin_method_that_builds_no_creditmethod_or_whose_option_clashes_is_one_line(
+        tmp_path, monkeypatch, capsys, kind, says):
+    """Walk 15 cases 98-100: a function returning None, a class not derived from CreditMethod, an option named
+    "seed" or "model" were internal errors."""
+    from depthaudit.methods import METHODS, Option
+    from depthaudit.methods.dfa import DFA
+
+    monkeypatch.setattr(METHODS, "_items", dict(METHODS._items))
+    monkeypatch.setattr(METHODS, "_meta", dict(METHODS._meta))
+    if kind == "func":
+        METHODS.register("w15-m")(lambda model, seed: None)
+    elif kind == "plainclass":
+        class PC:
+            def __init__(self, model, seed):
+                pass
+
+        METHODS.register("w15-m")(PC)
+    else:
+        opt = kind.split("-")[1]
+
+        class ON(DFA):
+            options = {opt: Option(1.0, "clashes")}
+
+            def __init__(self, model, seed, **kw):
+                super().__init__(model, seed)
+
+        METHODS.register("w15-m")(ON)
+    out = tmp_path / kind
+    assert main(["train", *TINY, "--method", "w15-m", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("depthaudit: error: method w15-m (") and "test_walk12_faults.py:" in last
+    assert says in last and "Traceback" not in err and "internal error" not in err
+    assert not (out / "result.json").exists()

@@ -40,6 +40,12 @@ def build_method(name: str, model, seed: int, credit_mix: float | None = None, c
     """
     cls = METHODS.get(name)
     opts = cfg.method_options if options is None and cfg is not None else resolve(name, cls, dict(options or {}))
+    from ..plugins import defined_at
+
+    clash = sorted(set(opts) & {"model", "seed"})  # (walk 15 case 100: "got multiple values for argument 'seed'")
+    if clash:
+        raise UsageError(f"method {name} ({defined_at(cls)}): its option {clash[0]!r} has the name of the argument "
+                         f"every method is built with ({cls.__name__}(model, seed, **options)); rename the option")
     try:
         method = cls(model, derive_seed(seed, "feedback"), **opts)
     except TypeError as exc:
@@ -47,6 +53,9 @@ def build_method(name: str, model, seed: int, credit_mix: float | None = None, c
             raise
         raise UsageError(f"method {name}: its class does not take its declared options ({exc}); its __init__ must "
                          f"accept every option it declares ({', '.join(opts)}) as a keyword") from None
+    if not isinstance(method, CreditMethod):  # (walk 15 cases 98, 99: a function returning None, a class of its
+        raise UsageError(f"method {name} ({defined_at(cls)}): building it gave a {type(method).__name__}, not a "  # own
+                         "CreditMethod; register a subclass of depthaudit.methods.CreditMethod (docs/extending.md)")
     method.to(next(model.parameters()).device)
     return method if credit_mix is None else CreditMix(method, credit_mix)
 
