@@ -513,3 +513,24 @@ def test_walk15_a_plugin_method_that_builds_no_creditmethod_or_whose_option_clas
     assert last.startswith("depthaudit: error: method w15-m (") and "test_walk12_faults.py:" in last
     assert says in last and "Traceback" not in err and "internal error" not in err
     assert not (out / "result.json").exists()
+
+
+def test_walk15_report_of_a_plugin_methods_audit_without_the_plugin_names_the_plugin(tmp_path, monkeypatch, capsys):
+    """Walk 15 cases 134, 135: report without --plugin said the record "holds a config this version cannot read" and
+    advised retraining; the fix is the --plugin that registers the method."""
+    from depthaudit.methods import METHODS
+    from depthaudit.methods.bp import BP
+
+    monkeypatch.setattr(METHODS, "_items", dict(METHODS._items))
+    monkeypatch.setattr(METHODS, "_meta", dict(METHODS._meta))
+    METHODS.register("w15-nbp")(type("NB", (BP,), {}))
+    out = tmp_path / "a"
+    assert main(["audit", *TINY, "--methods", "bp", "w15-nbp", "--probe-batches", "1", "--out", str(out)]) == 0
+    assert main(["report", str(out)]) == 0  # registered: renders
+    METHODS._items.pop("w15-nbp")
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "names method 'w15-nbp', which no module loaded here registers" in err and "--plugin MODULE" in err
+    assert "cannot read" not in err and "trains that run again" not in err

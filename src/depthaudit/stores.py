@@ -830,7 +830,14 @@ def folder_placement(rec: dict, slug: str, sealed_store: bool) -> str | None:
 
         try:
             own = run_slug(TrainConfig.from_dict(rec.get("config") or {}), rec.get("tracking"))
-        except (TypeError, ValueError, UsageError):
+        except UsageError as exc:  # a name no module loaded here registers: a plug-in's, its --plugin not given
+            what = str(exc).split(";")[0]  # (walk 15 cases 134, 135: told to retrain what the plug-in reads back)
+            if what.startswith("unknown "):
+                raise UsageError(f"its run {slug} names {what.removeprefix('unknown ')}, which no module loaded "
+                                 "here registers; give the plug-in that registers it before the command "
+                                 "(depthaudit --plugin MODULE …)") from None
+            return "holds a config this version cannot read"
+        except (TypeError, ValueError):
             return "holds a config this version cannot read"
         if own.rsplit("_", 1)[0] != slug.rsplit("_", 1)[0]:
             bad = f"holds the run {own.rsplit('_', 1)[0]!r}, not the one its folder names (moved or swapped on disk)"
@@ -858,7 +865,10 @@ def check_folder_records(root: Path, slugs: list[str], named_by: Path | None = N
                              f"command that wrote it into {Path(root).parent} (finished runs are reused) to train "
                              "that run again and rewrite it from the records")
         if rec is not None:
-            bad = folder_placement(rec, slug, sealed)
+            try:
+                bad = folder_placement(rec, slug, sealed)
+            except UsageError as exc:  # (a plug-in's name): the folder named first
+                raise UsageError(f"{Path(root).parent}: {exc}") from None
         if bad:
             raise UsageError(f"{p} {bad}; rerun the command that wrote this folder: it trains that run again and "
                              "rewrites the report")
