@@ -142,3 +142,16 @@ def test_a_fifo_where_a_lock_belongs_is_one_line_not_a_hang(tmp_path, lock):
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 2 and f"{out / lock} is not a regular file" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_identity_says_which_training_and_method_flags_change_nothing(capsys, tmp_path):
+    """Walk 15 case 39 (walk 9 case 216): --epochs/--lr/--optimizer/--fa-head were accepted by identity silently."""
+    argv = ["identity", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--probe-batches", "1"]
+    assert main([*argv, "--epochs", "7", "--lr", "0.5", "--fa-head", "exact", "--out", str(tmp_path / "a.json")]) == 0
+    err = _err(capsys)
+    assert "note: --epochs, --lr, --fa-head have no effect with identity" in err, err
+    assert err.count("--fa-head") == 1  # said once
+    assert main([*argv, "--out", str(tmp_path / "b.json")]) == 0
+    assert "no effect" not in _err(capsys)
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
+    assert a["seeds"] == b["seeds"]  # the same numbers: the flags changed nothing

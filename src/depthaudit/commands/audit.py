@@ -98,6 +98,7 @@ def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
 
 def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     """Frozen-init identity check over seeds (:func:`depthaudit.identity`); JSON with ``--out``."""
+    _idle_at_init(a)
     base = config_from_args(a)
     nb, bs = probe_sizes(a, AuditConfig)
     seeds = a.seeds or list(AuditConfig.seeds)
@@ -110,6 +111,27 @@ def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     res = api.identity(base, seeds, probe_batches=nb, probe_batch_size=bs, out=a.out)
     print(res.card)
     return 0
+
+
+def _idle_at_init(a: argparse.Namespace) -> None:
+    """Say which flags given to ``identity`` change nothing: training's and the methods' (it measures at init).
+
+    They are accepted (a command line shared with train or audit runs as is) but said, once (walk 15 case 39);
+    the method-option flags are then cleared, so no second note names them.
+    """
+    from dataclasses import fields
+
+    from ..fields import flag_name
+    from .args import method_flag_values
+
+    idle = [flag_name(f) for f in fields(TrainConfig)
+            if f.metadata.get("training") and getattr(a, f.name, None) not in (None, False)]
+    for f in method_flag_values(a):
+        idle.append(f"--{f}")
+        setattr(a, f.replace("-", "_"), None)
+    if idle:
+        print(f"depthaudit: note: {', '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with identity: it "
+              "measures the model at initialisation (no method, no training)", file=sys.stderr)
 
 
 def register(sub) -> None:
