@@ -471,6 +471,9 @@ def test_walk15_report_of_an_unfinished_cell_audit_advises_what_works(tmp_path, 
     assert "nothing retrains" not in err and "only runs not yet stored train" in err
     assert main([*argv, "--out", str(out)]) == 0  # the advice works
     assert (out / "report.json").is_file()
+    capsys.readouterr()
+    assert main(["report", str(out / "runs")]) == 2  # walk 15 case 46: its run store points to it
+    assert f"it is the run store of the sweep in {out.resolve()}: depthaudit report" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kind, says", [

@@ -178,6 +178,9 @@ def _what_it_holds(d: Path) -> str:
         return f"it holds probes results: their card is {', '.join(cards)} (rerun `depthaudit probes` to rewrite it)"
     if (d / "result.json").is_file():
         return "it holds one training (result.json, read it directly); report renders audits, ladders and sweeps"
+    if d.resolve().name == "runs" and ((d / ".." / "identity.json").is_file() or (d / ".." / "sweep.json").is_file()):
+        up = d.resolve().parent  # (walk 15 case 46: an audit's run store was told to pass a folder depthaudit wrote)
+        return f"it is the run store of the sweep in {up}: depthaudit report {up}"
     try:
         kind = read_json_doc(d / "identity.json").get("kind") if (d / "identity.json").is_file() else None
     except (OSError, UsageError, AttributeError):

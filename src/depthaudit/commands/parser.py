@@ -218,7 +218,8 @@ PATHS = {"out", "output_dir", "data_dir", "warm_start", "text", "audit_dir", "lo
 def path_text(text: str) -> str:
     """A path flag's value: refused when empty (or blank) or when it holds a NUL byte."""
     if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path; give a path, or drop the flag for its default")
+        raise argparse.ArgumentTypeError("an empty path (an unset shell variable?); give a path (a flag left "
+                                         "out takes its default)")
     if "\0" in text:
         raise argparse.ArgumentTypeError(f"{text!r} holds a NUL byte, which no path can hold")
     return text
