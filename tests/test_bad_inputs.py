@@ -156,7 +156,7 @@ CASES = [
     (["intervene", "--lambdas", "0", "--methods", "bp", "--seeds", "1", "--cell", "5", "--out", "o"], "no such cell"),
     (["saturation", "--method", "fa"], "--family resmlp"),
     (["grow", "--family", "resmlp", "--method", "cb", "--dataset", "mnist1d"], "cannot grow"),
-    (["saturation", "--text", "afile"], "--family gpt/resmlp"),
+    (["saturation", "--text", "afile"], "--text is for --family gpt/hf"),
     (["report", "rep_sat"], "signal.AGmax is 'x', not a number"),
     (["report", "rep_hist"], "is not what its run records give"),  # (a hand-truncated history)
     (["audit", "--out", "rep_other", "--lr", "0.01"], "report of another audit"),

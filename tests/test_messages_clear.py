@@ -84,10 +84,10 @@ def test_context_without_a_text_family_is_said(capsys, tmp_path):
     main(["saturation", "--family", "resmlp", "--dataset", "mnist1d", "--context", "32", "--list-cells",
           "--out", str(tmp_path / "s")])
     assert "--context has no effect with --family resmlp" in _err(capsys)
-    # walk 15 cases 90, 93: --text (even a missing file) was taken without a word
+    # walk 15 cases 90, 93: --text (even a missing file) was taken without a word; refused, as resnet and grow do
     assert main(["saturation", "--family", "resmlp", "--dataset", "mnist1d", "--text", str(tmp_path / "none.txt"),
-                 "--list-cells", "--out", str(tmp_path / "s2")]) == 0
-    assert "--text has no effect with --family resmlp" in _err(capsys)
+                 "--list-cells", "--out", str(tmp_path / "s2")]) == 2
+    assert "--text is for --family gpt/hf; --family resmlp trains on --dataset" in _err(capsys)
 
 
 def test_an_unwritable_home_gives_the_commands_own_line_only(tmp_path):

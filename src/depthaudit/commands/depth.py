@@ -48,8 +48,7 @@ def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:
     if not (fam.reads_text or fam.pretrained):
         if "context" in given(a, SaturationConfig):
             _note(f"--context has no effect with --family {cfg.family}: it is the context length of gpt and hf")
-        if "text" in given(a, SaturationConfig):  # (walk 15 cases 90, 93: taken without a word, even a missing file)
-            _note(f"--text has no effect with --family {cfg.family}: it is the text gpt and hf read (not read here)")
+
     if fam.pretrained:
         if cfg.continue_steps and a.epochs is not None:
             _note(f"--epochs is not used by --family {cfg.family} (--continue-steps sets the training)")

@@ -281,7 +281,8 @@ class ResNetFamily(DepthFamily):
     def check(self, cfg, command: str) -> None:
         if command == "saturation" and (cfg.text is not None or cfg.d_hidden is not None):
             given = "--text" if cfg.text is not None else "--d-hidden"
-            raise UsageError(f"{given} is for --family gpt/resmlp; ResNet-8 + N reads images and has fixed widths")
+            raise UsageError(f"{given} is for --family {'gpt/hf' if given == '--text' else 'gpt/resmlp'}; ResNet-8 + N "
+                             "reads images and has fixed widths")
 
     def resolve(self, cfg, command: str):
         cfg = super().resolve(cfg, command)
@@ -433,6 +434,10 @@ class ResMLPFamily(DepthFamily):
         from ..loop import build
 
         build(replace(run.recipe(), device="cpu"), data)  # reads only the data's shapes: refused before training
+
+    def check(self, cfg, command: str) -> None:
+        if getattr(cfg, "text", None) is not None:  # (walk 15 cases 90, 93: taken without a word, even a missing
+            raise UsageError(f"--text is for --family gpt/hf; --family {self.name} trains on --dataset")  # file)
 
     def saturation_identity(self, cfg) -> dict:
         return {"arch": cfg.arch, "d_hidden": cfg.d_hidden, "base_blocks": cfg.base_blocks, "method": cfg.method}
