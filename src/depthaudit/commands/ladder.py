@@ -189,6 +189,11 @@ def _what_it_holds(d: Path) -> str:
         # (interrupted) or was removed: the stored runs rebuild it
         return (f"its {kind or 'audit or intervene'} report is missing: rerun the {kind or 'audit or intervene'} "
                 f"command with --out {d} to write it (its finished runs are reused; only runs not yet stored train)")
+    started = sorted(p.name for pat in ("ladder_*.json", "saturation_*.json", "grow_*.json") for p in d.glob(pat))
+    if started:  # a sweep stopped before its first run finished (walk 15 case 153: told it was no folder of ours)
+        flag = "--output_dir" if started[0].startswith("ladder_") else "--out"
+        return (f"its sweep ({started[0]}) has no finished run yet: rerun the command that started it with {flag} "
+                f"{d} (it resumes there)")
     return "pass a folder depthaudit wrote"
 
 
