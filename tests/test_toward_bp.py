@@ -59,3 +59,21 @@ def test_warm_start_starts_from_the_checkpoint(tmp_path):
     res = json.loads((tmp_path / "sb" / "result.json").read_text())
     assert res["config"]["warm_start"] == str(ckpt)
     assert main(["train", "--warm-start", str(tmp_path / "nope.pt"), "--out", str(tmp_path / "z")]) == 2
+
+
+def test_the_credit_mix_card_says_why_pearson_r_is_withheld():
+    """Walk 15 case 73: with 2 α values the card printed r as "—" without a word (r of 2 points is ±1)."""
+    from depthaudit.experiments.toward_bp import pearson
+    from depthaudit.report.toward_bp import credit_mix_md
+
+    def row(alpha, cos, acc):
+        ms = lambda v: {"mean": v, "std": None, "n": 1}  # noqa: E731
+        return {"alpha": alpha, "test_acc": ms(acc), "cos_mean_per_layer": ms(cos), "cos_concat": ms(cos),
+                "per_layer": [ms(cos)]}
+
+    rows = [row(0.0, 0.2, 0.5), row(1.0, 1.0, 0.6)]
+    md = credit_mix_md({"rows": rows, "pearson_cos_acc": pearson([0.2, 1.0], [0.5, 0.6])})
+    assert "over the α grid: — (needs at least 3 α values with both numbers; this grid has 2)" in md
+    rows.append(row(0.5, 0.6, 0.58))
+    md = credit_mix_md({"rows": rows, "pearson_cos_acc": pearson([0.2, 1.0, 0.6], [0.5, 0.6, 0.58])})
+    assert "over the α grid: +0.9" in md and "needs" not in md

@@ -27,7 +27,11 @@ def credit_mix_md(res: dict) -> str:
         out.append("| " + " | ".join([f"{r['alpha']:g}", _acc(r), fmt_ms(r["cos_mean_per_layer"]),
                                       fmt_ms(r["cos_concat"]), *per_layer]) + " |")
     p = res["pearson_cos_acc"]
-    out += ["", f"Pearson r(cos mean/layer, test acc) over the α grid: {'—' if p is None else f'{p:+.3f}'}"]
+    n = sum(r["cos_mean_per_layer"].get("mean") is not None and r["test_acc"].get("mean") is not None
+            for r in res["rows"])
+    why = "" if p is not None else (f" (needs at least 3 α values with both numbers; this grid has {n})" if n < 3
+                                    else " (undefined: one side is constant over the grid)")
+    out += ["", f"Pearson r(cos mean/layer, test acc) over the α grid: {'—' if p is None else f'{p:+.3f}'}{why}"]
     return "\n".join(out)
 
 
