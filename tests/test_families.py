@@ -68,7 +68,7 @@ def test_a_registered_family_is_a_choice_runs_and_renders(plain_mlp, tmp_path, c
 
 
 @pytest.mark.parametrize("kind, says", [
-    ("linear", "its build() returned a Linear, not a ResidualModel"),
+    ("linear", "its build() returned a Linear, not a residual model with its blocks"),
     ("wrong-logits", "the model returns logits of shape (2, 15) for 2 examples of mnist1d, not (2, 10)")])
 def test_a_family_whose_build_gives_no_residual_model_or_the_wrong_logits_is_one_line(tmp_path, capsys, kind, says):
     """Walk 14 cases 93, 94: nn.Linear was told to check its credits; 15 logits for 10 classes was stored."""

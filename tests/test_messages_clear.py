@@ -155,3 +155,23 @@ def test_identity_says_which_training_and_method_flags_change_nothing(capsys, tm
     assert "no effect" not in _err(capsys)
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
     assert a["seeds"] == b["seeds"]  # the same numbers: the flags changed nothing
+
+
+def test_identity_card_shows_spec_s1_figures_only_beside_the_model_they_were_measured_on():
+    """Walk 15 cases 175, 177: SPEC §1's d=256 L=4 figures were printed as the reference beside any width/depth."""
+    from depthaudit import TrainConfig
+    from depthaudit.api import identity_card
+
+    def card(**kw):
+        cfg = TrainConfig(dataset="cifar10", **kw)
+        L = cfg.num_blocks
+        ms = {"mean": 0.1, "std": 0.0, "n": 2}
+        summ = {"block_ratio": [ms] * L, "stack_rel_change": ms, "stack_cos": ms, "per_example_stack_rel_change": ms,
+                "per_example_stack_cos": ms, "stream_median_norm": [ms] * (L + 1)}
+        return identity_card(cfg, summ, 1280, [42, 43], 128)
+
+    assert "SPEC §1 reference" in card() and "0.196 ± 0.003" in card()  # the reference model: d=256, L=4
+    for kw in ({"d_hidden": 16, "num_blocks": 2}, {"num_blocks": 3}, {"mlp_ratio": 4}):
+        c = card(**kw)
+        assert "SPEC §1 reference" not in c and "0.196" not in c, c
+        assert "reference figures are for the reference ResMLP at d=256, L=4" in c

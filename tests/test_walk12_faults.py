@@ -539,3 +539,38 @@ def test_walk15_report_of_a_plugin_methods_audit_without_the_plugin_names_the_pl
     print(err)
     assert "names method 'w15-nbp', which no module loaded here registers" in err and "--plugin MODULE" in err
     assert "cannot read" not in err and "trains that run again" not in err
+
+
+def test_walk15_a_damaged_ladder_json_counts_its_run_records_without_the_stores_identity(tmp_path, capsys):
+    """Walk 15 cases 187, 189: "rebuilt from the 13 run record(s)" for 12 runs (identity.json counted)."""
+    lad = tmp_path / "l"
+    argv = ["ladder", *TINY, "--methods", "bp", "--seeds", "1", "--k-values", "1", "--output_dir", str(lad)]
+    assert main(argv) == 0
+    runs = lad / "ladder_d8_L2_mnist1d.runs"
+    n = sum(p.name != "identity.json" for p in runs.glob("*.json"))
+    assert (runs / "identity.json").is_file() and n >= 1
+    (lad / "ladder_d8_L2_mnist1d.json").write_text("{not json")
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert f"it is rebuilt from the {n} run record(s) in" in err
+
+
+def test_walk15_trains_default_folder_names_the_whole_config_and_a_refusal_says_whose_run_it_holds(
+        tmp_path, monkeypatch, capsys):
+    """Walk 15 case 211: the default runs/<config> dropped the method's options and the recipe (fa and
+    fa:head=exact shared it), and the refusal advised --force over another configuration's run."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *TINY, "--method", "fa"]) == 0
+    assert main(["train", *TINY, "--method", "fa:head=exact"]) == 0
+    assert main(["train", *TINY, "--method", "fa", "--lr", "0.002"]) == 0
+    assert len(list((tmp_path / "runs").glob("*/result.json"))) == 3  # three configurations, three folders
+    capsys.readouterr()
+    assert main(["train", *TINY, "--method", "fa"]) == 2
+    assert "already exists (this configuration's); pass --force" in capsys.readouterr().err
+    one = next((tmp_path / "runs").glob("*/result.json")).parent
+    assert main(["train", *TINY, "--method", "fa", "--lr", "0.05", "--out", str(one)]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "(a run of another configuration: differs in" in err

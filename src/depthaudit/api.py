@@ -217,8 +217,8 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
     check_output_dir(out)
     _own_training_files(out)
     if (out / "result.json").exists() and not force:
-        raise UsageError(f"{out}/result.json already exists; pass --force (force=True) to overwrite or choose "
-                         "another output folder")
+        raise UsageError(f"{out}/result.json already exists{_held_run(out, config)}; pass --force (force=True) to "
+                         "overwrite or choose another output folder")
     if config.warm_start:  # a damaged checkpoint is refused before any work
         read_checkpoint(config.warm_start)
     data = _data(config, data)
@@ -233,6 +233,20 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
         save_run(out, record, run, checkpoint=checkpoint)
     card = f"{run.status}: final test_acc {run.final['test_acc']}  → {out / 'result.json'}"
     return Result(out / "result.json", record, card)
+
+
+def _held_run(out: Path, config: TrainConfig) -> str:
+    """`` (a run of another configuration: differs in lr)`` when ``out``'s claim names another config; else ''.
+
+    (Walk 15 case 211: the refusal read as if the same run were stored, and --force would replace another's.)
+    """
+    try:
+        was = json.loads((out / "identity.json").read_text()).get("identity")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    now = json.loads(json.dumps(config.identity_dict(), default=str))  # (as the claim was written: lists)
+    diff = identity_diff(was, now) if isinstance(was, dict) else []
+    return f" (a run of another configuration: differs in {', '.join(diff[:6])})" if diff else " (this configuration's)"
 
 
 def _own_training_files(out: Path) -> None:
@@ -638,7 +652,9 @@ def _check_identity_target(out: Path) -> dict | None:
 
 def identity_card(cfg: TrainConfig, summ: dict, n: int, seeds: list, bs: int) -> str:
     """The identity table beside SPEC §1's calibration figures (the reference model on CIFAR-10)."""
-    ref = cfg.arch == "resmlp" and cfg.variant == "ref" and cfg.dataset == "cifar10"
+    family = cfg.arch == "resmlp" and cfg.variant == "ref" and cfg.dataset == "cifar10"
+    ref = family and cfg.d_hidden == 256 and cfg.num_blocks == 4 and cfg.mlp_ratio in (None, 1)  # SPEC §1's model
+    # (walk 15 cases 175, 177: its figures were printed beside any width and depth)
     rows = [(f"block {i + 1}: |f_l(h_(l-1))|/|h_(l-1)|", v, "~0.10") for i, v in enumerate(summ["block_ratio"])]
     rows += [("stack: |h_L - h_0|/|h_0|", summ["stack_rel_change"], "0.196 ± 0.003"),
              ("stack: cos(h_L, h_0)", summ["stack_cos"], "0.981 ± 0.001")]
@@ -654,6 +670,9 @@ def identity_card(cfg: TrainConfig, summ: dict, n: int, seeds: list, bs: int) ->
              f"  {'quantity':44s} {'measured (mean ± std over seeds)':34s}" + (" SPEC §1 reference" if ref else "")]
     lines += [f"  {name:44s} {fmt_ms(ms, '.2e' if name.startswith('D2') else '.4f'):34s}" + (f" {spec}" if ref else "")
               for name, ms, spec in rows]
+    if family and not ref:
+        lines.append("  (SPEC §1's reference figures are for the reference ResMLP at d=256, L=4, mlp ratio 1: not "
+                     "shown beside this shape)")
     return "\n".join(lines)
 
 

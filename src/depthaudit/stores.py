@@ -530,7 +530,8 @@ class FileStore:
             try:
                 doc = read_strict(self.path)
             except (ValueError, UnicodeDecodeError) as exc:
-                n = len(list(self.runs_dir.glob("*.json"))) if self.runs_dir.is_dir() else 0
+                n = sum(p.name != IDENTITY_FILE for p in self.runs_dir.glob("*.json")) if self.runs_dir.is_dir() \
+                    else 0  # (walk 15 case 187: the store's identity.json was counted as a run)
                 raise UsageError(
                     f"{self.path} is not valid JSON ({str(exc).splitlines()[0][:60]}); it is rebuilt from the "
                     f"{n} run record(s) in {self.runs_dir}: move {self.path.name} away and rerun (finished runs "

@@ -13,8 +13,11 @@ def cmd_train(a: argparse.Namespace, argv: list[str]) -> int:
     from .. import api
 
     cfg = config_from_args(a, zero_epochs=True)
-    out = Path(a.out or f"runs/{cfg.dataset}_{cfg.arch}_d{cfg.d_hidden}_L{cfg.num_blocks}_{cfg.method}_"
-                         f"{cfg.train_blocks.replace(':', '')}_s{cfg.seed}")
+    from ..runner import run_slug
+
+    # the default names the whole configuration, as an audit's run folders do (readable part + a hash of it all):
+    # two configurations never share it (walk 15 case 211: fa and fa:head=exact, or two lrs, collided)
+    out = Path(a.out or f"runs/{run_slug(cfg)}")
     res = api.train(cfg, out, checkpoint=not a.no_checkpoint, force=a.force, argv=["depthaudit", *argv])
     print(res.card)
     return 0
@@ -26,7 +29,7 @@ def register(sub) -> None:
                        description="Train one residual model under one credit method (SPEC §2 recipe).")
     add_train_args(t)
     g = t.group("output")
-    out_arg(g, None, "output folder (default: runs/<config>)")
+    out_arg(g, None, "output folder (default: runs/<config>_<hash of the whole config>)")
     g.add_argument("--force", action="store_true", help="overwrite an existing result.json")
     g.add_argument("--no-checkpoint", "--no_checkpoint", dest="no_checkpoint", action="store_true", advanced=True,
                    help="do not write checkpoint.pt (weights + feedback)")

@@ -207,19 +207,22 @@ class DepthFamily:
         return Trained(model, data, hist, status)
 
     def built(self, model, data):
-        """``model`` if :meth:`build` gave what the sweep measures (a ResidualModel with one logit per class).
+        """``model`` if :meth:`build` gave what the sweep measures (residual ``blocks``, one logit per class).
 
         Else one line naming the family (walk 14 cases 93, 94: an ``nn.Linear`` was blamed on a credit method's
         output; 15 logits for 10 classes trained and was stored with no word).
         """
+        import torch
+
         from ..loop import check_readout
-        from ..models import ResidualModel
         from ..plugins import defined_at
 
         who = f"--family {self.name} ({defined_at(type(self))})"
-        if not isinstance(model, ResidualModel):
-            raise UsageError(f"{who}: its build() returned a {type(model).__name__}, not a ResidualModel; return "
-                             "the model of base + N blocks (wrap your network: ResidualAdapter, docs/extending.md)")
+        blocks = getattr(model, "blocks", None)
+        if not isinstance(model, torch.nn.Module) or not isinstance(blocks, torch.nn.ModuleList):
+            raise UsageError(f"{who}: its build() returned a {type(model).__name__}, not a residual model with its "
+                             "blocks (`blocks`, forward(x, return_states=True)); return the model of base + N blocks "
+                             "(wrap your network: ResidualAdapter, docs/extending.md)")
         check_readout(model, data, None, who=who)
         return model
 
