@@ -574,3 +574,50 @@ def test_walk15_trains_default_folder_names_the_whole_config_and_a_refusal_says_
     err = capsys.readouterr().err
     print(err)
     assert "(a run of another configuration: differs in" in err
+
+
+def test_walk15_a_force_retrain_whose_record_cannot_be_replaced_keeps_the_old_pair(tmp_path, monkeypatch, capsys):
+    """Walk 15 case 243 (walk 14 W5's mirror): an unreplaceable result.json left the new run's checkpoint beside
+    the old record, while the line said nothing was half-written."""
+    import depthaudit.io as dio
+
+    a = tmp_path / "a"
+    assert main(["train", *TINY, "--out", str(a)]) == 0
+    old = {f: (a / f).read_bytes() for f in ("result.json", "checkpoint.pt", "identity.json")}
+    real_replace = os.replace
+
+    def no_rec(src, dst, *args, **kw):  # the record's destination refuses to be replaced (an immutable file)
+        if str(dst).endswith("result.json"):
+            raise PermissionError(1, "Operation not permitted", str(dst))
+        return real_replace(src, dst, *args, **kw)
+
+    monkeypatch.setattr(dio.os, "replace", no_rec)
+    capsys.readouterr()
+    assert main(["train", *TINY, "--lr", "0.01", "--out", str(a), "--force"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    print(err)
+    assert "result.json: Operation not permitted" in err and "nothing half-written" in err
+    monkeypatch.undo()
+    for f, b in old.items():
+        assert (a / f).read_bytes() == b, f  # the previous run's pair (and claim) as they were
+    assert sorted(p.name for p in a.iterdir() if not p.name.startswith(".")) == sorted(old)  # no temp file left
+
+
+def test_walk15_a_sweeps_base_seed_is_never_dropped_and_reordered_seeds_are_the_same_audit(tmp_path, capsys):
+    """Walk 15 cases 259, 260: AuditConfig/LadderConfig replaced a base seed of 5 by 42 without a word; cases
+    288-292: the same seeds in another order were refused as another audit/intervention (differs in base.seed)."""
+    import depthaudit as da
+
+    b = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=2, epochs=1, seed=5)
+    for cls in (da.AuditConfig, da.LadderConfig):
+        with pytest.raises(da.ConfigError, match=r"base config's seed 5 is not what this sweep trains.*seeds=\(5,\)"):
+            cls(base=b, methods=("bp",))
+    assert da.AuditConfig(base=b, methods=("bp",), seeds=(7, 5)).base.seed == 7  # 5 is trained: kept among them
+    assert da.AuditConfig(base=da.TrainConfig(seed=42), methods=("bp",), seeds=(1,)).base.seed == 1  # the default
+    argv = [*TINY, "--methods", "bp", "--probe-batches", "1"]
+    for cmd, extra in (("audit", []), ("intervene", ["--penalty", "0.1"])):
+        out = tmp_path / cmd
+        assert main([cmd, *argv, *extra, "--seeds", "1", "2", "--out", str(out)]) == 0
+        capsys.readouterr()
+        assert main([cmd, *argv, *extra, "--seeds", "2", "1", "--out", str(out)]) == 0, capsys.readouterr().err
+        assert "4 of 4 runs already finished" in capsys.readouterr().err or cmd == "intervene"  # nothing retrains

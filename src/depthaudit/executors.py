@@ -58,7 +58,8 @@ class SweepOptions:
                            "cell is skipped", metavar="ID")
     list_cells: bool = arg(False, help="print the grid, one run per line (id, status), and stop")
     # train nothing; refuse if a cell is missing (``depthaudit report`` of cells)
-    stored_only: bool = arg(False, help="report finished cells only", hidden=True)
+    stored_only: bool = arg(False, help="write the report from the stored cells only: train nothing, refuse if a cell "
+                            "is missing (what `depthaudit report` runs)", advanced=True)
     log: tuple[str, ...] = arg((), help="also log every run live to tensorboard and/or wandb",
                                choices=("tensorboard", "wandb"), metavar="TO")
     log_dir: str | None = arg(None, help="TensorBoard/W&B files", metavar="DIR", advanced=True,

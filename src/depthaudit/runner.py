@@ -15,7 +15,7 @@ from .data.base import sha256_file
 from .diagnostics import audit_monitor, audit_tracker
 from .diagnostics.base import INIT_MEASUREMENT_KEY
 from .errors import UsageError
-from .io import environment_error, finite_json, save_torch, write_json
+from .io import environment_error, finite_json, save_torch, write_bytes_atomic, write_json
 from .loop import RunOutput, train
 from .provenance import provenance
 from .seeds import derive_seed
@@ -42,13 +42,18 @@ def save_run(out: Path, rec: dict, run: RunOutput, checkpoint: bool = True) -> N
     A checkpoint that cannot be written (a full disk) does not lose the run: ``result.json`` is still written,
     then the failure is one line saying so.
     """
-    failed, stale = None, None
+    failed, stale, wrote = None, None, False
     ck = out / "checkpoint.pt"
     json.dumps(finite_json(rec), allow_nan=False)  # a record JSON cannot hold fails here, before any file is written
+    try:  # the previous run's checkpoint (a --force over it), put back if this run's record cannot be written
+        old_ck = ck.read_bytes() if ck.is_file() else None
+    except OSError:
+        old_ck = None
     if checkpoint:
         try:
             save_torch(ck, {"config": rec["config"], "model": run.model.state_dict(),
                             "method": run.method.state_dict(), "status": run.status})
+            wrote = True
             rec = {**rec, "checkpoint_sha256": sha256_file(ck)}  # sealed with the record (a warm start checks it)
         except OSError as exc:
             failed = exc
@@ -62,7 +67,15 @@ def save_run(out: Path, rec: dict, run: RunOutput, checkpoint: bool = True) -> N
                          f"{stale.strerror or stale}); this run is not written, the "
                          f"folder still holds the previous run: free {ck} (its permissions, chattr -i) or use "
                          "another --out, then rerun") from None
-    write_json(out / "result.json", rec)
+    try:
+        write_json(out / "result.json", rec)
+    except BaseException:  # (walk 15 case 243: an unreplaceable result.json left the new weights beside the old
+        if wrote:  # record): the previous pair is put back, so "nothing half-written" holds
+            try:
+                write_bytes_atomic(ck, old_ck) if old_ck is not None else ck.unlink()
+            except OSError:
+                pass
+        raise
     if failed is not None:
         raise UsageError(f"{environment_error(failed) or failed}; the run is kept in {out / 'result.json'}, without "
                          "its checkpoint (rerun with --force to write both)") from None

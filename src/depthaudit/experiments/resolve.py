@@ -38,6 +38,11 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
     base = cfg.base
     if base.epochs < 1:
         raise refuse(cfg, "{epochs} 0 trains nothing (trained would equal frozen); give {epochs} >= 1")
+    default_seed = type(base).__dataclass_fields__["seed"].default
+    if base.seed != default_seed and base.seed not in cfg.seeds:  # (walk 15 cases 259, 260: seed=5 became 42 silently)
+        raise refuse(cfg, f"the base config's seed {base.seed} is not what this sweep trains: each run's seed comes "
+                     f"from {{seeds}} ({', '.join(map(str, cfg.seeds))}); give seeds=({base.seed},) (or seeds that "
+                     f"include {base.seed}), or leave the base's seed at its default")
     if base.seed != cfg.seeds[0]:
         object.__setattr__(cfg, "base", replace(base, seed=cfg.seeds[0]))
     if methods:
