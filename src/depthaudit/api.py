@@ -646,7 +646,7 @@ def _check_identity_target(out: Path) -> dict | None:
                                       or ("schema" not in doc and {"config", "per_seed", "summary"} <= set(doc)))
     if not ours:
         raise UsageError(f"--out {out}: it exists and is not an identity check's result (another command's file); "
-                         "choose another --out")
+                         "choose another --out (out=)")  # (walk 15 case 274: Python's keyword named too)
     return doc
 
 
