@@ -476,6 +476,9 @@ def test_report_card_json_and_figures_are_the_clis_and_a_diverged_run_is_reporte
     assert "Standard pair vs protocol" in card and "bp-user" in card
     assert m["checks"]["D3"]["value"] == pytest.approx(9.0) and m["checks"]["D3"]["status"] == "PASS"
     assert max(abs(c["mean"] - 1) for c in m["per_layer_cosine"]) < 1e-6
+    for acc, fz in ((0.57, 0.55), (0.42, 0.40)):  # walk 15 case 302: an exact 2 pp gap flagged by float rounding
+        d3 = mon.report(test_acc=acc, frozen_acc=fz)["methods"][0]["checks"]["D3"]
+        assert d3["value"] == 2.0 and d3["status"] == "PASS", d3
 
     with torch.no_grad():  # the run diverges: a result, reported, not a crash
         net.layers[1].conv.weight.fill_(math.nan)
