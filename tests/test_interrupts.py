@@ -131,21 +131,9 @@ def test_interrupt_cancels_ray_tasks(tmp_path, cache):
     """--executor ray: SIGINT cancels the tasks and shuts the local cluster down; one line, exit 130."""
     pytest.importorskip("ray")
     out = tmp_path / "o"
-    env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(cache), "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, "--executor", "ray", "--cpus-per-run", "1",
-                             "--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_ctrl_c_delivered)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and not _records(out):
-        time.sleep(0.1)
-    assert proc.poll() is None, proc.communicate()
-    procs = _descendants(proc.pid)
-    stored = _records(out)
-    err, took = _signal_and_wait(proc, lambda: os.kill(proc.pid, signal.SIGINT), 120)
-    t1 = time.time()
-    while time.time() - t1 < 15 and any(_alive(p) for p in procs):
-        time.sleep(0.2)
-    left = [p for p in procs if _alive(p)]
+    proc, err, took, left, stored = _signalled_mid_sweep(
+        out, cache, ["--executor", "ray", "--cpus-per-run", "1"], lambda p: os.kill(p.pid, signal.SIGINT),
+        wait=120, linger=15, env={"RAY_AUTH_MODE": "disabled"})
     for p in left:
         os.kill(p, signal.SIGKILL)
     print(f"ray: exit {proc.returncode} after {took:.1f} s; {len(stored)} stored at the signal, "
@@ -189,10 +177,13 @@ def test_interrupt_of_a_slurm_sweep_says_what_is_left_and_how_to_cancel(tmp_path
     assert "to stop them" in last and "a rerun collects them" in last
 
 
-def _signalled_mid_sweep(out: Path, cache, jobs: int, send) -> tuple[object, str, float, list[int]]:
-    """Start the ladder, wait for its first record, ``send(proc)``; then wait for it and its workers to end."""
-    env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(cache)}
-    proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, "--jobs", str(jobs), "--out", str(out)],
+def _signalled_mid_sweep(out: Path, cache, args: list[str], send, wait: float = 60, linger: float = 5,
+                         env: dict | None = None) -> tuple[object, str, float, list[int], list]:
+    """Start the ladder with ``args``, wait for its first record, ``send(proc)``; then wait ``wait`` s for it and
+    ``linger`` s for its workers to end. Returns the process, its stderr, the seconds it took, the workers left
+    alive and the records stored when the signal was sent."""
+    env = {**os.environ, "DEPTHAUDIT_CACHE_DIR": str(cache), **(env or {})}
+    proc = subprocess.Popen([sys.executable, "-m", "depthaudit", *LADDER, *args, "--out", str(out)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=_ctrl_c_delivered)
     deadline = time.time() + 300
@@ -200,11 +191,12 @@ def _signalled_mid_sweep(out: Path, cache, jobs: int, send) -> tuple[object, str
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()
     procs = _descendants(proc.pid)
-    err, took = _signal_and_wait(proc, lambda: send(proc), 60)
+    stored = _records(out)
+    err, took = _signal_and_wait(proc, lambda: send(proc), wait)
     t1 = time.time()
-    while time.time() - t1 < 5 and any(_alive(p) for p in procs):
+    while time.time() - t1 < linger and any(_alive(p) for p in procs):
         time.sleep(0.1)
-    return proc, err, took, [p for p in procs if _alive(p)]
+    return proc, err, took, [p for p in procs if _alive(p)], stored
 
 
 @pytest.mark.parametrize("jobs, gap", [(1, 0.05), (2, 0.3)])
@@ -217,7 +209,7 @@ def test_a_second_sigterm_during_the_stop_is_absorbed_exit_130(tmp_path, cache, 
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGTERM)
 
-    proc, err, took, left = _signalled_mid_sweep(tmp_path / "o", cache, jobs, twice)
+    proc, err, took, left, _ = _signalled_mid_sweep(tmp_path / "o", cache, ["--jobs", str(jobs)], twice)
     print(f"jobs {jobs}: exit {proc.returncode} after {took:.1f} s; stderr tail: {err.splitlines()[-1:]}")
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("depthaudit: interrupted"), err
@@ -227,8 +219,9 @@ def test_a_second_sigterm_during_the_stop_is_absorbed_exit_130(tmp_path, cache, 
 @pytest.mark.parametrize("target", ["process", "group"])
 def test_a_hang_up_stops_like_an_interrupt(tmp_path, cache, target):
     """Walk 13 case 69: SIGHUP (the terminal closed) killed the command with 129, no line, its claim left behind."""
-    proc, err, took, left = _signalled_mid_sweep(
-        tmp_path / "o", cache, 2, lambda p: (os.killpg if target == "group" else os.kill)(p.pid, signal.SIGHUP))
+    proc, err, took, left, _ = _signalled_mid_sweep(
+        tmp_path / "o", cache, ["--jobs", "2"],
+        lambda p: (os.killpg if target == "group" else os.kill)(p.pid, signal.SIGHUP))
     print(f"SIGHUP to the {target}: exit {proc.returncode} after {took:.1f} s; {err.splitlines()[-1:]}")
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("depthaudit: interrupted"), err
