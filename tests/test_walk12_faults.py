@@ -621,3 +621,25 @@ def test_walk15_a_sweeps_base_seed_is_never_dropped_and_reordered_seeds_are_the_
         capsys.readouterr()
         assert main([cmd, *argv, *extra, "--seeds", "2", "1", "--out", str(out)]) == 0, capsys.readouterr().err
         assert "4 of 4 runs already finished" in capsys.readouterr().err or cmd == "intervene"  # nothing retrains
+
+
+def test_walk16_report_of_a_plugin_archs_audit_without_the_plugin_names_the_plugin(tmp_path, monkeypatch, capsys):
+    """Walk 16 case 11: the same for a plug-in --arch (its refusal reads "arch … not known", which was missed)."""
+    from depthaudit.models import MODELS, build_model
+
+    monkeypatch.setattr(MODELS, "_items", dict(MODELS._items))
+    monkeypatch.setattr(MODELS, "_meta", dict(MODELS._meta))
+
+    @MODELS.register("w16-arch")
+    def arch(input_shape, num_classes, d_hidden=8, num_blocks=2, mlp_ratio=1, seed=0):
+        return build_model("resmlp", input_shape, num_classes, d_hidden, num_blocks, None, seed)
+
+    out = tmp_path / "a"
+    assert main(["audit", *TINY, "--arch", "w16-arch", "--methods", "bp", "--probe-batches", "1",
+                 "--out", str(out)]) == 0
+    MODELS._items.pop("w16-arch")
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "names arch 'w16-arch', which no module loaded here registers" in err and "cannot read" not in err

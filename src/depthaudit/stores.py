@@ -827,18 +827,20 @@ def folder_placement(rec: dict, slug: str, sealed_store: bool) -> str | None:
     if bad is None and isinstance(where, dict) and where.get("key") != slug:
         bad = f"was stored in run folder {where.get('key')!r}, not {slug!r} (moved, copied or swapped on disk)"
     if bad is None:
+        from .data.base import DATASETS
+        from .methods import METHODS
+        from .models import MODELS
         from .runner import run_slug
 
+        cfg = rec.get("config") if isinstance(rec.get("config"), dict) else {}
+        for key, reg in (("method", METHODS), ("arch", MODELS), ("dataset", DATASETS)):  # a plug-in's name, its
+            name = cfg.get(key)  # --plugin not given (walk 15 cases 134, 135; walk 16 case 11: an --arch)
+            if isinstance(name, str) and name and name not in reg.names():
+                raise UsageError(f"its run {slug} names {key} {name!r}, which no module loaded here registers; give "
+                                 "the plug-in that registers it before the command (depthaudit --plugin MODULE …)")
         try:
             own = run_slug(TrainConfig.from_dict(rec.get("config") or {}), rec.get("tracking"))
-        except UsageError as exc:  # a name no module loaded here registers: a plug-in's, its --plugin not given
-            what = str(exc).split(";")[0]  # (walk 15 cases 134, 135: told to retrain what the plug-in reads back)
-            if what.startswith("unknown "):
-                raise UsageError(f"its run {slug} names {what.removeprefix('unknown ')}, which no module loaded "
-                                 "here registers; give the plug-in that registers it before the command "
-                                 "(depthaudit --plugin MODULE …)") from None
-            return "holds a config this version cannot read"
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, UsageError):
             return "holds a config this version cannot read"
         if own.rsplit("_", 1)[0] != slug.rsplit("_", 1)[0]:
             bad = f"holds the run {own.rsplit('_', 1)[0]!r}, not the one its folder names (moved or swapped on disk)"
