@@ -643,3 +643,14 @@ def test_walk16_report_of_a_plugin_archs_audit_without_the_plugin_names_the_plug
     err = capsys.readouterr().err
     print(err)
     assert "names arch 'w16-arch', which no module loaded here registers" in err and "cannot read" not in err
+
+
+def test_walk16_a_results_record_is_the_json_it_wrote(tmp_path):
+    """Walk 16 cases 22-30: Result.record lacked the checkpoint digest (train) and the seal (audit) its file has."""
+    import depthaudit as da
+
+    base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+    t = da.train(base, tmp_path / "t", progress=False)
+    assert t.record == json.loads(t.path.read_text()) and "checkpoint_sha256" in t.record
+    a = da.audit(da.AuditConfig(base=base, methods=("bp",), probe_batches=1), tmp_path / "a", progress=False)
+    assert a.record == json.loads(Path(a.path).read_text()) and "record_sha256" in a.record

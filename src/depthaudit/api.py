@@ -232,7 +232,20 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
         record = result_record(config, data, run, argv or ["depthaudit.train"])
         save_run(out, record, run, checkpoint=checkpoint)
     card = f"{run.status}: final test_acc {run.final['test_acc']}  → {out / 'result.json'}"
-    return Result(out / "result.json", record, card)
+    return Result(out / "result.json", _as_written(out / "result.json", record), card)
+
+
+def _as_written(path: Path, record: dict) -> dict:
+    """The JSON at ``path`` as a dict, else ``record``.
+
+    What ``Result.record`` promises: the file as written, seals and checkpoint digests included (walk 16 cases
+    22-30: the in-memory record lacked what the writer added).
+    """
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return record
+    return doc if isinstance(doc, dict) else record
 
 
 def _held_run(out: Path, config: TrainConfig) -> str:
@@ -331,7 +344,7 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
         write_json(tmp / "report.json", seal(report))  # sealed: a hand edit (say, of its provenance) shows
         md = audit_markdown(report, figures)
         write_text(tmp / "report.md", md)
-    return Result(out / "report.json", report, audit_terminal(report), md,
+    return Result(out / "report.json", _as_written(out / "report.json", report), audit_terminal(report), md,
                   [out / f for f in (figures.values() if isinstance(figures, dict) else figures)])
 
 
@@ -372,8 +385,8 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
             f"ask for ({', '.join(beyond[:4])}{' …' if len(beyond) > 4 else ''}); a separate --output_dir keeps "
             "ladders apart")
     md_path = store.path.with_suffix(".md")
-    return Result(store.path, doc, table, md_path.read_text(encoding="utf-8") if md_path.exists() else md,
-                  [store.path.with_suffix(".png")])
+    md = md_path.read_text(encoding="utf-8") if md_path.exists() else md
+    return Result(store.path, _as_written(store.path, doc), table, md, [store.path.with_suffix(".png")])
 
 
 @_api_call
@@ -414,7 +427,8 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
         intervention_figure(res, tmp / "intervention.png")
         write_json(tmp / "intervention.json", res)
         write_text(tmp / "intervention.md", md)
-    return Result(out / "intervention.json", res, table, md, [out / "intervention.png"])
+    return Result(out / "intervention.json", _as_written(out / "intervention.json", res), table, md,
+                  [out / "intervention.png"])
 
 
 def _not_foreign(json_path: Path, files: list[Path]) -> None:
@@ -493,7 +507,8 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
         credit_mix_figure(cb, tmp / f"credit_mix_{tag}.png")
         write_json(tmp / f"probes_{tag}.json", res)
         write_text(tmp / f"probes_{tag}.md", md)
-    return Result(out / f"probes_{tag}.json", res, md, md, [out / f"credit_mix_{tag}.png"])
+    return Result(out / f"probes_{tag}.json", _as_written(out / f"probes_{tag}.json", res), md, md,
+                  [out / f"credit_mix_{tag}.png"])
 
 
 @_api_call
@@ -583,7 +598,7 @@ def _depth_result(store, kind: str, low_signal: float = 5e-3) -> Result:
         saturation_figure(store.doc, png, low_signal)
     md = f"# {title}\n\n{table}\n\n![{kind}]({png.name})\n"
     write_text(store.path.with_suffix(".md"), md)
-    return Result(store.path, store.doc, table, md, [png])
+    return Result(store.path, _as_written(store.path, store.doc), table, md, [png])
 
 
 @_api_call

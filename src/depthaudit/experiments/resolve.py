@@ -39,12 +39,15 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
     if base.epochs < 1:
         raise refuse(cfg, "{epochs} 0 trains nothing (trained would equal frozen); give {epochs} >= 1")
     default_seed = type(base).__dataclass_fields__["seed"].default
-    if base.seed != default_seed and base.seed not in cfg.seeds:  # (walk 15 cases 259, 260: seed=5 became 42 silently)
+    # (walk 15 cases 259, 260: seed=5 became 42 silently). A base a sweep already seeded (its seed the first of
+    # that sweep's seeds; dataclasses.replace(cfg, seeds=…) passes it on) is not the user's choice: not refused
+    if not getattr(base, "_sweep_seeded", False) and base.seed != default_seed and base.seed not in cfg.seeds:
         raise refuse(cfg, f"the base config's seed {base.seed} is not what this sweep trains: each run's seed comes "
                      f"from {{seeds}} ({', '.join(map(str, cfg.seeds))}); give seeds=({base.seed},) (or seeds that "
                      f"include {base.seed}), or leave the base's seed at its default")
-    if base.seed != cfg.seeds[0]:
-        object.__setattr__(cfg, "base", replace(base, seed=cfg.seeds[0]))
+    base = replace(base, seed=cfg.seeds[0])  # a copy (the caller's own config is never marked)
+    object.__setattr__(base, "_sweep_seeded", True)
+    object.__setattr__(cfg, "base", base)
     if methods:
         if base.method != "bp" or base.method_options:
             raise refuse(cfg, f"the base config's method {str(base.method_spec)!r} is not what this sweep trains: "
