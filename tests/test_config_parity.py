@@ -77,8 +77,10 @@ def test_defaults_resolved_by_the_config_itself():
     assert da.TrainConfig().epochs == 20 and da.TrainConfig(dataset="cifar10").epochs == 100
     assert SaturationConfig(family="resmlp", dataset="mnist1d").epochs == 20
     assert SaturationConfig(family="gpt").epochs == 20  # a text family: DEFAULT_EPOCHS
-    acfg = da.AuditConfig(base=da.TrainConfig(seed=1), seeds=(9, 8, 9))
+    acfg = da.AuditConfig(base=da.TrainConfig(), seeds=(9, 8, 9))
     assert acfg.seeds == (9, 8) and acfg.base.seed == 9 and acfg.methods == ("bp", "fa", "dfa")
+    with pytest.raises(da.ConfigError, match="base config's seed 1 is not what this sweep trains"):  # (walk 15 W13:
+        da.AuditConfig(base=da.TrainConfig(seed=1), seeds=(9, 8))  # it was replaced by 9 without a word)
 
 
 REFUSED = [  # (CLI argv, the Python construction, the field named)

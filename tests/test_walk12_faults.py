@@ -654,3 +654,16 @@ def test_walk16_a_results_record_is_the_json_it_wrote(tmp_path):
     assert t.record == json.loads(t.path.read_text()) and "checkpoint_sha256" in t.record
     a = da.audit(da.AuditConfig(base=base, methods=("bp",), probe_batches=1), tmp_path / "a", progress=False)
     assert a.record == json.loads(Path(a.path).read_text()) and "record_sha256" in a.record
+
+
+def test_walk16_intervene_trains_the_penalty_form_and_reduction_it_is_given(tmp_path):
+    """Walk 16 cases 128-134: intervene's --penalty-form rel and --penalty-reduction element were dropped (the base,
+    without a penalty, keeps neither); every penalized run trained abs/example."""
+    out = tmp_path / "i"
+    assert main(["intervene", *TINY, "--methods", "bp", "--penalty", "0.1", "--penalty-form", "rel",
+                 "--penalty-reduction", "element", "--probe-batches", "1", "--out", str(out)]) == 0
+    seen = {(c["scale_penalty"], c["penalty_form"], c["penalty_reduction"])
+            for c in (json.loads(p.read_text())["config"] for p in (out / "runs").glob("*/result.json"))}
+    assert seen == {(0.0, "abs", "example"), (0.1, "rel", "element")}, seen
+    doc = json.loads((out / "intervention.json").read_text())
+    assert doc["penalty_form"] == "rel" and doc["penalty_reduction"] == "element"

@@ -401,6 +401,7 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
 
     if not isinstance(config, InterveneConfig):
         config = InterveneConfig(audit=config, lambdas=lambdas)
+    form, reduction = config.penalty_form, config.penalty_reduction
     config, lambdas = config.audit, list(config.lambdas)
     out = Path(out)
     check_output_dir(out, subdirs=("runs",))
@@ -411,16 +412,18 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
     _buildable(_arms(config, data), data)
     _not_foreign(out / "intervention.json", [out / "intervention.md", out / "intervention.png"])
     claim = None
+    ident = {**audit_identity(config, data.sha256), **({"penalty_form": form} if form != "abs" else {}),
+             **({"penalty_reduction": reduction} if reduction != "example" else {})}  # (the defaults: as before)
     if not opts.list_cells and opts.cell is None and not opts.stored_only:  # the report belongs to one
         # configuration: claimed before training (a λ grid of the same configuration may replace the report: its
         # runs are shared, none is lost); --stored-only trains nothing and claims once every cell is found
-        claim = claim_folder(out, "intervene", audit_identity(config, data.sha256), take_over_flag=None)
+        claim = claim_folder(out, "intervene", ident, take_over_flag=None)
     res = run_intervention(config, lambdas, data, out, log=_log(progress), argv=argv or ["depthaudit.intervene"],
-                           opts=opts)
+                           opts=opts, form=form, reduction=reduction)
     if not isinstance(res, dict):  # a cell listing or one cell: the sweep's status, no report
         return Result.stopped_sweep(out, res)
     if claim is None and opts.stored_only:
-        claim = claim_folder(out, "intervene", audit_identity(config, data.sha256), take_over_flag=None)
+        claim = claim_folder(out, "intervene", ident, take_over_flag=None)
     table = intervention_md(res)
     md = intervention_doc(res, table)
     with still_owner(out, claim), staged(out) as tmp:  # table, JSON and figure: all of them or none

@@ -65,7 +65,9 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     if a.lambdas is not None:
         dedup_note(a.lambdas, "--lambdas")
     with building(a):  # every rule is the config's own (the Python API builds the same one)
-        icfg = InterveneConfig(audit=acfg, lambdas=a.lambdas, penalty=a.penalty)
+        icfg = InterveneConfig(audit=acfg, lambdas=a.lambdas, penalty=a.penalty,  # (the base has no penalty, so
+                               penalty_form=a.penalty_form or "abs",  # it keeps no form: the grid's is given here)
+                               penalty_reduction=a.penalty_reduction or "example")
     out = Path(a.out)
     opts = sweep_options(a, out, acfg.base.device)
     if opts.cell is not None:

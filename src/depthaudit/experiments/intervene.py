@@ -27,11 +27,22 @@ class InterveneConfig:
     audit: AuditConfig
     lambdas: tuple[float, ...] | None = None
     penalty: float | None = None
+    # the penalty's form and reduction at every λ > 0 (a base config without a penalty keeps neither: walk 16
+    # cases 128-134, where --penalty-form rel and --penalty-reduction element were dropped without a word)
+    penalty_form: str = "abs"
+    penalty_reduction: str = "example"
 
     def __post_init__(self):
         if not isinstance(self.audit, AuditConfig):  # (InterveneConfig(audit="bp"): named, not an AttributeError)
             raise refuse(self, f"{{audit}} must be an AuditConfig (e.g. da.AuditConfig(methods=('bp',))), got "
                          f"{type(self.audit).__name__}")
+        from ..recipe import PENALTY_REDUCTIONS
+
+        if self.penalty_form not in ("abs", "rel"):
+            raise refuse(self, f"{{penalty_form}} {self.penalty_form!r} not known; use abs or rel")
+        if self.penalty_reduction not in PENALTY_REDUCTIONS:
+            raise refuse(self, f"{{penalty_reduction}} {self.penalty_reduction!r} not known; use one of "
+                         f"{', '.join(PENALTY_REDUCTIONS)}")
         if self.penalty is not None and self.lambdas is not None:
             raise refuse(self, f"{{penalty}} {self.penalty:g} is shorthand for {{lambdas}} 0 {self.penalty:g}; "
                          "give one of them")
@@ -67,14 +78,19 @@ def _row(m: dict) -> dict:
 
 
 def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, argv=None, jobs: int = 1,
-                     batch_runs: int = 1, opts=None) -> dict | SweepStatus:
+                     batch_runs: int = 1, opts=None, form: str = "abs",
+                     reduction: str = "example") -> dict | SweepStatus:
     """One audit per λ (all sharing one run store); rows per method and λ.
 
     Every λ's runs go through one sweep first, so with ``batch_runs > 1`` runs of different λ train stacked;
     each audit then finds its runs stored. A sweep that stopped short (``--list-cells``, ``--cell``) is returned
     as its :class:`~depthaudit.sweep.SweepStatus`.
     """
-    grid = [replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))) for lam in lambdas]
+    def at(lam):  # the audit at λ (its form and reduction: a zero penalty keeps the canonical ones)
+        return replace(acfg, base=replace(acfg.base, scale_penalty=float(lam), penalty_form=form,
+                                          penalty_reduction=reduction))
+
+    grid = [at(lam) for lam in lambdas]
     specs = [replace(s, key=f"lam{g.base.scale_penalty:g}/{s.key}") for g in grid
              for s in audit_specs(g, data, Path(out) / "runs")]  # (checkpoints too: the CKA to BP reads them)
     status = run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
@@ -85,11 +101,11 @@ def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, arg
         if "runs already finished in" not in m:
             log(m)
 
-    audits = {float(lam): run_audit(replace(acfg, base=replace(acfg.base, scale_penalty=float(lam))), data, out,
-                                    log=found, argv=argv, jobs=jobs, batch_runs=batch_runs, opts=opts)
+    audits = {float(lam): run_audit(at(lam), data, out, log=found, argv=argv, jobs=jobs, batch_runs=batch_runs,
+                                    opts=opts)
               for lam in lambdas}
     rows = []
     for i, m in enumerate(acfg.methods):
         rows.append({"method": m, "by_lambda": [{"lambda": lam, **_row(a["methods"][i])} for lam, a in audits.items()]})
-    return {"schema": "depthaudit.intervention.v2", "lambdas": list(audits), "penalty_form": acfg.base.penalty_form,
-            "rows": rows, "audits": {f"{lam:g}": a for lam, a in audits.items()}}
+    return {"schema": "depthaudit.intervention.v2", "lambdas": list(audits), "penalty_form": form,
+            "penalty_reduction": reduction, "rows": rows, "audits": {f"{lam:g}": a for lam, a in audits.items()}}
