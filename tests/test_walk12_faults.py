@@ -667,3 +667,16 @@ def test_walk16_intervene_trains_the_penalty_form_and_reduction_it_is_given(tmp_
     assert seen == {(0.0, "abs", "example"), (0.1, "rel", "element")}, seen
     doc = json.loads((out / "intervention.json").read_text())
     assert doc["penalty_form"] == "rel" and doc["penalty_reduction"] == "element"
+
+
+def test_walk16_an_unknown_method_or_dataset_from_python_is_a_config_error_naming_its_field(tmp_path):
+    """Walk 16 case 83: TrainConfig(method="nope") and da.train(TrainConfig(dataset="nope")) raised a plain
+    UsageError with no .field, unlike an unknown arch."""
+    import depthaudit as da
+
+    with pytest.raises(da.ConfigError, match="method 'nope' not known; use one of") as e:
+        da.TrainConfig(method="nope")
+    assert e.value.field == "method"
+    with pytest.raises(da.ConfigError, match="dataset 'nope' not known; use one of") as e:
+        da.train(da.TrainConfig(dataset="nope", epochs=1), tmp_path / "t", progress=False)
+    assert e.value.field == "dataset" and not (tmp_path / "t").exists()

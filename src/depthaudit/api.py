@@ -35,7 +35,7 @@ import torch
 
 from .config import NAME_NEUTRAL, TrainConfig, nothing_trains
 from .data import load_data
-from .data.base import unchanged_data
+from .data.base import DATASETS, unchanged_data
 from .diagnostics.identity import identity_over_seeds
 from .errors import ConfigError, UsageError
 from .experiments.audit import AuditConfig, audit_specs, identity_summary, run_audit
@@ -168,6 +168,9 @@ def _data(cfg: TrainConfig, data):
                           f"record and file name would carry; give {{dataset={data.name}}} in the config")
     if data is not None:
         unchanged_data(data)
+    elif cfg.dataset not in DATASETS:  # (walk 16 case 83: a plain UsageError with no .field)
+        raise ConfigError(f"{{dataset}} {cfg.dataset!r} not known; use one of {', '.join(DATASETS.names())} (or "
+                          "register your own first)")
     device = torch.device(cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():  # listing or reporting GPU runs: nothing trains
         device = torch.device("cpu")

@@ -188,6 +188,9 @@ class TrainConfig:
             given = dict(kv.partition("=")[::2] for kv in opts.split(",") if kv)
             raise refuse(self, f"{{method}} {self.method!r} is a method spec (name:options); give method={name!r}, "
                          f"method_options={given!r}, or cfg.with_method({self.method!r})")
+        if self.method not in METHODS:  # (walk 16 case 83: a plain UsageError, no .field, unlike an unknown arch)
+            raise refuse(self, f"{{method}} {self.method!r} not known; use one of {', '.join(METHODS.names())} "
+                         "(or register your own first)")
         # the one check of a method's options: the method's own declarations (types, ranges, choices)
         object.__setattr__(self, "method_options", resolve(
             self.method, METHODS.get(self.method), dict(self.method_options or {}),
