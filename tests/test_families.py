@@ -99,3 +99,19 @@ def test_a_family_whose_build_gives_no_residual_model_or_the_wrong_logits_is_one
     finally:
         FAMILIES._items.pop("odd")
         FAMILIES._meta.pop("odd", None)
+
+
+def test_a_growable_family_without_grow_arm_is_refused_before_anything_is_written(plain_mlp, tmp_path, capsys):
+    """Walk 16 cases 107, 108: growable=True with no grow_arm started the run, then failed with "this family cannot
+    grow", leaving a half-started store that report advised rerunning."""
+    plain_mlp.growable = True
+    try:
+        out = tmp_path / "g"
+        assert main(["grow", "--family", "plain-mlp", "--dataset", "mnist1d", "--epochs", "1", "--extra", "1",
+                     "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        print(err)
+        assert "--family plain-mlp (" in err and "marked growable but defines no grow_arm" in err
+        assert not out.exists() or not any(out.iterdir())
+    finally:
+        plain_mlp.growable = False

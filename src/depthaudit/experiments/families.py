@@ -114,6 +114,11 @@ class DepthFamily:
 
     def resolve(self, cfg, command: str):
         """``cfg`` with the family's defaults filled in (width, batch size, canonical method spec), checked."""
+        if command == "grow" and type(self).grow_arm is DepthFamily.grow_arm:  # (walk 16 cases 107, 108: marked
+            from ..plugins import defined_at  # growable with no grow_arm: it failed after the store was claimed)
+
+            raise UsageError(f"--family {self.name} ({defined_at(type(self))}): it is marked growable but defines no "
+                             "grow_arm(run, data, log, argv, t0); define it (docs/extending.md) or drop growable")
         if command == "saturation" and not self.pretrained and (
                 cfg.model or cfg.revision or cfg.continue_steps or cfg.importance is not None or cfg.grow_steps):
             raise UsageError("--model, --revision, --continue-steps, --importance and --grow-steps are for "
