@@ -180,6 +180,8 @@ def test_a_sweep_interrupted_before_its_first_run_is_not_rendered_empty_nor_said
     assert "holds no finished run yet" in err and not (lad / "ladder_d8_L2_mnist1d.md").exists(), err
     assert "its sweep (ladder_d8_L2_mnist1d.json) has no finished run yet: rerun the command" in err  # walk 15 153
     assert "pass a folder depthaudit wrote" not in err
+    assert main(["report", str(lad / "ladder_d8_L2_mnist1d.runs")]) == 2  # walk 16 cases 160, 161: its run store
+    assert "it is the run store of" in capsys.readouterr().err
     assert main([*argv[:-2], "--lr", "0.002", "--output_dir", str(lad)]) == 2
     err = capsys.readouterr().err
     assert "is claimed by a sweep of a different configuration that has no finished run yet" in err, err

@@ -178,6 +178,13 @@ def _what_it_holds(d: Path) -> str:
         return f"it holds probes results: their card is {', '.join(cards)} (rerun `depthaudit probes` to rewrite it)"
     if (d / "result.json").is_file():
         return "it holds one training (result.json, read it directly); report renders audits, ladders and sweeps"
+    if d.name.endswith(".runs") and (d.parent / (d.name[:-5] + ".json")).is_file():  # a ladder's or depth sweep's
+        up = d.resolve().parent  # run store (walk 16 cases 160, 161)
+        return f"it is the run store of {up / (d.name[:-5] + '.json')}: depthaudit report {up}"
+    claims = sorted(p.name for p in d.glob("probes_*.identity.json"))
+    if claims:  # probes stopped before their card was written (walk 16 case 54)
+        return (f"it holds probes that have no card yet ({claims[0]}): rerun the probes command with --out {d} "
+                "(finished runs are reused) to write it")
     if d.resolve().name == "runs" and ((d / ".." / "identity.json").is_file() or (d / ".." / "sweep.json").is_file()):
         up = d.resolve().parent  # (walk 15 case 46: an audit's run store was told to pass a folder depthaudit wrote)
         return f"it is the run store of the sweep in {up}: depthaudit report {up}"
