@@ -9,7 +9,7 @@ import importlib
 
 from .. import __version__
 from ..plugins import import_plugins_in
-from .parser import Parser
+from .parser import Parser, command_named
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("run", "train one model under one credit method"),
@@ -38,7 +38,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="import MODULE first (it may register methods, models, datasets)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    named = _command_in(argv) if argv is not None else None
+    named = command_named(argv, COMMANDS) if argv is not None else None
     if argv is not None and named is None:
         for name, (_, help_text) in COMMANDS.items():
             sub.add_parser(name, help=help_text)
@@ -46,19 +46,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     for module in COMMAND_MODULES if named is None else (COMMANDS[named][0],):
         importlib.import_module(f"depthaudit.commands.{module}").register(sub)
     return p
-
-
-def _command_in(argv: list[str]) -> str | None:
-    """The command ``argv`` names (skipping ``--plugin M``), if it is one of :data:`COMMANDS`."""
-    skip = False
-    for tok in argv:
-        if skip:
-            skip = False
-        elif tok == "--plugin":
-            skip = True
-        elif not tok.startswith("-"):
-            return tok if tok in COMMANDS else None
-    return None
 
 
 def run_command(argv: list[str]) -> int:

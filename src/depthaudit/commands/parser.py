@@ -105,10 +105,7 @@ def _close_flag(parser: argparse.ArgumentParser, message: str) -> str | None:
     opts, cmd = list(top), None
     for a in parser._actions:  # the top-level parser reports its command's unknown flags: look in that command's
         if isinstance(a, argparse._SubParsersAction):  # (walk 15 cases 40-42: another command's flag was offered)
-            from . import _command_in  # (the command named: the same reading the CLI's dispatch makes)
-
-            cmd = _command_in(getattr(parser, "_given", []))
-            cmd = cmd if cmd in a.choices else None
+            cmd = command_named(getattr(parser, "_given", []), a.choices)  # (the CLI's dispatch reads it so too)
             if cmd is not None:
                 opts += [o for b in a.choices[cmd]._actions for o in b.option_strings]
     if cmd is not None and unknown in top and unknown not in ("-h", "--help"):  # a global flag after the command
@@ -122,6 +119,19 @@ def _close_flag(parser: argparse.ArgumentParser, message: str) -> str | None:
     found = difflib.get_close_matches(unknown, [o for o in opts if o.startswith("--") and "_" not in o
                                                 and o != unknown], n=1, cutoff=0.8)  # (a near spelling only:
     return f"did you mean {found[0]}?" if found else None  # --force is not "--cell")
+
+
+def command_named(argv: list[str], commands) -> str | None:
+    """The command ``argv`` names (its first word, skipping ``--plugin M``), if it is one of ``commands``."""
+    skip = False
+    for tok in argv:
+        if skip:
+            skip = False
+        elif tok == "--plugin":
+            skip = True
+        elif not tok.startswith("-"):
+            return tok if tok in commands else None
+    return None
 
 
 def fmt(v) -> str:
