@@ -89,7 +89,7 @@ class Result:
     In Jupyter a result displays itself (the card, then every figure inline).
     """
 
-    path: Path
+    path: Path | None  # None where nothing was written (da.identity without out=)
     record: dict
     card: str
     markdown: str = ""
@@ -107,7 +107,8 @@ class Result:
     def _repr_html_(self) -> str:
         imgs = "".join(f'<div><img src="data:image/png;base64,{base64.b64encode(Path(f).read_bytes()).decode()}" '
                        f'style="max-width:100%"></div>' for f in self.figures if Path(f).is_file())
-        return f"<pre>{html.escape(self.card)}</pre>{imgs}<p><code>{html.escape(str(self.path))}</code></p>"
+        where = "" if self.path is None else f"<p><code>{html.escape(str(self.path))}</code></p>"
+        return f"<pre>{html.escape(self.card)}</pre>{imgs}{where}"
 
 
 def _log(progress: bool):
@@ -234,7 +235,9 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
         run = train_run(config, data, log=log)
         record = result_record(config, data, run, argv or ["depthaudit.train"])
         save_run(out, record, run, checkpoint=checkpoint)
-    card = f"{run.status}: final test_acc {run.final['test_acc']}  → {out / 'result.json'}"
+    acc = run.final["test_acc"]  # None after --epochs 0: no epoch was trained, so none was evaluated
+    acc = "— (no epoch trained; nothing evaluated)" if acc is None else acc
+    card = f"{run.status}: final test_acc {acc}  → {out / 'result.json'}"
     return Result(out / "result.json", _as_written(out / "result.json", record), card)
 
 
@@ -646,7 +649,7 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
                           if (before.get("config") or {}).get(k) != record["config"].get(k))
             print(f"depthaudit: note: replaced {out}, the identity check of another configuration (it differed in "
                   f"{', '.join(diff[:6]) or 'seeds'})", file=sys.stderr)
-    return Result(Path(out) if out is not None else Path("."), record, card)
+    return Result(Path(out) if out is not None else None, record, card)  # (not Path("."): nothing was written)
 
 
 IDENTITY_SCHEMA = "depthaudit.identity_check.v1"

@@ -915,7 +915,7 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
                 over = f", or {take_over_flag} to take it over ({kept})" if take_over_flag else ""
                 grow = ""
                 if kind in GROWABLE and set(diff) <= set(ORDERLESS):
-                    grow = (f"; to add to it, name everything it holds too ({', '.join(diff)}: "
+                    grow = ("; to add to it, name everything it holds too ("
                             + "; ".join(f"{k} {' '.join(map(str, was.get(k) or []))}" for k in diff) + ")")
                 raise UsageError(f"{folder} belongs to another {old.get('kind', 'sweep')} (differs in "
                                  f"{', '.join(diff[:6])}){grow}; use another {flag}{over}")

@@ -101,7 +101,10 @@ def depth_utility(report: dict, path: Path) -> None:
     for i, m in enumerate(ms):  # the D3 verdict over each pair: gap in pp, PASS/FLAG against the threshold
         c = m["checks"]["D3"]
         top = np.nanmax([_nan(m["trained_test_acc"]["mean"]), _nan(m["frozen_test_acc"]["mean"]), 0.0])
-        txt = "diverged" if c["value"] is None else f"{c['value']:+.1f} pp\n{c['status']}"
+        if c["status"] == "NOT MEASURED":  # a monitor's report without a frozen twin: no gap, nothing diverged
+            txt = "D3 not measured\n(no frozen twin)"
+        else:
+            txt = "diverged" if c["value"] is None else f"{c['value']:+.1f} pp\n{c['status']}"
         ax.annotate(txt, (i, top), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=7,
                     color="C3" if c["status"] == "FLAG" else "0.2")
     ax.set_xticks(x, [m["method"] for m in ms])
