@@ -432,12 +432,26 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
         claim = claim_folder(out, "intervene", ident, take_over_flag=None)
     table = intervention_md(res)
     md = intervention_doc(res, table)
+    before = _stored_grid(out / "intervention.json")
     with still_owner(out, claim), staged(out) as tmp:  # table, JSON and figure: all of them or none
         intervention_figure(res, tmp / "intervention.png")
         write_json(tmp / "intervention.json", res)
         write_text(tmp / "intervention.md", md)
+    if before is not None and before != res["lambdas"]:  # the same configuration, another grid (walk 17 case 87)
+        print(f"depthaudit: note: replaced {out / 'intervention.json'}, the report of the grid λ ∈ "
+              f"{', '.join(f'{x:g}' for x in before)}, by λ ∈ {', '.join(f'{x:g}' for x in res['lambdas'])} (the "
+              "runs of both stay in runs/; rerun with the grid you want reported)", file=sys.stderr)
     return Result(out / "intervention.json", _as_written(out / "intervention.json", res), table, md,
                   [out / "intervention.png"])
+
+
+def _stored_grid(path: Path) -> list[float] | None:
+    """The λ grid of the intervention.json a rerun is about to replace (None: none, or not one of ours)."""
+    try:
+        doc = json.loads(path.read_text()) if path.is_file() else None
+        return [float(x) for x in doc["lambdas"]] if isinstance(doc, dict) and doc.get("lambdas") else None
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def _not_foreign(json_path: Path, files: list[Path]) -> None:

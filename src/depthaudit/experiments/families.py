@@ -150,9 +150,13 @@ class DepthFamily:
         """``(data, name, sha256)``: the data of the sweep (``data`` if given), the name in file names, its hash."""
         import torch
 
-        from ..data import load_data
+        from ..data import DATASETS, load_data
         from ..data.base import unchanged_data
+        from ..errors import ConfigError
 
+        if data is None and cfg.dataset not in DATASETS:  # (walk 17 case 69: a plain UsageError with no .field)
+            raise ConfigError(f"{{dataset}} {cfg.dataset!r} not known; use one of {', '.join(DATASETS.names())} (or "
+                              "register your own first)")
         data = unchanged_data(data) if data is not None else load_data(
             cfg.dataset, cfg.data_dir, cfg.download, torch.device(cfg.device), fingerprint=False)
         self.check_data(cfg, data, command)

@@ -119,8 +119,12 @@ def intervention_mismatch(doc: dict) -> str | None:
         base = audit["config"]["base"]
         if f"{float(base.get('scale_penalty') or 0.0):g}" != key:
             return f"its audit at λ={key} ran with scale_penalty {base.get('scale_penalty')}"
-        if base.get("penalty_form", "abs") != doc.get("penalty_form", "abs"):
-            return f"its penalty form {doc.get('penalty_form')!r} is not its audits' ({base.get('penalty_form')!r})"
+        if not float(base.get("scale_penalty") or 0.0):  # λ = 0 has no form: its config stores abs/example
+            continue  # (walk 17 cases 85, 86: a rel grid was refused as edited at its λ = 0 audit)
+        for f, default in (("penalty_form", "abs"), ("penalty_reduction", "example")):
+            if base.get(f, default) != doc.get(f, default):
+                mine, theirs = doc.get(f, default), base.get(f, default)
+                return f"its {f.replace('_', ' ')} {mine!r} is not its audits' ({theirs!r})"
     methods = [m["method"] for m in next(iter(audits.values()))["methods"]] if audits else []
     if [r["method"] for r in doc["rows"]] != methods or any(len(r["by_lambda"]) != len(audits) for r in doc["rows"]):
         return "its rows are not one per method and λ of its audits"

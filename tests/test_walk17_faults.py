@@ -1,0 +1,65 @@
+"""Walk 17's causes: each reproduced as the walker did it, failing without its fix."""
+
+import json
+
+import pytest
+
+import depthaudit as da
+from depthaudit.cli import main
+
+TINY = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "1"]
+
+
+@pytest.mark.parametrize("cfg", ["saturation", "grow"])
+def test_an_unknown_method_or_dataset_of_a_depth_sweep_is_a_config_error_naming_its_field(cfg, tmp_path):
+    """Cases 68, 69: SaturationConfig/GrowConfig(method="nope") and dataset="nope" were plain UsageErrors."""
+    make = {"saturation": lambda **k: da.SaturationConfig(family="resmlp", extra=(1,), epochs=1, **k),
+            "grow": lambda **k: da.GrowConfig(family="resmlp", extra=1, epochs=1, **k)}[cfg]
+    for bad in ("nope", "kp:zz=1"):
+        with pytest.raises(da.ConfigError) as exc:
+            make(dataset="mnist1d", method=bad)
+        print(exc.value)
+        assert exc.value.field == "method" and bad in str(exc.value)
+        assert exc.value.render(cli=True).startswith("--method")
+    run = {"saturation": da.saturation, "grow": da.grow}[cfg]
+    with pytest.raises(da.ConfigError) as exc:
+        run(make(dataset="nope"), tmp_path / "o", progress=False)
+    print(exc.value)
+    assert exc.value.field == "dataset" and "not known" in str(exc.value)
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_a_grow_of_an_ungrowable_method_names_the_method_field():
+    with pytest.raises(da.ConfigError) as exc:
+        da.GrowConfig(family="resmlp", dataset="mnist1d", extra=1, method="sb")
+    assert exc.value.field == "method" and "cannot grow" in str(exc.value)
+
+
+def test_a_rel_or_element_grid_reports_again_without_being_called_edited(tmp_path, capsys):
+    """Cases 85, 86: report of `intervene --penalty-form rel` said its intervention.json was edited (λ = 0's
+    audit stores abs, as a zero penalty has no form)."""
+    out = tmp_path / "ir"
+    assert main(["intervene", *TINY, "--methods", "bp", "--lambdas", "0", "0.01", "--penalty-form", "rel",
+                 "--penalty-reduction", "element", "--out", str(out)]) == 0
+    doc = json.loads((out / "intervention.json").read_text())
+    assert (doc["penalty_form"], doc["penalty_reduction"]) == ("rel", "element")
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0, capsys.readouterr().err
+    doc["penalty_reduction"] = "example"  # an edit is still found: the λ > 0 audit ran with element
+    (out / "intervention.json").write_text(json.dumps(doc))
+    assert main(["report", str(out)]) == 2
+    assert "its penalty reduction 'example' is not its audits' ('element')" in capsys.readouterr().err
+
+
+def test_another_grid_into_an_intervention_folder_is_said_when_it_replaces_the_report(tmp_path, capsys):
+    """Case 87: `--penalty 0.01` into a folder reporting (0, 0.1) replaced its report without a word."""
+    out = tmp_path / "ir"
+    assert main(["intervene", *TINY, "--methods", "bp", "--penalty", "0.1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["intervene", *TINY, "--methods", "bp", "--penalty", "0.1", "--out", str(out)]) == 0
+    assert "note: replaced" not in capsys.readouterr().err  # the same grid: nothing replaced
+    assert main(["intervene", *TINY, "--methods", "bp", "--penalty", "0.01", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    print(err)
+    assert "note: replaced" in err and "λ ∈ 0, 0.1, by λ ∈ 0, 0.01" in err and err.count("note: replaced") == 1
+    assert json.loads((out / "intervention.json").read_text())["lambdas"] == [0.0, 0.01]
