@@ -88,7 +88,8 @@ def test_penalty_reduction_is_checked_and_canonical_without_a_penalty():
 
     with pytest.raises(UsageError, match="penalty.reduction 'mean' not known"):
         TrainConfig(scale_penalty=0.1, penalty_reduction="mean")
-    assert TrainConfig(penalty_reduction="element").penalty_reduction == "example"  # λ = 0: moot
+    with pytest.warns(UserWarning, match="has no effect without scale_penalty"):  # λ = 0: moot, and said
+        assert TrainConfig(penalty_reduction="element").penalty_reduction == "example"
     assert TrainConfig(scale_penalty=0.1, penalty_reduction="element").penalty_reduction == "element"
 
 

@@ -63,3 +63,24 @@ def test_another_grid_into_an_intervention_folder_is_said_when_it_replaces_the_r
     print(err)
     assert "note: replaced" in err and "λ ∈ 0, 0.1, by λ ∈ 0, 0.01" in err and err.count("note: replaced") == 1
     assert json.loads((out / "intervention.json").read_text())["lambdas"] == [0.0, 0.01]
+
+
+def test_a_penalty_form_given_without_a_penalty_is_said_not_dropped_silently(tmp_path, capsys):
+    """Case 3: InterveneConfig(audit=AuditConfig(base=TrainConfig(penalty_form="rel"))) trained every λ abs, unsaid."""
+    with pytest.warns(UserWarning, match="penalty_form='rel' has no effect without scale_penalty > 0"):
+        base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=2, epochs=1, penalty_form="rel")
+    assert base.penalty_form == "abs"
+    icfg = da.InterveneConfig(audit=da.AuditConfig(base=base, methods=("bp",)), penalty=0.1, penalty_form="rel")
+    assert icfg.penalty_form == "rel"  # the grid's form: InterveneConfig's own, as the warning says
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no warning of our own making on the way
+        da.TrainConfig(penalty_form="rel", scale_penalty=0.1)
+        res = da.intervene(icfg, tmp_path / "ir", progress=False)
+        assert main(["train", *TINY, "--penalty-form", "rel", "--penalty-reduction", "element",
+                     "--out", str(tmp_path / "t")]) == 0
+    forms = {k: a["config"]["base"]["penalty_form"] for k, a in res.record["audits"].items()}
+    assert forms == {"0": "abs", "0.1": "rel"}
+    err = capsys.readouterr().err
+    assert "--penalty-form rel has no effect" in err and "--penalty-reduction element has no effect" in err

@@ -245,7 +245,8 @@ def group_key(cfg: TrainConfig) -> str | None:
         return None
     if cfg.warm_start or cfg.credit_mix is not None or cfg.warmup is not None:
         return None
-    d = replace(cfg, seed=0, train_blocks="all", scale_penalty=0.0).to_dict()
+    d = replace(cfg, seed=0, train_blocks="all", scale_penalty=0.0, penalty_form="abs",
+                penalty_reduction="example").to_dict()
     if cfg.scale_penalty > 0:  # λ = 0 resets form and reduction to their canonical values: penalised runs keep theirs
         d |= {"penalty_form": cfg.penalty_form, "penalty_reduction": cfg.penalty_reduction}
     return repr(sorted(d.items()))

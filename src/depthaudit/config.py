@@ -166,6 +166,14 @@ class TrainConfig:
             raise refuse(self, f"{{penalty_reduction}} {self.penalty_reduction!r} not known; use one of "
                          f"{', '.join(PENALTY_REDUCTIONS)}")
         if self.scale_penalty == 0:  # the form of a zero penalty is meaningless: one canonical value
+            given = [f"{f}={getattr(self, f)!r}" for f, d in (("penalty_form", "abs"), ("penalty_reduction", "example"))
+                     if getattr(self, f) != d]
+            if given:  # said, not dropped without a word (walk 17 case 3: a base's rel form lost under intervene)
+                import warnings
+
+                warnings.warn(f"TrainConfig: {' and '.join(given)} has no effect without scale_penalty > 0 and is "
+                              "stored as abs/example; give scale_penalty, or for a λ grid give it to "
+                              "InterveneConfig(penalty_form=…, penalty_reduction=…)", UserWarning, stacklevel=3)
             object.__setattr__(self, "penalty_form", "abs")
             object.__setattr__(self, "penalty_reduction", "example")
         from .methods import METHODS
@@ -270,7 +278,10 @@ class TrainConfig:
             if f in d and key not in opts and _legacy_owner(method, f):
                 opts[key] = d[f]
         d["method_options"] = opts
-        with nothing_trains():  # a run stored from a GPU reads back on a machine without one
+        import warnings
+
+        with nothing_trains(), warnings.catch_warnings():  # a run stored from a GPU reads back without one; an old
+            warnings.simplefilter("ignore", UserWarning)  # record's legacy rel form at λ = 0 is stored abs, unsaid
             return cls(**{**LEGACY, **{k: v for k, v in d.items() if k in names}})
 
     @property

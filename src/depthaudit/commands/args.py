@@ -212,10 +212,15 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
               "generated here, not read")
     flags = method_flag_values(a)
     unused_option_note(a, flags)
-    if getattr(a, "penalty_form", None) not in (None, "abs") and not getattr(a, "scale_penalty", None) \
-            and not getattr(a, "lambdas", None) and not getattr(a, "penalty", None):
-        _note(f"--penalty-form {a.penalty_form} has no effect without a penalty (--scale-penalty > 0)")
+    for flag, f, d in (("--penalty-form", "penalty_form", "abs"), ("--penalty-reduction", "penalty_reduction",
+                                                                   "example")):
+        if getattr(a, f, None) not in (None, d) and not getattr(a, "scale_penalty", None) \
+                and not getattr(a, "lambdas", None) and not getattr(a, "penalty", None):
+            _note(f"{flag} {getattr(a, f)} has no effect without a penalty (--scale-penalty > 0)")
     kw = given(a, TrainConfig)
+    if not kw.get("scale_penalty"):  # no penalty, no form: noted above (intervene takes the grid's from its own flags)
+        kw.pop("penalty_form", None)
+        kw.pop("penalty_reduction", None)
     if "warmup_fraction" in kw and not kw.get("warmup"):
         _note("--warmup-fraction has no effect without --warmup (the method to warm up under)")
     elif kw.get("warmup") and kw.get("warmup_fraction") == 0:

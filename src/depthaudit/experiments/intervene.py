@@ -87,6 +87,9 @@ def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, arg
     as its :class:`~depthaudit.sweep.SweepStatus`.
     """
     def at(lam):  # the audit at λ (its form and reduction: a zero penalty keeps the canonical ones)
+        if not lam:  # (λ = 0 has no form: the canonical one, said nowhere)
+            return replace(acfg, base=replace(acfg.base, scale_penalty=0.0, penalty_form="abs",
+                                              penalty_reduction="example"))
         return replace(acfg, base=replace(acfg.base, scale_penalty=float(lam), penalty_form=form,
                                           penalty_reduction=reduction))
 
