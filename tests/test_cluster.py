@@ -179,7 +179,26 @@ def test_missing_extra_is_one_line(tmp_path, capsys, monkeypatch):
             raise ImportError(name)
         return real(name, *a, **k)
 
-    monkeypatch.setattr(builtins, "__import__", no_ray)
+    monkeypatch.setattr(builtins, "__import__", no_ray)  # installed but broken: found, then refused at import
     assert main([*LADDER, "--out", str(tmp_path), "--executor", "ray"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == 'depthaudit: error: --executor ray needs Ray: pip install "depthaudit[ray]"'
+
+
+@pytest.mark.parametrize("executor,module,extra", [("ray", "ray", "ray"), ("slurm", "submitit", "slurm")])
+def test_a_missing_extra_is_refused_before_the_store_is_claimed(executor, module, extra, tmp_path, capsys,
+                                                                 monkeypatch):
+    """Walk 17 cases 126, 127: without Ray the ladder claimed its store first, which then blocked other configs."""
+    from depthaudit import executors
+
+    real = executors.installed
+    monkeypatch.setattr(executors, "installed", lambda m: False if m == module else real(m))
+    out = tmp_path / "o"
+    audit = ["audit", *LADDER[1:7], "--methods", "bp", "--epochs", "1", "--out", str(out)]
+    for cmd in ([*LADDER, "--out", str(out)], audit):
+        assert main([*cmd, "--executor", executor]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        print(err)
+        assert err == [f'depthaudit: error: --executor {executor} needs {"Ray" if module == "ray" else module}: '
+                       f'pip install "depthaudit[{extra}]"']
+        assert not out.exists()

@@ -84,3 +84,25 @@ def test_a_penalty_form_given_without_a_penalty_is_said_not_dropped_silently(tmp
     assert forms == {"0": "abs", "0.1": "rel"}
     err = capsys.readouterr().err
     assert "--penalty-form rel has no effect" in err and "--penalty-reduction element has no effect" in err
+
+
+def test_python_refusals_of_a_cell_and_an_identity_target_are_config_errors_in_keywords(tmp_path):
+    """Cases 114, 115: SweepOptions(cell=…) naming no cell said --cell/--list-cells; da.identity(out=<folder>)
+    called an empty folder another command's file."""
+    b = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=2, epochs=1)
+    with pytest.raises(da.ConfigError) as exc:
+        da.ladder(da.LadderConfig(base=b, methods=("bp",), seeds=(1,)), tmp_path / "l",
+                  sweep=da.SweepOptions(cell="99"), progress=False)
+    print(exc.value)
+    msg = str(exc.value)
+    assert exc.value.field == "cell" and msg.startswith("cell=99: no such cell") and "--" not in msg
+    assert exc.value.render(cli=True).startswith("--cell 99: no such cell") and "see --list-cells" in \
+        exc.value.render(cli=True)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(da.ConfigError) as exc:
+        da.identity(b, [1], out=tmp_path / "empty", progress=False)
+    print(exc.value)
+    assert exc.value.field == "out" and "is a folder; give a .json file path" in str(exc.value)
+    (tmp_path / "x.json").write_text("{}")
+    with pytest.raises(da.ConfigError, match="choose another out$"):
+        da.identity(b, [1], out=tmp_path / "x.json", progress=False)

@@ -676,6 +676,8 @@ def _check_identity_target(out: Path) -> dict | None:
     """
     if not out.exists():
         return None
+    if out.is_dir():  # (walk 17 case 115: an empty folder was called another command's file)
+        raise ConfigError(f"{{out}} {out} is a folder; give a .json file path (e.g. {out / 'identity.json'})")
     try:
         doc = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
     except (OSError, ValueError, UnicodeDecodeError):
@@ -683,8 +685,8 @@ def _check_identity_target(out: Path) -> dict | None:
     ours = isinstance(doc, dict) and (doc.get("schema") == IDENTITY_SCHEMA
                                       or ("schema" not in doc and {"config", "per_seed", "summary"} <= set(doc)))
     if not ours:
-        raise UsageError(f"--out {out}: it exists and is not an identity check's result (another command's file); "
-                         "choose another --out (out=)")  # (walk 15 case 274: Python's keyword named too)
+        raise ConfigError(f"{{out}} {out}: it exists and is not an identity check's result (another command's file); "
+                          "choose another {out}")  # (walk 15 case 274, walk 17 case 115: each in its own words)
     return doc
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import progress
-from .errors import Interrupted, UsageError
+from .errors import ConfigError, Interrupted, UsageError
 from .executors import REUSED, SweepOptions, batch_cap, execute, execute_group, run_groups, stack_groups
 from .io import foreign_json, write_json
 from .stores import FileStore, FolderStore, RunSpec, file_lock, read_run_files
@@ -99,7 +99,9 @@ def pick_cell(specs: list[RunSpec], cell: str) -> RunSpec:
             return s
     if cell.lstrip("-").isdigit() and 0 <= int(cell) < len(specs):
         return specs[int(cell)]
-    raise UsageError(f"--cell {cell}: no such cell (ids and indices 0..{len(specs) - 1}: see --list-cells)")
+    # (a ConfigError: Python names cell=… and SweepOptions(list_cells=True), the CLI --cell and --list-cells)
+    raise ConfigError(f"{{cell={cell}}}: no such cell (ids and indices 0..{len(specs) - 1}: see "
+                      "{list_cells=True})")
 
 
 def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None, argv=None,
