@@ -106,3 +106,16 @@ def test_python_refusals_of_a_cell_and_an_identity_target_are_config_errors_in_k
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(da.ConfigError, match="choose another out$"):
         da.identity(b, [1], out=tmp_path / "x.json", progress=False)
+
+
+def test_the_probes_file_carries_its_config_and_provenance(tmp_path):
+    """Case 109: probes_{method}.json held rows of numbers only (no config, version, commit, torch, data hash)."""
+    b = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=2, epochs=1, method="dfa")
+    res = da.probes(da.ProbesConfig(base=b, alphas=(0.0, 1.0), seeds=(42, 7)), tmp_path / "p", progress=False)
+    doc = json.loads(res.path.read_text())
+    assert doc == res.record
+    c, p = doc["config"], doc["provenance"]
+    assert (c["method"], c["alphas"], c["seeds"], c["pre_epochs"]) == ("dfa", [0.0, 1.0], [42, 7], 0)
+    assert c["base"] == b.to_dict() and len(c["probe"]) == 2
+    assert p["version"] == da.__version__ and p["torch"] and p["device"] and p["seed"] == 42 and "git" in p
+    assert p["data"]["sha256"] and p["data"]["name"] == "mnist1d"

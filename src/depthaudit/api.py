@@ -525,6 +525,11 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
                   warm_start_md(res["warm_start"]), ""]
     if claim is None and opts.stored_only:
         claim = claim_folder(out, "probes", ident, replace_report, name=f"probes_{tag}.identity.json")
+    # what the probes ran (the resolved config, as every result file carries it) and where (walk 17 case 109)
+    res["config"] = {**{k: list(v) if isinstance(v, tuple) else v for k, v in (
+        ("method", config.label), ("alphas", config.alphas), ("pre_epochs", config.pre_epochs),
+        ("seeds", config.seeds), ("probe", plan))}, "base": base.to_dict()}
+    res["provenance"] = provenance(torch.device(base.device), data.provenance(), config.seeds[0], argv)
     md = "\n".join(parts)
     with still_owner(out, claim), staged(out) as tmp:  # JSON, table and figure: all of them or none
         credit_mix_figure(cb, tmp / f"credit_mix_{tag}.png")
