@@ -15,7 +15,7 @@ def test_an_unknown_method_or_dataset_of_a_depth_sweep_is_a_config_error_naming_
     """Cases 68, 69: SaturationConfig/GrowConfig(method="nope") and dataset="nope" were plain UsageErrors."""
     make = {"saturation": lambda **k: da.SaturationConfig(family="resmlp", extra=(1,), epochs=1, **k),
             "grow": lambda **k: da.GrowConfig(family="resmlp", extra=1, epochs=1, **k)}[cfg]
-    for bad in ("nope", "kp:zz=1"):
+    for bad in ("nope", "kp:zz=1", "fa:head=bogus"):  # (case 70: a bad option value named method_options)
         with pytest.raises(da.ConfigError) as exc:
             make(dataset="mnist1d", method=bad)
         print(exc.value)
@@ -119,3 +119,16 @@ def test_the_probes_file_carries_its_config_and_provenance(tmp_path):
     assert c["base"] == b.to_dict() and len(c["probe"]) == 2
     assert p["version"] == da.__version__ and p["torch"] and p["device"] and p["seed"] == 42 and "git" in p
     assert p["data"]["sha256"] and p["data"]["name"] == "mnist1d"
+
+
+def test_report_of_a_probes_run_store_points_to_the_probes_command_not_a_second_refusal(tmp_path, capsys):
+    """Case 10: report of credit_mix_*.runs said `depthaudit report <folder>`, which refuses again (no probes)."""
+    out = tmp_path / "p"
+    assert main(["probes", *TINY, "--method", "dfa", "--alphas", "0", "1", "--out", str(out)]) == 0
+    store = next(out.glob("credit_mix_*.runs"))
+    capsys.readouterr()
+    assert main(["report", str(store)]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert f"it is the run store of the probes in {out.resolve()}" in err and "probes command" in err
+    assert "depthaudit report" not in err

@@ -184,6 +184,9 @@ def _what_it_holds(d: Path) -> str:
         return "it holds one training (result.json, read it directly); report renders audits, ladders and sweeps"
     if d.name.endswith(".runs") and (d.parent / (d.name[:-5] + ".json")).is_file():  # a ladder's or depth sweep's
         up = d.resolve().parent  # run store (walk 16 cases 160, 161)
+        if d.name.startswith("credit_mix_"):  # the probes' (walk 17 case 10): report renders no probes, their card
+            return (f"it is the run store of the probes in {up}: their card is its probes_*.md, written by the "
+                    f"probes command (rerun it with --out {up} to finish or rewrite it; finished runs are reused)")
         return f"it is the run store of {up / (d.name[:-5] + '.json')}: depthaudit report {up}"
     claims = sorted(p.name for p in d.glob("probes_*.identity.json"))
     if claims:  # probes stopped before their card was written (walk 16 case 54)

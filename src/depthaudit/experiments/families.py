@@ -136,7 +136,11 @@ class DepthFamily:
             return None
         from ..methods import METHODS, parse_spec
 
-        spec = str(parse_spec(method or "bp"))  # a misspelt method or option: one line naming the known ones
+        parsed = parse_spec(method or "bp")  # a misspelt method or option: one line naming the known ones
+        from ..methods.options import resolve
+
+        resolve(parsed.name, METHODS.get(parsed.name), dict(parsed.given))  # its values too (walk 17 case 70)
+        spec = str(parsed)
         if command == "grow" and not METHODS.get(spec.partition(":")[0]).growable:
             able = ", ".join(n for n in METHODS.names() if METHODS.get(n).growable)
             raise UsageError(f"--method {spec}: its state is built for a fixed depth and cannot grow; "

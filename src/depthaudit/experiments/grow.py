@@ -85,7 +85,8 @@ class GrowConfig:
         try:  # a misspelt (or, for grow, an ungrowable) method: refused here, naming its field (walk 17 case 68)
             FAMILIES.get(self.family).method_spec(self.method, "grow")
         except UsageError as exc:
-            msg = str(exc)  # ("--method X: …" from the family; "unknown method 'X' …" from the registry)
+            msg = str(exc).removeprefix("method_options: ")  # ("--method X: …" from the family, "unknown method
+            # 'X' …" from the registry, "method_options: fa option head: …" from the option's own check)
             raise refuse(self, "{method} " + msg[len("--method "):] if msg.startswith("--method ")
                          else f"{{method}} {self.method!r}: {msg}") from None
         resolve_budget(self)
