@@ -131,3 +131,31 @@ def test_a_diverged_run_without_a_checkpoint_leaves_the_others_cka(tmp_path):
     got = cka_to_bp(recs, ("bp", "fa"), (42,), data, out / "runs", 1, 128)
     print(got)
     assert set(got) == {"bp"} and got["bp"] == both["bp"]
+
+
+def test_a_method_whose_checkpoint_is_missing_loses_its_cka_alone(tmp_path, capsys):
+    """A folder grown across sessions: early runs' checkpoints gone (git-ignored), later runs' there. One missing
+    checkpoint emptied the whole CKA column; now that method alone has none (said), the others keep theirs."""
+    from depthaudit.cli import main
+    from depthaudit.data import load_data
+    from depthaudit.experiments.audit import cka_to_bp
+
+    out = tmp_path / "a"
+    assert main(["audit", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1",
+                 "--methods", "bp", "fa", "dfa", "--seeds", "42", "7", "--probe-batches", "1", "--out",
+                 str(out)]) == 0
+    recs = {}
+    for p in (out / "runs").glob("*_all_*/result.json"):
+        rec = json.loads(p.read_text())
+        recs[f"{rec['config']['method']}/trained/s{rec['config']['seed']}"] = rec
+    data = load_data("mnist1d", None, False, "cpu")
+    every = cka_to_bp(recs, ("bp", "fa", "dfa"), (42, 7), data, out / "runs", 1, 128)
+    assert set(every) == {"bp", "fa", "dfa"}
+    gone = next(p for p in (out / "runs").glob("*_fa_all_*") if json.loads(
+        (p / "result.json").read_text())["config"]["seed"] == 7)
+    (gone / "checkpoint.pt").unlink()  # one seed of fa: fa has no CKA (no seed averaged without it)
+    capsys.readouterr()
+    got = cka_to_bp(recs, ("bp", "fa", "dfa"), (42, 7), data, out / "runs", 1, 128)
+    print(sorted(got))
+    assert set(got) == {"bp", "dfa"} and got["dfa"] == every["dfa"] and got["bp"] == every["bp"]
+    assert "checkpoint.pt is missing" in capsys.readouterr().err

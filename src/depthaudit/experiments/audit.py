@@ -274,8 +274,9 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
     """``{method: [mean ± std per layer]}`` from the stored trained runs against BP's of the same seed.
 
     ``records`` are the audit's run records by ``"<method>/trained/s<seed>"``; each run's ``checkpoint.pt`` sits in
-    ``runs_dir/<its folder>``. Empty when the audit has no ``bp`` or a checkpoint is missing (nothing is guessed);
-    a diverged run (either twin) adds no seed.
+    ``runs_dir/<its folder>``. Empty when the audit has no ``bp`` or BP's checkpoint is missing; a method whose
+    checkpoint is missing (for any seed) has none, the others keep theirs (nothing is guessed); a diverged run
+    (either twin) adds no seed.
     """
     if "bp" not in methods:
         return {}
@@ -288,7 +289,8 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
             raise UsageError(f"{path} is not a file; the CKA to BP reads it: move {path.parent} away and rerun the "
                              "audit to train that run again (the others are reused)")
         if not path.is_file():
-            print(f"depthaudit: note: {path} is missing, so the report has no CKA to BP (rerun the audit after "
+            who = "no method has" if rec["config"]["method"] == "bp" else f"{rec['config']['method']} has"
+            print(f"depthaudit: note: {path} is missing, so {who} a CKA to BP in the report (rerun the audit after "
                   f"moving {path.parent} away to train that run again with its checkpoint)", file=sys.stderr)
             return None
         cfg = TrainConfig.from_dict({**rec["config"], "device": str(data.x_test.device), "warm_start": None})
@@ -304,19 +306,20 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
         model.load_state_dict(state)
         return model.eval(), method
 
-    out = {}
-    for s in seeds:
+    out, missing = {}, set()  # a method with a missing checkpoint has no CKA (no seed averaged without it); the
+    for s in seeds:  # others keep theirs (a folder whose early runs lost their checkpoints: its later ones measured)
         bp = load(records[f"bp/trained/s{s}"])
         if bp is None:
             return {}
         batches = draw_probes(data, s, probe_batches, probe_batch_size)
         for m in methods if bp else []:
-            got = load(records[f"{m}/trained/s{s}"])
+            got = None if m in missing else load(records[f"{m}/trained/s{s}"])
             if got is None:
-                return {}
-            if got:
+                missing.add(m)
+            elif got:
                 out.setdefault(m, []).append(Tracker(batches, [CKAToBP(reference=bp[0])])(0, *got, final=True))
-    return {m: CKAToBP.summarise(v, len(v[0][CKAToBP.name]["per_layer"]) - 1)[CKAToBP.name] for m, v in out.items()}
+    return {m: CKAToBP.summarise(v, len(v[0][CKAToBP.name]["per_layer"]) - 1)[CKAToBP.name] for m, v in out.items()
+            if m not in missing}
 
 
 DEFINITIONS = {
