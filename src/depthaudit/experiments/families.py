@@ -147,6 +147,21 @@ class DepthFamily:
                              f"use one of {able}")
         return spec
 
+    def checked_method(self, cfg, command: str) -> None:
+        """:meth:`method_spec` for a sweep config being built: a refusal is its ``ConfigError`` naming ``method``.
+
+        (walk 17 cases 68, 70: a misspelt method, a bad option value or an ungrowable method was a plain
+        UsageError, or named ``method_options``, not the ``method`` keyword the caller wrote.)
+        """
+        from ..fields import refuse
+
+        try:
+            self.method_spec(cfg.method, command)
+        except UsageError as exc:  # "--method X: …" (family), "unknown method 'X' …" (registry), an option's own
+            msg = str(exc).removeprefix("method_options: ")
+            raise refuse(cfg, "{method} " + msg[len("--method "):] if msg.startswith("--method ")
+                         else f"{{method}} {cfg.method!r}: {msg}") from None
+
     def check(self, cfg, command: str) -> None:
         """Refuse flags the family does not use (before any data is read)."""
 

@@ -22,7 +22,6 @@ import torch
 
 from ..config import TrainConfig, resolve_device
 from ..data import load_data
-from ..errors import UsageError
 from ..fields import arg, check_ranges, check_types, like, refuse
 from ..methods import parse_method_spec
 from .cell import Cell
@@ -82,13 +81,7 @@ class GrowConfig:
         if not FAMILIES.get(self.family).growable:
             able = ", ".join(n for n in FAMILIES.names() if FAMILIES.get(n).growable)
             raise refuse(self, f"{{family}} {self.family}: grow cannot grow it; use one of {able}")
-        try:  # a misspelt (or, for grow, an ungrowable) method: refused here, naming its field (walk 17 case 68)
-            FAMILIES.get(self.family).method_spec(self.method, "grow")
-        except UsageError as exc:
-            msg = str(exc).removeprefix("method_options: ")  # ("--method X: …" from the family, "unknown method
-            # 'X' …" from the registry, "method_options: fa option head: …" from the option's own check)
-            raise refuse(self, "{method} " + msg[len("--method "):] if msg.startswith("--method ")
-                         else f"{{method}} {self.method!r}: {msg}") from None
+        FAMILIES.get(self.family).checked_method(self, "grow")  # a misspelt or ungrowable method: refused here
         resolve_budget(self)
         if self.epochs < 1:
             raise refuse(self, "{epochs} must be >= 1 for grow (insertions happen at epoch starts)")

@@ -23,7 +23,6 @@ from ..config import DEFAULT_EPOCHS, TrainConfig, resolve_device
 from ..data import DATASETS
 from ..depth.growth import activation_gradients, credit_signal, separated_test
 from ..depth.matched import gradient_matched
-from ..errors import UsageError
 from ..fields import arg, check_ranges, check_types, like, refuse
 from ..methods import parse_method_spec
 from ..provenance import provenance
@@ -159,13 +158,7 @@ class SaturationConfig:
                                f"{', '.join(FAMILIES.names())}")
         if not FAMILIES.get(self.family).uses_base_width:  # (a ResNet-only value: held at its default, so it names
             object.__setattr__(self, "base_width", 16)  # no other run of this family)
-        try:  # a misspelt (or, for grow, an ungrowable) method: refused here, naming its field (walk 17 case 68)
-            FAMILIES.get(self.family).method_spec(self.method, "saturation")
-        except UsageError as exc:
-            msg = str(exc).removeprefix("method_options: ")  # ("--method X: …" from the family, "unknown method
-            # 'X' …" from the registry, "method_options: fa option head: …" from the option's own check)
-            raise refuse(self, "{method} " + msg[len("--method "):] if msg.startswith("--method ")
-                         else f"{{method}} {self.method!r}: {msg}") from None
+        FAMILIES.get(self.family).checked_method(self, "saturation")  # a misspelt or ungrowable method: refused here
         resolve_budget(self)
         if not FAMILIES.get(self.family).pretrained and not self.extra:
             raise refuse(self, "{extra}: give at least one number of extra blocks")
