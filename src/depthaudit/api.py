@@ -432,9 +432,9 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
         claim = claim_folder(out, "intervene", ident, take_over_flag=None)
     table = intervention_md(res)
     md = intervention_doc(res, table)
-    before = _stored_grid(out / "intervention.json")
     with still_owner(out, claim), staged(out) as tmp:  # table, JSON and figure: all of them or none
-        intervention_figure(res, tmp / "intervention.png")
+        before = _stored_grid(out / "intervention.json")  # read under the lock: a concurrent grid's too (walk 18
+        intervention_figure(res, tmp / "intervention.png")  # cases 79, 80: both said "wrote", one report was left)
         write_json(tmp / "intervention.json", res)
         write_text(tmp / "intervention.md", md)
     if before is not None and before != res["lambdas"]:  # the same configuration, another grid (walk 17 case 87)

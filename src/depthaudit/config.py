@@ -131,7 +131,9 @@ class TrainConfig:
             object.__setattr__(self, "epochs", DATASETS.meta(self.dataset).get("epochs", DEFAULT_EPOCHS))
         from .optim import OPTIMIZERS
 
-        OPTIMIZERS.get(self.optimizer)  # an unknown optimizer (the API's path) is one line naming the known ones
+        if self.optimizer not in OPTIMIZERS:  # (the API's path; walk 18 case 55: a plain UsageError without .field)
+            raise refuse(self, f"{{optimizer}} {self.optimizer!r} not known; use one of "
+                         f"{', '.join(OPTIMIZERS.names())}")
         for k in ("lr", "weight_decay"):  # the optimizer's own defaults, resolved so every stored config names them
             if getattr(self, k) is None:
                 object.__setattr__(self, k, OPTIMIZERS.meta(self.optimizer)[k])

@@ -15,7 +15,7 @@ from .data import DataBundle
 from .data.augment import augment_batch
 from .data.base import sha256_file
 from .diagnostics.base import MEASUREMENT_KEY
-from .errors import UsageError
+from .errors import ConfigError, UsageError
 from .methods import CreditMethod, build_method, parse_method_spec
 from .methods.warmup import Warmup
 from .models import ResidualModel, build_model
@@ -239,7 +239,7 @@ class Stepper:
         self.cfg, self.data, self.model, self.method = cfg, data, model, method
         self.opts = [make_optimizer(model, cfg)]
         if cfg.augment != "none" and (data.pad_value is None or data.x_train.dim() != 4):
-            raise UsageError(f"--augment {cfg.augment}: {data.name} is not an image dataset; use --augment none")
+            raise ConfigError(f"{{augment}} {cfg.augment}: {data.name} is not an image dataset; use {{augment=none}}")
         self.penalty = Penalty(cfg.scale_penalty, cfg.penalty_form, reduction=cfg.penalty_reduction)
         # augmentation draws its own stream (crop offsets, flips), on the data's device
         self.aug_gen = torch.Generator(device=data.x_train.device).manual_seed(derive_seed(cfg.seed, "augment"))

@@ -8,7 +8,7 @@ defaults and refuses what cannot run here, in one line naming the field as the c
 # imports inside functions: methods (torch) is imported where used: the CLI's parser reads the configs that use this
 from dataclasses import replace
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UsageError
 from ..fields import check_ranges, check_seeds, check_types, refuse
 
 
@@ -57,7 +57,12 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
             raise refuse(cfg, f"the base config's train_blocks {base.train_blocks!r} is not what this sweep trains: "
                          "each run's blocks come from the sweep (trained: all, frozen: none; a ladder's k); leave "
                          "the base's train_blocks at its default ('all')")
-        specs = resolve_methods(cfg.methods)
+        try:
+            specs = resolve_methods(cfg.methods)
+        except ConfigError:
+            raise
+        except UsageError as exc:  # an unknown method name: named by this caller's field (walk 18 case 56)
+            raise refuse(cfg, f"{{methods}}: {exc}") from None
         if not specs:
             raise refuse(cfg, "{methods} is empty; give at least one credit method (e.g. bp)")
         for m in specs:  # each row's options checked now (by the run config), before any data loads

@@ -1,0 +1,50 @@
+"""Walk 18's causes: each reproduced as the walker did it, failing without its fix."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import depthaudit as da
+
+TINY = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "1"]
+
+
+def test_python_refusals_of_optimizer_methods_and_augment_are_config_errors_naming_the_field(tmp_path):
+    """Cases 55-57: an unknown optimizer, an unknown method in a sweep's methods, augment on a non-image dataset
+    were plain UsageErrors without .field (the last in CLI wording)."""
+    b = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=2, epochs=1)
+    cases = [(lambda: da.TrainConfig(optimizer="nope"), "optimizer", "optimizer 'nope' not known"),
+             (lambda: da.AuditConfig(base=b, methods=("bp", "nope")), "methods", "unknown method 'nope'"),
+             (lambda: da.LadderConfig(base=b, methods=("nope",)), "methods", "unknown method 'nope'"),
+             (lambda: da.train(da.TrainConfig(dataset="mnist1d", augment="crop", d_hidden=8, num_blocks=2, epochs=1),
+                               tmp_path / "t", progress=False), "augment", "use augment=none")]
+    for make, field, text in cases:
+        with pytest.raises(da.ConfigError) as exc:
+            make()
+        print(exc.value)
+        assert exc.value.field == field and text in str(exc.value) and "--" not in str(exc.value)
+    assert not (tmp_path / "t").exists()
+
+
+def test_two_concurrent_grids_into_one_intervention_folder_say_which_report_was_replaced(tmp_path):
+    """Cases 79, 80: two intervenes (λ 0.1 and 0.01) into one fresh folder both said "wrote …"; one report was
+    silently gone. Whatever the timing, the one that writes second reads the first's grid under the folder's
+    lock and says it replaced it; the file left is its grid."""
+    out = tmp_path / "ci"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "depthaudit", "intervene", *TINY, "--methods", "bp", "--out", str(out), "--penalty"]
+    procs = {lam: subprocess.Popen([*cmd, lam], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for lam in ("0.1", "0.01")}
+    res = {lam: p.communicate(timeout=600) for lam, p in procs.items()}
+    for lam, p in procs.items():
+        print(lam, p.returncode, res[lam][1][-400:])
+        assert p.returncode == 0
+    noted = [lam for lam, (_, err) in res.items() if "note: replaced" in err]
+    assert len(noted) == 1, noted
+    left = json.loads((out / "intervention.json").read_text())["lambdas"]
+    assert left == [0.0, float(noted[0])]
+    other = "0.1" if noted[0] == "0.01" else "0.01"
+    assert f"the report of the grid λ ∈ 0, {other}, by λ ∈ 0, {noted[0]}" in res[noted[0]][1]
