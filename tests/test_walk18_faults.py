@@ -48,3 +48,25 @@ def test_two_concurrent_grids_into_one_intervention_folder_say_which_report_was_
     assert left == [0.0, float(noted[0])]
     other = "0.1" if noted[0] == "0.01" else "0.01"
     assert f"the report of the grid λ ∈ 0, {other}, by λ ∈ 0, {noted[0]}" in res[noted[0]][1]
+
+
+def test_the_depth_sweeps_train_the_resmlp_under_either_optimizer(tmp_path, capsys):
+    """Case 85: saturation/grow --family resmlp had no --optimizer although they train under the audit's recipe."""
+    from depthaudit.cli import main
+
+    sat = ["saturation", "--family", "resmlp", "--dataset", "mnist1d", "--d-hidden", "8", "--extra", "0",
+           "--epochs", "1"]
+    assert main([*sat, "--optimizer", "sgd", "--out", str(tmp_path / "s")]) == 0
+    doc = json.loads(next((tmp_path / "s").glob("saturation_*.json")).read_text())
+    cfg = next(iter(doc["runs"].values()))["config"]
+    assert (cfg["optimizer"], cfg["lr"], cfg["weight_decay"]) == ("sgd", 3e-4, 5e-4) and doc["identity"]["optimizer"]
+    assert main([*sat, "--out", str(tmp_path / "a")]) == 0  # adamw: the file it always was (no optimizer entry)
+    doc = json.loads(next((tmp_path / "a").glob("saturation_*.json")).read_text())
+    cfg = next(iter(doc["runs"].values()))["config"]
+    assert "optimizer" not in cfg and (cfg["lr"], cfg["weight_decay"]) == (1e-3, 0.01)  # the records it always held
+    assert "optimizer" not in doc["identity"]
+    g = da.GrowConfig(family="resmlp", dataset="mnist1d", d_hidden=8, extra=1, epochs=2, optimizer="sgd")
+    assert g.lr == 3e-4 and g.weight_decay == 5e-4
+    capsys.readouterr()
+    assert main(["grow", "--family", "resnet", "--optimizer", "sgd", "--out", str(tmp_path / "g")]) == 2
+    assert "the resnet family trains with AdamW" in capsys.readouterr().err and not (tmp_path / "g").exists()

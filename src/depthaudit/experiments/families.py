@@ -471,7 +471,8 @@ class ResMLPFamily(DepthFamily):
             raise UsageError(f"--text is for --family gpt/hf; --family {self.name} trains on --dataset")  # file)
 
     def saturation_identity(self, cfg) -> dict:
-        return {"arch": cfg.arch, "d_hidden": cfg.d_hidden, "base_blocks": cfg.base_blocks, "method": cfg.method}
+        return {"arch": cfg.arch, "d_hidden": cfg.d_hidden, "base_blocks": cfg.base_blocks, "method": cfg.method,
+                **({"optimizer": cfg.optimizer} if cfg.optimizer != "adamw" else {})}  # (absent at adamw: same file)
 
     def saturation_part(self, cfg) -> str:
         return f"{cfg.arch}_{slug(cfg.method)}"
@@ -491,7 +492,7 @@ class ResMLPFamily(DepthFamily):
 
     def grow_identity(self, cfg) -> dict:
         return {"family": "resmlp", "arch": cfg.arch, "d_hidden": cfg.d_hidden, "base_blocks": cfg.base_blocks,
-                "method": cfg.method}
+                "method": cfg.method, **({"optimizer": cfg.optimizer} if cfg.optimizer != "adamw" else {})}
 
     def grow_name(self, cfg) -> str:
         return f"{cfg.arch}{cfg.base_blocks}+{cfg.extra}_{slug(cfg.method)}"

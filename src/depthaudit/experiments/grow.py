@@ -26,7 +26,16 @@ from ..fields import arg, check_ranges, check_types, like, refuse
 from ..methods import parse_method_spec
 from .cell import Cell
 from .families import FAMILIES
-from .saturation import SaturationConfig, family_batches, family_help, family_names, family_widths, resolve_budget
+from .saturation import (
+    SaturationConfig,
+    adamw_unsaid,
+    family_batches,
+    family_help,
+    family_names,
+    family_widths,
+    resolve_budget,
+    resolve_optimizer,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,8 +71,9 @@ class GrowConfig:
     epochs: int | None = like(SaturationConfig, "epochs", default_text="the dataset's; CIFAR 100, others 20")
     stop_after: int | None = like(SaturationConfig, "stop_after")
     batch_size: int | None = like(SaturationConfig, "batch_size", default_text=family_batches(growable=True))
-    lr: float = like(SaturationConfig, "lr")
-    weight_decay: float = like(SaturationConfig, "weight_decay")
+    optimizer: str = like(SaturationConfig, "optimizer")
+    lr: float | None = like(SaturationConfig, "lr")
+    weight_decay: float | None = like(SaturationConfig, "weight_decay")
     seed: int = like(SaturationConfig, "seed")
     device: str = like(SaturationConfig, "device")
 
@@ -81,6 +91,7 @@ class GrowConfig:
         if not FAMILIES.get(self.family).growable:
             able = ", ".join(n for n in FAMILIES.names() if FAMILIES.get(n).growable)
             raise refuse(self, f"{{family}} {self.family}: grow cannot grow it; use one of {able}")
+        resolve_optimizer(self, "grow")
         FAMILIES.get(self.family).checked_method(self, "grow")  # a misspelt or ungrowable method: refused here
         resolve_budget(self)
         if self.epochs < 1:
@@ -108,11 +119,11 @@ class GrowRun(Cell):
     arm: str
     insert_at: tuple[int, ...]
     KEYS = ("arm", "dataset", "data_dir", "extra", "epochs", "insert_at", "batch_size", "lr", "weight_decay", "seed",
-            "device", "family", "method", "arch", "d_hidden", "base_blocks", "base_width", "stop_after")
+            "device", "family", "method", "arch", "d_hidden", "base_blocks", "base_width", "stop_after", "optimizer")
 
     def to_dict(self) -> dict:
         """JSON-able."""
-        return {**super().to_dict(), "insert_at": list(self.insert_at)}
+        return adamw_unsaid({**super().to_dict(), "insert_at": list(self.insert_at)})
 
     def describe(self) -> str:
         """One line for listings: the arm and the architecture."""
@@ -129,7 +140,7 @@ class GrowRun(Cell):
         blocks = self.base_blocks + (0 if self.arm == "grown" else self.extra)
         base = TrainConfig(dataset=self.dataset, data_dir=self.data_dir, arch=self.arch, d_hidden=self.d_hidden,
                            num_blocks=blocks, epochs=self.epochs, stop_after=self.stop_after,
-                           batch_size=self.batch_size, lr=self.lr,
+                           batch_size=self.batch_size, lr=self.lr, optimizer=self.optimizer,
                            weight_decay=self.weight_decay, seed=self.seed, device=self.device)
         return parse_method_spec(self.method or "bp", base)[1]
 

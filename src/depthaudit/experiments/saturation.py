@@ -111,8 +111,10 @@ class SaturationConfig:
     epochs: int | None = like(TrainConfig, "epochs", default_text="the dataset's; CIFAR 100, others and text 20")
     stop_after: int | None = like(TrainConfig, "stop_after")
     batch_size: int | None = like(TrainConfig, "batch_size", None, default_text=family_batches())
-    lr: float = like(TrainConfig, "lr", 1e-3, default_text=None)  # plain BP under AdamW (the recipe's default)
-    weight_decay: float = like(TrainConfig, "weight_decay", 0.01, default_text=None)
+    optimizer: str = like(TrainConfig, "optimizer", help="resmlp: adamw | sgd (ours); others: adamw")
+    lr: float | None = like(TrainConfig, "lr", help="learning rate", default_text="adamw 1e-3, sgd 3e-4")
+    weight_decay: float | None = like(TrainConfig, "weight_decay", help="weight decay",
+                                      default_text="adamw 0.01, sgd 5e-4")
     seed: int = like(TrainConfig, "seed")
     device: str = like(TrainConfig, "device")
     # what is measured at each depth
@@ -158,6 +160,7 @@ class SaturationConfig:
                                f"{', '.join(FAMILIES.names())}")
         if not FAMILIES.get(self.family).uses_base_width:  # (a ResNet-only value: held at its default, so it names
             object.__setattr__(self, "base_width", 16)  # no other run of this family)
+        resolve_optimizer(self, "saturation")
         FAMILIES.get(self.family).checked_method(self, "saturation")  # a misspelt or ungrowable method: refused here
         resolve_budget(self)
         if not FAMILIES.get(self.family).pretrained and not self.extra:
@@ -185,7 +188,11 @@ class SaturationRun(Cell):
     extra: int
     KEYS = ("dataset", "data_dir", "extra", "epochs", "batch_size", "lr", "weight_decay", "seed", "analysis_batches",
             "low_signal", "alpha", "device", "family", "text", "context", "d_hidden", "base_blocks", "method", "arch",
-            "analysis_split", "delta", "margin", "base_width", "stop_after")
+            "analysis_split", "delta", "margin", "base_width", "stop_after", "optimizer")
+
+    def to_dict(self) -> dict:
+        """JSON-able; ``optimizer`` only where it is not adamw (an adamw record is the one every version stored)."""
+        return adamw_unsaid(super().to_dict())
 
     def describe(self) -> str:
         """One line for listings: the family and its depth."""
@@ -201,9 +208,34 @@ class SaturationRun(Cell):
         """Resmlp family: the audit recipe's run config of this depth (method options from the spec)."""
         base = TrainConfig(dataset=self.dataset, data_dir=self.data_dir, arch=self.arch, d_hidden=self.d_hidden,
                            num_blocks=self.base_blocks + self.extra, epochs=self.epochs, stop_after=self.stop_after,
-                           batch_size=self.batch_size,
+                           batch_size=self.batch_size, optimizer=self.optimizer,
                            lr=self.lr, weight_decay=self.weight_decay, seed=self.seed, device=self.device)
         return parse_method_spec(self.method or "bp", base)[1]
+
+
+def adamw_unsaid(d: dict) -> dict:
+    """A cell's record without ``optimizer`` when it is adamw (the records before the field: the same bytes)."""
+    if d.get("optimizer") == "adamw":
+        del d["optimizer"]
+    return d
+
+
+def resolve_optimizer(cfg, command: str) -> None:
+    """``cfg``'s lr and weight decay: its optimizer's defaults where not given (adamw's: 1e-3, 0.01, as always).
+
+    The optimizer is the recipe's choice (``--family resmlp``); the other families train with their own AdamW loop,
+    so another optimizer is refused for them (walk 18 case 85: ``--optimizer`` was not a flag of the depth sweeps).
+    """
+    from ..optim import OPTIMIZERS
+
+    if cfg.optimizer not in OPTIMIZERS:
+        raise refuse(cfg, f"{{optimizer}} {cfg.optimizer!r} not known; use one of {', '.join(OPTIMIZERS.names())}")
+    if cfg.optimizer != "adamw" and not FAMILIES.get(cfg.family).under_method:
+        raise refuse(cfg, f"{{optimizer}} {cfg.optimizer}: the {cfg.family} family trains with AdamW (its own loop); "
+                     f"use {command} --family resmlp for the recipe's optimizers")
+    for k in ("lr", "weight_decay"):
+        if getattr(cfg, k) is None:
+            object.__setattr__(cfg, k, OPTIMIZERS.meta(cfg.optimizer)[k])
 
 
 def _analysis_batches(data, cfg: SaturationRun, device) -> list:
