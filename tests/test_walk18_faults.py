@@ -70,3 +70,66 @@ def test_the_depth_sweeps_train_the_resmlp_under_either_optimizer(tmp_path, caps
     capsys.readouterr()
     assert main(["grow", "--family", "resnet", "--optimizer", "sgd", "--out", str(tmp_path / "g")]) == 2
     assert "the resnet family trains with AdamW" in capsys.readouterr().err and not (tmp_path / "g").exists()
+
+
+def test_a_generated_datasets_no_effect_data_flags_make_no_other_configuration(tmp_path, capsys):
+    """Cases 107, 137: --data-dir/--download were noted as having no effect with mnist1d, yet made "another
+    configuration" (and another default folder) of the same run."""
+    from depthaudit.cli import main
+
+    assert da.TrainConfig(dataset="mnist1d", data_dir="/x", download=True) == da.TrainConfig(dataset="mnist1d")
+    out = tmp_path / "dd"
+    assert main(["train", *TINY, "--data-dir", "/nonexistent", "--out", str(out)]) == 0
+    assert "--data-dir has no effect" in capsys.readouterr().err
+    assert main(["train", *TINY, "--out", str(out)]) == 2
+    assert "(this configuration's)" in capsys.readouterr().err
+
+
+def test_identity_says_its_methods_are_idle_and_offers_no_hidden_flag_for_a_typo(capsys):
+    """Cases 126, 127: identity took --methods silently, and --method was told "did you mean --methods?"."""
+    from depthaudit.cli import main
+
+    assert main(["identity", *TINY, "--seeds", "1", "--methods", "fa", "dfa"]) == 0
+    assert "--methods have no effect with identity" in capsys.readouterr().err  # (with --epochs: both idle)
+    assert main(["identity", *TINY, "--seeds", "1", "--method", "fa"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --method fa" in err and "did you mean" not in err
+    assert main(["audit", *TINY, "--method", "fa"]) == 2
+    assert "did you mean --methods?" in capsys.readouterr().err  # a flag the command shows: still offered
+
+
+@pytest.mark.parametrize("what,text", [
+    ("METHODS.register('r18m')(42)", "method 'r18m': register a class or function that builds it, not int 42"),
+    ("MODELS.register('r18a')(5)", "arch 'r18a': register a class or function that builds it, not int 5"),
+    ("DATASETS.register('r18d', epochs=-1)(lambda data_dir=None, download=False: None)",
+     "its registered epochs (the default budget) must be an integer >= 1, got -1"),
+    ("DATASETS.register('r18d', augment='spin')(lambda data_dir=None, download=False: None)",
+     "its registered augment 'spin' is not one of")])
+def test_a_plugin_registering_what_breaks_the_contract_is_named_at_import(what, text, tmp_path, monkeypatch):
+    """Cases 140, 141, 143, 144: a non-callable was an internal error at use; a bad dataset default was refused as
+    if the user had typed --epochs/--augment, the plug-in unnamed."""
+    plug = tmp_path / "preg18.py"
+    plug.write_text("from depthaudit.methods import METHODS\nfrom depthaudit.models import MODELS\n"
+                    f"from depthaudit.data import DATASETS\n{what}\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", "preg18", "train", *TINY, "--out",
+                        str(tmp_path / "t")], env=env, capture_output=True, text=True, timeout=300)
+    print(p.stderr)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+    assert "--plugin preg18: importing it raised ValueError" in p.stderr and text in p.stderr
+    assert "preg18.py:4" in p.stderr and not (tmp_path / "t").exists()
+
+
+def test_an_all_zero_grid_says_its_penalty_form_is_idle_and_titles_no_form(tmp_path, capsys):
+    """Case 168: intervene --lambdas 0 --penalty-form rel said nothing and titled the report "rel form"."""
+    from depthaudit.cli import main
+
+    out = tmp_path / "i"
+    assert main(["intervene", *TINY, "--methods", "bp", "--lambdas", "0", "--penalty-form", "rel", "--out",
+                 str(out)]) == 0
+    assert "note: --penalty-form rel has no effect: every λ of --lambdas is 0" in capsys.readouterr().err
+    assert (out / "intervention.md").read_text().startswith("# Scale-penalty intervention (abs form, λ ∈ 0;")
+    b = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=2, epochs=1)
+    with pytest.warns(UserWarning, match="has no effect: every λ is 0"):
+        icfg = da.InterveneConfig(audit=da.AuditConfig(base=b, methods=("bp",)), lambdas=(0,), penalty_form="rel")
+    assert icfg.penalty_form == "abs"

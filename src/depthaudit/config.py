@@ -119,8 +119,12 @@ class TrainConfig:
             raise refuse(self, f"{{variant}} {self.variant!r} not known; use one of {', '.join(VARIANTS)}")
         if self.mlp_ratio is None:  # resolved here so every stored config names the expansion it ran
             object.__setattr__(self, "mlp_ratio", 4 if self.arch == "vit" else DEFAULT_RATIO[self.variant])
+        from .data import DATASETS
+
+        if self.dataset in DATASETS and DATASETS.meta(self.dataset).get("generated"):  # generated here, not read: no
+            object.__setattr__(self, "data_dir", None)  # folder and no download, so a run given either is the same
+            object.__setattr__(self, "download", False)  # run (walk 18 cases 107, 137: "another configuration")
         if self.augment == "auto":
-            from .data import DATASETS
 
             object.__setattr__(self, "augment", DATASETS.meta(self.dataset).get("augment", "none"))
         if self.augment not in AUGMENTS:

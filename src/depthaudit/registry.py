@@ -20,8 +20,11 @@ class Registry(Generic[T]):
         ... class Mine: ...
     """
 
-    def __init__(self, kind: str):
+    factories = True  # what is registered builds the thing (a class or function); a registry of instances: False
+
+    def __init__(self, kind: str, check_meta: Callable[[str, dict], None] | None = None):
         self.kind = kind
+        self.check_meta = check_meta  # refuses bad registered defaults where they are registered (a ValueError)
         self._items: dict[str, T] = {}
         self._meta: dict[str, dict] = {}
 
@@ -31,7 +34,14 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} name {name!r}: use letters, digits and . _ + - only (no '/', no '..'), "
                              "starting with a letter or digit")
 
+        if self.check_meta is not None:  # (walk 18 cases 143, 144: epochs=-1 was refused later as if typed)
+            self.check_meta(name, meta)
+
         def deco(obj: T) -> T:
+            if self.factories and not callable(obj):  # (walk 18 cases 140, 141: register("x")(42) was an
+                # internal error when used)
+                raise ValueError(f"{self.kind} {name!r}: register a class or function that builds it, not "
+                                 f"{type(obj).__name__} {obj!r}"[:200])
             if name in self._items and not overwrite:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self._items[name] = obj

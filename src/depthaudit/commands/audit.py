@@ -64,6 +64,13 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
     acfg = _audit_config(a)
     if a.lambdas is not None:
         dedup_note(a.lambdas, "--lambdas")
+    if a.lambdas is not None and not any(a.lambdas):  # no λ > 0: no run has a penalty, so no form (walk 18 case 168)
+        for flag, f, d in (("--penalty-form", "penalty_form", "abs"), ("--penalty-reduction", "penalty_reduction",
+                                                                       "example")):
+            if getattr(a, f, None) not in (None, d):
+                print(f"depthaudit: note: {flag} {getattr(a, f)} has no effect: every λ of --lambdas is 0",
+                      file=sys.stderr)
+                setattr(a, f, d)
     with building(a):  # every rule is the config's own (the Python API builds the same one)
         icfg = InterveneConfig(audit=acfg, lambdas=a.lambdas, penalty=a.penalty,  # (the base has no penalty, so
                                penalty_form=a.penalty_form or "abs",  # it keeps no form: the grid's is given here)
@@ -128,6 +135,8 @@ def _idle_at_init(a: argparse.Namespace) -> None:
 
     idle = [flag_name(f) for f in fields(TrainConfig)
             if f.metadata.get("training") and getattr(a, f.name, None) not in (None, False)]
+    if getattr(a, "methods", None):  # (an audit's command line; walk 18 case 126: checked, then dropped unsaid)
+        idle.append("--methods")
     for f in method_flag_values(a):
         idle.append(f"--{f}")
         setattr(a, f.replace("-", "_"), None)

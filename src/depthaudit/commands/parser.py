@@ -107,7 +107,9 @@ def _close_flag(parser: argparse.ArgumentParser, message: str) -> str | None:
         if isinstance(a, argparse._SubParsersAction):  # (walk 15 cases 40-42: another command's flag was offered)
             cmd = command_named(getattr(parser, "_given", []), a.choices)  # (the CLI's dispatch reads it so too)
             if cmd is not None:
-                opts += [o for b in a.choices[cmd]._actions for o in b.option_strings]
+                opts += [o for b in a.choices[cmd]._actions for o in b.option_strings
+                         if b.help is not argparse.SUPPRESS]  # (a flag a command takes only to say it is idle:
+                # never offered for a typo — walk 18 case 127: identity's --method hinted at its silent --methods)
     if cmd is not None and unknown in top and unknown not in ("-h", "--help"):  # a global flag after the command
         action = next(a for a in parser._actions if unknown in a.option_strings)
         if action.nargs == 0:  # --version

@@ -13,7 +13,23 @@ import torch
 
 from ..registry import Registry
 
-DATASETS: Registry = Registry("dataset")
+
+def _check_dataset_meta(name: str, meta: dict) -> None:
+    """A dataset's registered defaults, checked when registered: a budget, an augmentation, a flag."""
+    from .augment import AUGMENTS
+
+    ep = meta.get("epochs")
+    if "epochs" in meta and (isinstance(ep, bool) or not isinstance(ep, int) or ep < 1):
+        raise ValueError(f"dataset {name!r}: its registered epochs (the default budget) must be an integer >= 1, "
+                         f"got {ep!r}; fix DATASETS.register({name!r}, epochs=…)")
+    if "augment" in meta and meta["augment"] not in AUGMENTS:
+        raise ValueError(f"dataset {name!r}: its registered augment {meta['augment']!r} is not one of "
+                         f"{', '.join(AUGMENTS)}; fix DATASETS.register({name!r}, augment=…)")
+    if "generated" in meta and not isinstance(meta["generated"], bool):
+        raise ValueError(f"dataset {name!r}: generated must be True or False, got {meta['generated']!r}")
+
+
+DATASETS: Registry = Registry("dataset", check_meta=_check_dataset_meta)
 
 
 @dataclass(frozen=True)

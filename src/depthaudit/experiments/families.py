@@ -47,6 +47,8 @@ def budget_text(cfg: dict) -> str:
 class _FamilyRegistry(Registry):
     """A :class:`~depthaudit.registry.Registry` of family instances (a registered class is instantiated)."""
 
+    factories = False
+
     def register(self, name: str, *, overwrite: bool = False, **meta):
         inner = super().register(name, overwrite=overwrite, **meta)
 

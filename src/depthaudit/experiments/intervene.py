@@ -63,6 +63,14 @@ class InterveneConfig:
         if not lams:  # refused before the folder is claimed
             raise refuse(self, "{lambdas} is empty; give one or more λ >= 0, e.g. (0.0, 0.01)")
         object.__setattr__(self, "lambdas", tuple(dict.fromkeys(float(x) for x in lams)))
+        if not any(self.lambdas) and (self.penalty_form, self.penalty_reduction) != ("abs", "example"):
+            import warnings  # no λ > 0: no run has a penalty, so no form (walk 18 case 168: the title said "rel form")
+
+            warnings.warn(f"InterveneConfig: penalty_form={self.penalty_form!r}/penalty_reduction="
+                          f"{self.penalty_reduction!r} has no effect: every λ is 0; stored as abs/example",
+                          UserWarning, stacklevel=3)
+            object.__setattr__(self, "penalty_form", "abs")
+            object.__setattr__(self, "penalty_reduction", "example")
         object.__setattr__(self, "penalty", None)  # resolved into the grid: one config for one grid
 
     @property
