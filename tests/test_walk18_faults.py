@@ -133,3 +133,30 @@ def test_an_all_zero_grid_says_its_penalty_form_is_idle_and_titles_no_form(tmp_p
     with pytest.warns(UserWarning, match="has no effect: every λ is 0"):
         icfg = da.InterveneConfig(audit=da.AuditConfig(base=b, methods=("bp",)), lambdas=(0,), penalty_form="rel")
     assert icfg.penalty_form == "abs"
+
+
+def test_a_method_without_credits_and_a_too_short_text_say_what_to_fix(tmp_path):
+    """Unclear cases 142, 152: a CreditMethod without credits() raised a bare NotImplementedError; a text too short
+    for the context named neither the text nor a fix."""
+    from depthaudit.errors import UsageError
+    from depthaudit.methods import CreditMethod
+    from depthaudit.models import build_model
+
+    class NoCredits(CreditMethod):
+        pass
+
+    model = build_model("resmlp", (7,), 5, 8, 2, 2, 0)
+    with pytest.raises(NotImplementedError) as exc:
+        NoCredits(model, 0).credits(model, None, None)
+    print(exc.value)
+    assert "NoCredits (" in str(exc.value) and "test_walk18_faults.py:" in str(exc.value)
+    assert "defines no credits(model, tr, e); implement it" in str(exc.value)
+    from depthaudit.data.text import load_text
+
+    short = tmp_path / "short.txt"
+    short.write_text("a b c d e f g h i j k l m n o p")
+    with pytest.raises(UsageError) as exc:
+        load_text(str(short), 64, "cpu")
+    print(exc.value)
+    assert f"--text {short}" in str(exc.value) and "too few for --context 64" in str(exc.value)
+    assert "smaller --context" in str(exc.value)

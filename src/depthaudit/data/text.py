@@ -105,7 +105,9 @@ def load_text(path: str | None, context: int, device, tokens: np.ndarray | None 
         span = context if bos is not None else context + 1
         n = (len(t) - 1) // span if bos is None else len(t) // span
         if n < 1:
-            raise UsageError(f"text too short for --context {context}: {len(t)} tokens in a split")
+            raise UsageError(f"--text {path}: a split of it holds {len(t)} tokens, too few for --context {context} "
+                             f"(a window needs {span + (1 if bos is None else 0)}); give a longer text or a smaller "
+                             "--context")  # (walk 18 case 152: named neither the text nor a fix)
         w = torch.from_numpy(t[: n * span].reshape(n, span).copy())
         if bos is not None:  # [bos, t_1 … t_{T-1}] → [t_1 … t_T]
             return torch.cat([torch.full((n, 1), bos, dtype=w.dtype), w[:, :-1]], 1).to(device), w.to(device)

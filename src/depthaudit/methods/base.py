@@ -62,7 +62,15 @@ class CreditMethod:
 
     def credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
         """Return ``[c_0, …, c_L]``, each shaped like ``tr.states[l]``; ``e`` is (B, C)."""
-        raise NotImplementedError
+        import inspect
+
+        cls = type(self)
+        try:  # where the class is, so a plug-in's missing method is found (walk 18 case 142: a bare
+            where = f" ({inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]})"  # NotImplementedError)
+        except (OSError, TypeError):
+            where = ""
+        raise NotImplementedError(f"{cls.__name__}{where} defines no credits(model, tr, e); implement it (see "
+                                  "docs/adding-a-method.md)")
 
     def checked_credits(self, model: ResidualModel, tr: Trace, e: torch.Tensor) -> list[torch.Tensor]:
         """:meth:`credits`, refused unless it is one tensor per stream position, each shaped like that position.
