@@ -160,3 +160,19 @@ def test_a_method_without_credits_and_a_too_short_text_say_what_to_fix(tmp_path)
     print(exc.value)
     assert f"--text {short}" in str(exc.value) and "too few for --context 64" in str(exc.value)
     assert "smaller --context" in str(exc.value)
+
+
+def test_report_of_a_parent_skips_a_folder_standing_where_a_json_must_be_and_renders_the_rest(tmp_path, capsys):
+    """Unclear case 94: a ladder_*.json that is a folder ended the whole report; the folders after it were never
+    rendered."""
+    from depthaudit.cli import main
+
+    (tmp_path / "Df" / "ladder_d16_L2_mnist1d.json").mkdir(parents=True)
+    assert main(["audit", *TINY, "--methods", "bp", "--out", str(tmp_path / "ok")]) == 0
+    capsys.readouterr()
+    assert main(["report", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    print(err)
+    assert f"(from {tmp_path / 'ok'})" in out
+    assert f"note: skipped {tmp_path / 'Df'}: " in err and "a folder stands where a file must be" in err
+    assert "1 folder(s) could not be rendered" in err.splitlines()[-1]

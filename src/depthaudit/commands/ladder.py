@@ -15,6 +15,7 @@ from ..experiments.ladder import LadderConfig, placed_in_ladder
 from ..io import (
     check_output_dir,
     check_replaceable,
+    environment_error,
     foreign_json,
     foreign_report_file,
     foreign_table_file,
@@ -117,10 +118,11 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
             continue
         try:
             n = _report_dir(sub, a)
-        except UsageError as exc:
-            if sub == d:
+        except (UsageError, OSError) as exc:  # (walk 18 case 94: a folder where a JSON must be ended the whole report)
+            why = cli_message(exc) if isinstance(exc, UsageError) else environment_error(exc)
+            if sub == d or why is None:
                 raise
-            print(f"depthaudit: note: skipped {sub}: {cli_message(exc)}", file=sys.stderr)  # one bad folder, not all
+            print(f"depthaudit: note: skipped {sub}: {why}", file=sys.stderr)  # one bad folder, not all
             skipped.append(sub)
             continue
         if n and sub != d:
