@@ -1,6 +1,7 @@
 """The field table (issue 37): every registered method × both optimizers, a stored cell where one exists at the
 budget, "not trained" where none does — never a gap hidden, never a cell from another model or budget."""
 
+import os
 import shutil
 from pathlib import Path
 
@@ -38,3 +39,29 @@ def test_a_diverged_cell_is_shown_as_diverged_with_its_frozen_twin(tmp_path):
     assert "| bp | sgd (lr 0.003; default 0.0003) | diverged (epoch 10) | 0.377 |" in md
     assert "| dfa | sgd (lr 0.003; default 0.0003) | diverged (epoch 1) | 0.362 |" in md  # (its lr: not the default)
     assert (tmp_path / "f.png").is_file()
+
+
+def test_an_unwritable_or_empty_out_is_one_line_and_nothing_half_written(tmp_path, capsys):
+    """Walk 19 cases 34-36, 39: an OUT.md under a file, in an unwritable place, or '' was a traceback (or read as
+    '.'); the table and its figure are written both or neither."""
+    from depthaudit.report.field import main as field_main
+
+    (tmp_path / "afile").write_text("x")
+    src = str(RESULTS / "field_sgd_e100")
+    for out, text in ((str(tmp_path / "afile" / "f.md"), "stands where a folder must be"),
+                      ("", "OUT.md '' is an empty path")):
+        assert field_main([out, src]) == 2
+        err = capsys.readouterr().err
+        print(err)
+        assert len(err.strip().splitlines()) == 1 and text in err and "Traceback" not in err
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if not os.access(ro, os.W_OK):  # (root writes anywhere: there, the case cannot be made)
+            assert field_main([str(ro / "f.md"), src]) == 2
+            assert "Traceback" not in capsys.readouterr().err and not list(ro.iterdir())
+    finally:
+        ro.chmod(0o700)
+    assert field_main([str(tmp_path / "new" / "f.md"), src]) == 0
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["f.md", "f.png"]

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from ..io import our_png, save_figure, write_text
+from ..io import environment_error, our_png, save_figure, staged, write_text
 from ..methods import METHODS
 from .published_audit import TABLE1
 
@@ -194,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m depthaudit.report.field OUT.md DIR [DIR ...] [--epochs 100] [--dataset cifar10]",
               file=sys.stderr)
         return 2
+    if not argv[0].strip():  # (walk 19 case 39: '' was read as '.', a path never given)
+        print("depthaudit: error: OUT.md '' is an empty path; give the table's file, e.g. docs/results/field_e100.md",
+              file=sys.stderr)
+        return 2
     out = Path(argv[0])
     if out.exists() and not (out.is_file() and out.read_text(errors="replace").startswith("Field table:")):
         print(f"depthaudit: error: {out} exists and is not a field table; choose another OUT.md", file=sys.stderr)
@@ -211,9 +215,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"depthaudit: error: {exc}", file=sys.stderr)
         return 2
     md = field_md(found, int(opts["--epochs"]), opts["--dataset"])
-    write_text(out, md)
-    if found:
-        field_figure(found, out.with_suffix(".png"))
+    try:  # the table and its figure: both or neither (walk 19 cases 34-36: an unwritable OUT was a traceback)
+        with staged(out.parent) as tmp:
+            write_text(tmp / out.name, md)
+            if found:
+                field_figure(found, tmp / out.with_suffix(".png").name)
+    except OSError as exc:
+        why = environment_error(exc) or f"{out}: cannot be written ({exc.strerror or exc}); choose another OUT.md"
+        print(f"depthaudit: error: {why}", file=sys.stderr)
+        return 2
     print(md)
     return 0
 
