@@ -1,5 +1,7 @@
-"""Product FA's step: the kept product (``M ← c·M + QQᵀU``, the engine's) vs the rule written out (``M = Q·P``
-formed, ``P ← c·P + QᵀU``, every step), beside BP and FA, on the CIFAR-10 ResMLP, interleaved in one process.
+"""Product FA's step, the engine's kept product against the rule written out, beside BP and FA (CIFAR-10 ResMLP).
+
+The kept product updates ``M ← c·M + QQᵀU``; the rule written out forms ``M = Q·P`` and updates ``P ← c·P + QᵀU``
+every step. The arms train interleaved in one process from the same draws.
 
     python benchmarks/bench_pfa.py --data-dir ../shared/data/cifar10/cifar10-jpeg.zip --epochs 0.25 --clock cpu
 """
@@ -36,11 +38,12 @@ class Literal(ProductFA):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data-dir", default="../shared/data/cifar10/cifar10-jpeg.zip")
+    p.add_argument("--data-dir", default="../shared/data/cifar10/cifar10-jpeg.zip", help="CIFAR-10 folder or .zip")
     p.add_argument("--epochs", type=float, default=0.25, help="epochs' worth of steps per arm")
-    p.add_argument("--chunk", type=int, default=10)
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--chunk", type=int, default=10, help="steps per interleaved chunk")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="cpu: this process's CPU time (a busy shared machine; use one thread)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda or cuda:N")
     a = p.parse_args()
     data = load_data("cifar10", a.data_dir, False, torch.device(a.device))
     base = dict(dataset="cifar10", epochs=1, device=a.device, augment="none")

@@ -65,3 +65,17 @@ def test_an_unwritable_or_empty_out_is_one_line_and_nothing_half_written(tmp_pat
         ro.chmod(0o700)
     assert field_main([str(tmp_path / "new" / "f.md"), src]) == 0
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["f.md", "f.png"]
+
+
+def test_published_figures_stand_only_beside_their_own_dataset_and_budget(tmp_path, capsys):
+    """Walk 19 case 30: Table 1's CIFAR-10/100-epoch figures and biotorch's stood beside an mnist1d 1-epoch table."""
+    from depthaudit.report.field import field_md
+
+    md = field_md({}, 1, "mnist1d")
+    print(md[:400])
+    assert "0.615 ± 0.004" not in md and "0.914" not in md
+    assert "are not shown beside mnist1d at 1 epochs" in md
+    cifar = field_md({}, 100, "cifar10")
+    assert "0.615 ± 0.004" in cifar and "0.914" in cifar and "not shown" not in cifar
+    short = field_md({}, 30, "cifar10")  # biotorch's CIFAR-10 figures stay (context); Table 1's is of 100 epochs
+    assert "0.615 ± 0.004" not in short and "0.914" in short
