@@ -440,6 +440,13 @@ def check_ladder_doc(path: Path, doc: dict) -> None:
     ident, runs = doc.get("identity"), doc.get("runs")
     ok = isinstance(ident, dict) and all(k in ident for k in ("dataset", "arch", "d_hidden", "num_blocks", "epochs"))
     ok = ok and isinstance(runs, dict)
+    marker = path.with_suffix(".runs") / "identity.json"  # the records' own claim: a JSON that disagrees with it is
+    if ok and marker.is_file():  # the edited one, not its runs (walk 19 case 59: an intact run was blamed)
+        own = read_json_doc(marker)
+        diff = identity_diff(own.get("identity") or {}, ident)
+        if diff:
+            raise UsageError(f"{path} differs from its records' claim {marker} (in: {', '.join(diff[:6])}): it was "
+                             f"edited; move {path.name} away (report rebuilds it from the records)")
 
     for key, rec in (runs or {}).items() if ok else ():
         bad = record_problem(rec) or (placed_in_ladder(ident, key, rec.get("config") or {})

@@ -232,7 +232,7 @@ def resolve_optimizer(cfg, command: str) -> None:
         raise refuse(cfg, f"{{optimizer}} {cfg.optimizer!r} not known; use one of {', '.join(OPTIMIZERS.names())}")
     if cfg.optimizer != "adamw" and not FAMILIES.get(cfg.family).under_method:
         raise refuse(cfg, f"{{optimizer}} {cfg.optimizer}: the {cfg.family} family trains with AdamW (its own loop); "
-                     f"use {command} --family resmlp for the recipe's optimizers")
+                     "use {family=resmlp} for the recipe's optimizers")  # (walk 19 case 90: CLI words from Python)
     for k in ("lr", "weight_decay"):
         if getattr(cfg, k) is None:
             object.__setattr__(cfg, k, OPTIMIZERS.meta(cfg.optimizer)[k])

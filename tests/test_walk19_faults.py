@@ -1,0 +1,39 @@
+"""Walk 19's causes: each reproduced as the walker did it, failing without its fix."""
+
+import json
+
+import pytest
+
+import depthaudit as da
+from depthaudit.cli import main
+
+
+def test_report_of_a_ladder_whose_json_identity_was_edited_names_the_json_not_a_run(tmp_path, capsys):
+    """Case 59: an edited identity.lr in ladder_*.json was reported as run 'bp/k0/s1' being malformed, and the
+    advised rerun was refused; report now says what the ladder says, and following it works."""
+    out = tmp_path / "L"
+    assert main(["ladder", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1",
+                 "--methods", "bp", "--seeds", "1", "--output_dir", str(out)]) == 0
+    f = next(out.glob("ladder_*.json"))
+    doc = json.loads(f.read_text())
+    doc["identity"]["lr"] = 0.01
+    f.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "differs from its records' claim" in err and "(in: lr)" in err and "malformed" not in err
+    f.rename(tmp_path / f.name)  # as the line says
+    assert main(["report", str(out)]) == 0
+    assert json.loads(f.read_text())["identity"]["lr"] == 0.001
+
+
+@pytest.mark.parametrize("make", [lambda: da.SaturationConfig(family="gpt", optimizer="sgd"),
+                                  lambda: da.GrowConfig(family="resnet", optimizer="sgd")])
+def test_another_optimizer_for_a_family_with_its_own_loop_is_refused_in_keywords(make):
+    """Case 90: the refusal said `use saturation --family resmlp` to a Python caller."""
+    with pytest.raises(da.ConfigError) as exc:
+        make()
+    print(exc.value)
+    assert exc.value.field == "optimizer" and "use family=resmlp" in str(exc.value) and "--" not in str(exc.value)
+    assert "use --family resmlp" in exc.value.render(cli=True)
