@@ -37,3 +37,27 @@ def test_another_optimizer_for_a_family_with_its_own_loop_is_refused_in_keywords
     print(exc.value)
     assert exc.value.field == "optimizer" and "use family=resmlp" in str(exc.value) and "--" not in str(exc.value)
     assert "use --family resmlp" in exc.value.render(cli=True)
+
+
+def test_idle_flags_make_no_other_identity_check_or_training(tmp_path, capsys):
+    """Cases 123, 124, 126, 127: identity's idle training flags and train's idle --credit-mix (with bp) were noted
+    as having no effect, yet called the same measurement or run "another configuration"."""
+    tiny = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "1"]
+    out = tmp_path / "id.json"
+    assert main(["identity", *tiny, "--seeds", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["identity", *tiny, "--seeds", "1", "--optimizer", "sgd", "--lr", "0.5", "--batch-size", "7",
+                 "--epochs", "5", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    print(err)
+    assert "have no effect with identity" in err and "note: replaced" not in err
+    assert main(["identity", *tiny, "--seeds", "1", "--d-hidden", "16", "--out", str(out)]) == 0
+    assert "note: replaced" in capsys.readouterr().err  # a real difference is still said
+    assert da.TrainConfig(credit_mix=0.5) == da.TrainConfig()  # bp: BP's credit mixed toward BP is BP's
+    assert da.TrainConfig(method="fa", credit_mix=0.5).credit_mix == 0.5
+    t = tmp_path / "t"
+    assert main(["train", *tiny, "--out", str(t)]) == 0
+    capsys.readouterr()
+    assert main(["train", *tiny, "--credit-mix", "0.5", "--out", str(t)]) == 2
+    err = capsys.readouterr().err
+    assert "--credit-mix has no effect with --method bp" in err and "(this configuration's)" in err

@@ -663,9 +663,11 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
               "provenance": provenance(x.device, data.provenance(), seeds[0], ["depthaudit.identity"])}
     if out is not None:
         write_json(Path(out), record)
-        if before is not None and (before.get("config") != record["config"] or before.get("seeds") != res.get("seeds")):
-            diff = sorted(k for k in set(before.get("config") or {}) | set(record["config"])
-                          if (before.get("config") or {}).get(k) != record["config"].get(k))
+        # what the check measures: training's flags (idle at init, noted) make no other check (walk 19 cases 123, 124)
+        idle = {f.name for f in fields(TrainConfig) if f.metadata.get("training")} | {"method", "method_options"}
+        diff = sorted(k for k in set(before.get("config") or {}) | set(record["config"]) if k not in idle
+                      and (before.get("config") or {}).get(k) != record["config"].get(k)) if before is not None else []
+        if before is not None and (diff or before.get("seeds") != res.get("seeds")):
             print(f"depthaudit: note: replaced {out}, the identity check of another configuration (it differed in "
                   f"{', '.join(diff[:6]) or 'seeds'})", file=sys.stderr)
     return Result(Path(out) if out is not None else None, record, card)  # (not Path("."): nothing was written)

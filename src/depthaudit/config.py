@@ -205,6 +205,8 @@ class TrainConfig:
         if self.method not in METHODS:  # (walk 16 case 83: a plain UsageError, no .field, unlike an unknown arch)
             raise refuse(self, f"{{method}} {self.method!r} not known; use one of {', '.join(METHODS.names())} "
                          "(or register your own first)")
+        if self.credit_mix is not None and METHODS.get(self.method).exact_credits:  # BP's credit mixed toward BP is
+            object.__setattr__(self, "credit_mix", None)  # BP's: no other run (walk 19 cases 126, 127)
         # the one check of a method's options: the method's own declarations (types, ranges, choices)
         object.__setattr__(self, "method_options", resolve(
             self.method, METHODS.get(self.method), dict(self.method_options or {}),
