@@ -61,3 +61,17 @@ def test_idle_flags_make_no_other_identity_check_or_training(tmp_path, capsys):
     assert main(["train", *tiny, "--credit-mix", "0.5", "--out", str(t)]) == 2
     err = capsys.readouterr().err
     assert "--credit-mix has no effect with --method bp" in err and "(this configuration's)" in err
+
+
+def test_an_idle_fresh_b_draws_makes_no_other_audit(tmp_path, capsys):
+    """Case 130: --fresh-b-draws without --functional was noted idle, yet refused as "another audit"."""
+    tiny = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "2", "--epochs", "1", "--methods", "bp"]
+    out = tmp_path / "a"
+    assert main(["audit", *tiny, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["audit", *tiny, "--fresh-b-draws", "3", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "--fresh-b-draws has no effect without --functional" in err and "another audit" not in err
+    b = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=2, epochs=1)
+    assert da.AuditConfig(base=b, fresh_b_draws=3) == da.AuditConfig(base=b)
+    assert da.AuditConfig(base=b, fresh_b_draws=3, functional=True).fresh_b_draws == 3
