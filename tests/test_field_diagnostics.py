@@ -158,4 +158,4 @@ def test_a_method_whose_checkpoint_is_missing_loses_its_cka_alone(tmp_path, caps
     got = cka_to_bp(recs, ("bp", "fa", "dfa"), (42, 7), data, out / "runs", 1, 128)
     print(sorted(got))
     assert set(got) == {"bp", "dfa"} and got["dfa"] == every["dfa"] and got["bp"] == every["bp"]
-    assert "checkpoint.pt is missing" in capsys.readouterr().err
+    assert "checkpoint.pt is missing, so fa has no CKA to BP in the report" in capsys.readouterr().err

@@ -291,8 +291,8 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
             raise UsageError(f"{path} is not a file; the CKA to BP reads it: move {path.parent} away and rerun the "
                              "audit to train that run again (the others are reused)")
         if not path.is_file():
-            who = "no method has" if rec["config"]["method"] == "bp" else f"{rec['config']['method']} has"
-            print(f"depthaudit: note: {path} is missing, so {who} a CKA to BP in the report (rerun the audit after "
+            who = "no method has" if rec["config"]["method"] == "bp" else f"{rec['config']['method']} has no"
+            print(f"depthaudit: note: {path} is missing, so {who} CKA to BP in the report (rerun the audit after "
                   f"moving {path.parent} away to train that run again with its checkpoint)", file=sys.stderr)
             return None
         cfg = TrainConfig.from_dict({**rec["config"], "device": str(data.x_test.device), "warm_start": None})
