@@ -75,3 +75,52 @@ def test_an_idle_fresh_b_draws_makes_no_other_audit(tmp_path, capsys):
     b = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=2, epochs=1)
     assert da.AuditConfig(base=b, fresh_b_draws=3) == da.AuditConfig(base=b)
     assert da.AuditConfig(base=b, fresh_b_draws=3, functional=True).fresh_b_draws == 3
+
+
+def test_depth_sweeps_with_jobs_render_every_run_they_stored(tmp_path):
+    """Cases 138, 139, 199: saturation and grow with --jobs 2 wrote an empty table, card and figure."""
+    sat = da.saturation(da.SaturationConfig(family="resmlp", dataset="mnist1d", d_hidden=8, extra=(0, 1), epochs=1),
+                        tmp_path / "s", sweep=da.SweepOptions(jobs=2), progress=False)
+    rows = [ln for ln in sat.card.splitlines() if ln.startswith("| ") and "(N=" in ln]
+    print(sat.card)
+    assert len(rows) == 2 and sorted(sat.record["runs"]) == ["N0", "N1"]
+    assert sum(ln.startswith("| ") and "(N=" in ln for ln in sat.markdown.splitlines()) == 2
+    grow = da.grow(da.GrowConfig(family="resmlp", dataset="mnist1d", d_hidden=8, extra=1, epochs=2),
+                   tmp_path / "g", sweep=da.SweepOptions(jobs=2), progress=False)
+    print(grow.card)
+    assert sum(ln.startswith(("| grown", "| scratch")) for ln in grow.card.splitlines()) == 2
+
+
+def test_depth_sweeps_refuse_another_familys_flags_as_config_errors_and_drop_idle_data_flags(tmp_path, capsys):
+    """Cases 164, 172, 173: SaturationConfig(family="resmlp", text=…) was refused later as a plain UsageError in CLI
+    words; --data-dir on mnist1d said nothing and retrained every stored depth ("its files changed?")."""
+    for kw, field in ((dict(text="/etc/hostname"), "text"), (dict(model=("gpt2",)), "model")):
+        c = da.SaturationConfig(family="resmlp", dataset="mnist1d", d_hidden=8, extra=(0,), epochs=1, **kw)
+        with pytest.raises(da.ConfigError) as exc:
+            da.saturation(c, tmp_path / "x", progress=False)
+        print(exc.value)
+        assert exc.value.field == field and "--" not in str(exc.value)
+    assert not (tmp_path / "x").exists()
+    assert da.SaturationConfig(family="resmlp", dataset="mnist1d", data_dir="/x").data_dir is None
+    sat = ["saturation", "--family", "resmlp", "--dataset", "mnist1d", "--d-hidden", "8", "--extra", "0", "--epochs",
+           "1", "--out", str(tmp_path / "s")]
+    assert main(sat) == 0
+    capsys.readouterr()
+    assert main([*sat, "--data-dir", "/x"]) == 0
+    err = capsys.readouterr().err
+    assert "--data-dir has no effect with --dataset mnist1d" in err and "differs in data_dir" not in err
+
+
+@pytest.mark.parametrize("cmd,name", [
+    (["ladder", "--methods", "bp", "--seeds", "1", "--num-blocks", "2", "--output_dir"], "ladder_d8_L2_mnist1d.json"),
+    (["saturation", "--family", "resmlp", "--extra", "0", "--out"], "saturation_resmlp_bp_mnist1d.json")])
+def test_a_users_json_at_a_sweeps_file_name_is_named_as_not_ours(cmd, name, tmp_path, capsys):
+    """Cases 183-186: a user's own JSON there was "claimed by a sweep of a different configuration (differs in …)"."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / name).write_text('{"mine": 1}')
+    assert main([cmd[0], "--dataset", "mnist1d", "--d-hidden", "8", "--epochs", "1", *cmd[1:], str(out)]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert f"{out / name} exists and is not depthaudit's" in err and "differs in" not in err
+    assert (out / name).read_text() == '{"mine": 1}'

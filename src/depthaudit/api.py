@@ -552,8 +552,8 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     family = FAMILIES.get(config.family)
     out = Path(out)
     check_output_dir(out)
-    config = family.resolve(config, "saturation")  # (the config resolved its budget and checked its rules)
-    family.check(config, "saturation")
+    config = _family_check(family, config, "saturation", family.resolve)  # (its budget and rules: the config)
+    _family_check(family, config, "saturation")
     data, name, sha = family.load(config, "saturation", data)
     specs = config.specs()
     family.check_recipe(specs[0].cfg, data)
@@ -590,8 +590,8 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
     out = Path(out)
     check_output_dir(out)
     sched = config.schedule()
-    config = family.resolve(config, "grow")
-    family.check(config, "grow")
+    config = _family_check(family, config, "grow", family.resolve)
+    _family_check(family, config, "grow")
     data, _, _ = family.load(config, "grow", data)
     specs = [RunSpec(arm, config.arm(arm), runner=run_arm) for arm in ("grown", "scratch")]
     family.check_recipe(specs[1].cfg, data)
@@ -613,11 +613,34 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
     return _depth_result(store, "grow")
 
 
+def _family_check(family, config, command: str, call=None):
+    """The family's refusal of a flag it does not use (``call``: its check), as a ConfigError naming the field.
+
+    (walk 19 case 164: ``SaturationConfig(family="resmlp", text=…)`` was a plain UsageError in CLI words.) Each
+    ``--flag`` of the config in the family's line becomes its ``{field}``: a keyword from Python, the flag on the CLI.
+    """
+    import re
+
+    try:
+        return (call or family.check)(config, command)
+    except ConfigError:
+        raise
+    except UsageError as exc:
+        names = {f.name for f in fields(config)}
+
+        def field_of(m: re.Match) -> str:
+            name = m.group(1).replace("-", "_")
+            return f"{{{name}}}" if name in names else m.group(0)
+
+        raise ConfigError(re.sub(r"--([a-z][a-z0-9-]*)", field_of, str(exc))) from None
+
+
 def _depth_result(store, kind: str, low_signal: float = 5e-3) -> Result:
     """The sweep's table, figure and .md next to its JSON (every family; the family picks the layout)."""
     from .report.saturation import grow_figure, grow_md, grow_title, saturation_figure, saturation_md, saturation_title
 
-    png = store.path.with_suffix(".png")
+    store.assemble()  # with --jobs N the runs were stored by worker processes: this process's doc had none of them
+    png = store.path.with_suffix(".png")  # (walk 19 cases 138, 139, 199: an empty table, card and figure)
     if kind == "grow":
         table, title = grow_md(store.doc), grow_title(store.doc)
         grow_figure(store.doc, png)

@@ -539,6 +539,9 @@ class FileStore:
             if not isinstance(doc, dict):
                 raise UsageError(f"{self.path} holds a {type(doc).__name__}, not a depthaudit results file; "
                                  "move it away and rerun")
+            if "schema" not in doc and "identity" not in doc and "runs" not in doc:  # a user's own JSON at this
+                raise UsageError(f"{self.path} exists and is not depthaudit's (this sweep writes its results there); "
+                                 "move it away or choose another output folder")  # name (walk 19 cases 183-186)
         mpath = self.runs_dir / IDENTITY_FILE
         if mpath.exists():
             try:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..experiments.families import FAMILIES
+from ..experiments.saturation import generated
 from ..io import check_output_dir
 from . import COMMANDS
 from .args import dedup_note, out_arg, remember_sweep, sweep_args, sweep_options
@@ -32,6 +33,10 @@ def depth_config(cls, a: argparse.Namespace):
             if kw.get(flag) is not None:
                 _note(f"--{flag.replace('_', '-')} has no effect with --family {fam}: it reads text (--text FILE, "
                       "else its own bundled text)")
+    elif (kw.get("data_dir") or kw.get("download")) and generated(kw.get("dataset") or
+                                                                 cls.__dataclass_fields__["dataset"].default):
+        _note(f"--{'data-dir' if kw.get('data_dir') else 'download'} has no effect with --dataset {kw['dataset']}: "
+              "it is generated here, not read")  # (walk 19 cases 172, 173; the config drops it: the same runs)
     return cls(**kw)
 
 

@@ -220,6 +220,11 @@ def adamw_unsaid(d: dict) -> dict:
     return d
 
 
+def generated(dataset: str) -> bool:
+    """Whether ``dataset`` is made here (MNIST-1D, the teachers), not read: no folder, no download."""
+    return dataset in DATASETS and bool(DATASETS.meta(dataset).get("generated"))
+
+
 def resolve_optimizer(cfg, command: str) -> None:
     """``cfg``'s lr and weight decay: its optimizer's defaults where not given (adamw's: 1e-3, 0.01, as always).
 
@@ -236,6 +241,9 @@ def resolve_optimizer(cfg, command: str) -> None:
     for k in ("lr", "weight_decay"):
         if getattr(cfg, k) is None:
             object.__setattr__(cfg, k, OPTIMIZERS.meta(cfg.optimizer)[k])
+    if generated(cfg.dataset):  # no folder and no download: a run given either is the same run (walk 19 cases 172,
+        object.__setattr__(cfg, "data_dir", None)  # 173: every stored depth "differed in data_dir" and trained again)
+        object.__setattr__(cfg, "download", False)
 
 
 def _analysis_batches(data, cfg: SaturationRun, device) -> list:
