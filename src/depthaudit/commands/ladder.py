@@ -443,7 +443,9 @@ def check_ladder_doc(path: Path, doc: dict) -> None:
     marker = path.with_suffix(".runs") / "identity.json"  # the records' own claim: a JSON that disagrees with it is
     if ok and marker.is_file():  # the edited one, not its runs (walk 19 case 59: an intact run was blamed)
         own = read_json_doc(marker)
-        diff = identity_diff(own.get("identity") or {}, ident)
+        truth = records_claim(path.with_suffix(".runs"))  # the sealed records outrank the claim: an edited claim
+        edited_claim = truth is not None and bool(identity_diff(own.get("identity") or {}, truth["identity"]))
+        diff = [] if edited_claim else identity_diff(own.get("identity") or {}, ident)  # is named where assembled
         if diff:
             raise UsageError(f"{path} differs from its records' claim {marker} (in: {', '.join(diff[:6])}): it was "
                              f"edited; move {path.name} away (report rebuilds it from the records)")
