@@ -120,8 +120,9 @@ class TrainConfig:
         if self.mlp_ratio is None:  # resolved here so every stored config names the expansion it ran
             object.__setattr__(self, "mlp_ratio", 4 if self.arch == "vit" else DEFAULT_RATIO[self.variant])
         from .data import DATASETS
+        from .data.base import generated
 
-        if self.dataset in DATASETS and DATASETS.meta(self.dataset).get("generated"):  # generated here, not read: no
+        if generated(self.dataset):  # generated here, not read: no
             object.__setattr__(self, "data_dir", None)  # folder and no download, so a run given either is the same
             object.__setattr__(self, "download", False)  # run (walk 18 cases 107, 137: "another configuration")
         if self.augment == "auto":

@@ -204,10 +204,10 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
     """
     if a.epochs == 0 and zero_epochs:  # (the sweeps' configs refuse 0: AuditConfig, LadderConfig)
         _note("--epochs 0: nothing is trained; the record and checkpoint hold the initial (or --warm-start) weights")
-    from ..data import DATASETS
+    from ..data.base import generated
     from ..methods import parse_spec, with_flags
 
-    if (getattr(a, "data_dir", None) or getattr(a, "download", False)) and DATASETS.meta(a.dataset).get("generated"):
+    if (getattr(a, "data_dir", None) or getattr(a, "download", False)) and generated(a.dataset):
         _note(f"--{'data-dir' if a.data_dir else 'download'} has no effect with --dataset {a.dataset}: it is "
               "generated here, not read")
     flags = method_flag_values(a)

@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..data.base import generated
 from ..experiments.families import FAMILIES
-from ..experiments.saturation import generated
 from ..io import check_output_dir
 from . import COMMANDS
 from .args import dedup_note, out_arg, remember_sweep, sweep_args, sweep_options

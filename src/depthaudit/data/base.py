@@ -32,6 +32,11 @@ def _check_dataset_meta(name: str, meta: dict) -> None:
 DATASETS: Registry = Registry("dataset", check_meta=_check_dataset_meta)
 
 
+def generated(name: str) -> bool:
+    """Whether dataset ``name`` is made here (MNIST-1D, the teachers), not read: no folder, no download."""
+    return name in DATASETS and bool(DATASETS.meta(name).get("generated"))
+
+
 @dataclass(frozen=True)
 class ArrayData:
     """Decoded data as the loaders return it (numpy, CPU)."""

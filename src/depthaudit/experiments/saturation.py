@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from ..config import DEFAULT_EPOCHS, TrainConfig, resolve_device
 from ..data import DATASETS
+from ..data.base import generated
 from ..depth.growth import activation_gradients, credit_signal, separated_test
 from ..depth.matched import gradient_matched
 from ..fields import arg, check_ranges, check_types, like, refuse
@@ -218,11 +219,6 @@ def adamw_unsaid(d: dict) -> dict:
     if d.get("optimizer") == "adamw":
         del d["optimizer"]
     return d
-
-
-def generated(dataset: str) -> bool:
-    """Whether ``dataset`` is made here (MNIST-1D, the teachers), not read: no folder, no download."""
-    return dataset in DATASETS and bool(DATASETS.meta(dataset).get("generated"))
 
 
 def resolve_optimizer(cfg, command: str) -> None:
