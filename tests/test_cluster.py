@@ -193,6 +193,7 @@ def test_a_missing_extra_is_refused_before_the_store_is_claimed(executor, module
 
     real = executors.installed
     monkeypatch.setattr(executors, "installed", lambda m: False if m == module else real(m))
+    monkeypatch.setattr(executors.shutil, "which", lambda name, *a, **k: f"/usr/bin/{name}")  # SLURM is here
     out = tmp_path / "o"
     audit = ["audit", *LADDER[1:7], "--methods", "bp", "--epochs", "1", "--out", str(out)]
     for cmd in ([*LADDER, "--out", str(out)], audit):

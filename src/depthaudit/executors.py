@@ -88,14 +88,14 @@ class SweepOptions:
         if (self.jobs or 1) > 1 and self.executor != "local":
             raise refuse(self, f"{{jobs}} is for the local executor; with {{executor={self.executor}}} every cell is "
                          "its own task")
-        extra = {"ray": ("ray", "Ray", "ray"), "slurm": ("submitit", "submitit", "slurm")}.get(self.executor)
-        if extra and not self.list_cells and not installed(extra[0]):  # before any folder is claimed (walk 17
-            raise refuse(self, f"{{executor={self.executor}}} needs {extra[1]}: pip install "  # cases 126, 127)
-                         f'"depthaudit[{extra[2]}]"')
         if self.executor == "slurm" and self.slurm_cluster is None and not self.list_cells \
                 and shutil.which("sbatch") is None:  # (submitit would quietly run the tasks here instead)
             raise refuse(self, "{executor=slurm}: no SLURM here (sbatch is not on PATH); run the command where "
                          "SLURM is (a login node), or use the local executor")
+        extra = {"ray": ("ray", "Ray", "ray"), "slurm": ("submitit", "submitit", "slurm")}.get(self.executor)
+        if extra and self.slurm_cluster is None and not self.list_cells and not installed(extra[0]):  # before any
+            raise refuse(self, f"{{executor={self.executor}}} needs {extra[1]}: pip install "  # folder is claimed
+                         f'"depthaudit[{extra[2]}]"')  # (walk 17 cases 126, 127; submitit's local stand-in: at use)
 
 
 def installed(module: str) -> bool:
