@@ -79,3 +79,18 @@ def test_published_figures_stand_only_beside_their_own_dataset_and_budget(tmp_pa
     assert "0.615 ± 0.004" in cifar and "0.914" in cifar and "not shown" not in cifar
     short = field_md({}, 30, "cifar10")  # biotorch's CIFAR-10 figures stay (context); Table 1's is of 100 epochs
     assert "0.615 ± 0.004" not in short and "0.914" in short
+
+
+def test_an_unknown_option_is_named_as_an_option_not_read_as_a_folder(tmp_path, capsys, monkeypatch):
+    """Walk 19 case 197: ``--nope`` was read as an audit folder ("--nope: no report.json")."""
+    src = str(RESULTS / "field_sgd_e100")
+    assert main([str(tmp_path / "f.md"), src, "--nope"]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert err.strip() == ("depthaudit: error: unknown option --nope; the options are --epochs N and --dataset NAME "
+                           "(--help)")
+    assert not list(tmp_path.iterdir())
+    folder = tmp_path / "-dash"  # a folder whose name starts with '-' is still a folder
+    shutil.copytree(src, folder)
+    monkeypatch.chdir(tmp_path)
+    assert main(["f.md", "-dash"]) == 0

@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -88,6 +89,14 @@ class SweepOptions:
         if (self.jobs or 1) > 1 and self.executor != "local":
             raise refuse(self, f"{{jobs}} is for the local executor; with {{executor={self.executor}}} every cell is "
                          "its own task")
+        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+        if (self.jobs or 1) > 1 and self.cell is None and not self.list_cells and main_file is not None \
+                and not Path(main_file).is_file():  # a spawned worker imports the main script: every one died
+            # at start and the sweep blamed memory (python - / python -c have no script to import)
+            raise refuse(self, "{jobs} > 1 starts worker processes that import the main script, and "
+                         f"{main_file.replace('{', '{{').replace('}', '}}')} is not a file (python - or python -c?); "
+                         "save the script to a file, with the sweep under `if __name__ == \"__main__\":`, or use "
+                         "{jobs=1}")
         if self.executor == "slurm" and self.slurm_cluster is None and not self.list_cells \
                 and shutil.which("sbatch") is None:  # (submitit would quietly run the tasks here instead)
             raise refuse(self, "{executor=slurm}: no SLURM here (sbatch is not on PATH); run the command where "
@@ -444,6 +453,29 @@ def _close_pool(pool: ProcessPoolExecutor, log, grace: float = 10.0) -> None:
         _end(stuck, 3.0)
 
 
+def spawnable(groups) -> None:
+    """Refuse, before a worker starts, a sweep that spawned workers could not rebuild (one line: the fix).
+
+    A spawned worker knows the methods, models and datasets that its imports register (the main script's
+    among them, re-imported; SweepOptions refuses a main script that is not a file), so one registered in an
+    interactive ``__main__`` (a notebook cell), which no worker can import, is unknown there.
+    """
+    from .data import DATASETS
+    from .experiments.families import FAMILIES
+    from .methods import METHODS
+    from .models import MODELS
+
+    if getattr(sys.modules.get("__main__"), "__file__", None) is not None:
+        return
+    for reg, attr in ((METHODS, "method"), (MODELS, "arch"), (DATASETS, "dataset"), (FAMILIES, "family")):
+        for name in {getattr(s.cfg, attr, None) for g in groups for s in g} - {None}:
+            obj = reg._items.get(name) if hasattr(reg, "_items") else None
+            if getattr(obj, "__module__", None) == "__main__":
+                raise UsageError(f"{reg.kind} {name!r} is registered in this interactive session (__main__), which "
+                                 "worker processes cannot import; put it in a module and import that (on the CLI: "
+                                 "--plugin MODULE), or use jobs=1")
+
+
 def _local_pool(groups, store, opts: SweepOptions, argv, log):
     """``opts.jobs`` spawned worker processes; a dead worker's pool is replaced once.
 
@@ -451,6 +483,7 @@ def _local_pool(groups, store, opts: SweepOptions, argv, log):
     fresh pool, so the sweep loses at most the work in flight. An interrupt (or any error) stops every
     worker before it propagates: no worker trains on after the driver gave up.
     """
+    spawnable(groups)
     threads = max(1, (os.cpu_count() or 1) // opts.jobs)
     remaining, retried = list(groups), False
     while remaining:

@@ -289,6 +289,9 @@ def fit(n: int, batch_size: int, budget: int, lr0: float, seed, device, step, ev
     ends = [on_epoch_end] if single else list(on_epoch_end or [None] * len(seeds))
     last_epoch = budget if last_epoch is None else last_epoch
     steps_per_epoch = math.ceil(n / batch_size)
+    if batch_size > n:  # (walk 19 case 52: a batch size above the training split was silent) full-batch training
+        log(f"depthaudit: note: {budget_note}batch size {batch_size} exceeds the {n} training examples: one "
+            f"batch of {n} a step, one step an epoch")
     total = max(1, budget * steps_per_epoch)
     gens = [torch.Generator(device=device).manual_seed(derive_seed(s, "shuffle")) for s in seeds]
     histories, statuses = [[] for _ in seeds], ["ok"] * len(seeds)

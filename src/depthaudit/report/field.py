@@ -190,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             del argv[i:i + 2]
     from ..data import DATASETS
 
+    unknown = [a for a in argv if a.startswith("-") and len(a) > 1 and not Path(a).exists()]
+    if unknown:  # (walk 19 case 197: --nope was read as a folder holding no report.json)
+        print(f"depthaudit: error: unknown option {unknown[0]}; the options are --epochs N and --dataset NAME "
+              "(--help)", file=sys.stderr)
+        return 2
     if not opts["--epochs"].isdigit() or not 1 <= int(opts["--epochs"]) <= 2**63 - 1:
         print(f"depthaudit: error: --epochs {opts['--epochs']!r}: give the budget, an integer >= 1", file=sys.stderr)
         return 2
