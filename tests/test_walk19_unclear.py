@@ -61,3 +61,17 @@ def test_a_method_registered_in_an_interactive_main_is_refused_for_spawned_worke
     assert ("REFUSED method 'mybp' is registered in this interactive session (__main__), which worker processes "
             "cannot import") in p.stdout
     assert not list((tmp_path / "A" / "runs").glob("*/result.json")) and (tmp_path / "B" / "report.json").is_file()
+
+
+def test_a_card_of_runs_under_sgd_says_so(tmp_path, capsys):
+    """Case 113: the SGD sweeps' cards read as the recipe's AdamW ones ("…, 1 epochs" and nothing more)."""
+    assert main(["saturation", "--dataset", "mnist1d", "--d-hidden", "8", "--epochs", "1", "--family", "resmlp",
+                 "--extra", "0", "1", "--optimizer", "sgd",
+                 "--out", str(tmp_path / "s")]) == 0
+    card = next((tmp_path / "s").glob("saturation_*.md")).read_text()
+    print(card.splitlines()[0])
+    assert "1 epochs, optimizer sgd" in card
+    assert main(["audit", *C, "--methods", "bp", "--optimizer", "sgd", "--out", str(tmp_path / "a")]) == 0
+    assert "1 epochs, optimizer sgd" in (tmp_path / "a" / "report.md").read_text()
+    assert main(["audit", *C, "--methods", "bp", "--out", str(tmp_path / "b")]) == 0
+    assert "optimizer" not in (tmp_path / "b" / "report.md").read_text().split("\n\n")[0]  # the recipe's: unsaid

@@ -39,9 +39,14 @@ from ..stores import FileStore
 
 
 def budget_text(cfg: dict) -> str:
-    """``"N epochs"``, or ``"first S of N epochs"`` when ``--stop-after S`` cut the runs short (every card says it)."""
+    """``"N epochs"``, or ``"first S of N epochs"`` when ``--stop-after S`` cut the runs short (every card says it).
+
+    ``", optimizer sgd"`` follows when the runs trained under another optimizer than the recipe's AdamW (walk 19
+    case 113: an SGD card read as the recipe's).
+    """
     ep = cfg.get("epochs", "?")
-    return f"{ep} epochs" if cfg.get("stop_after") is None else f"first {cfg['stop_after']} of {ep} epochs"
+    opt = f", optimizer {cfg['optimizer']}" if cfg.get("optimizer") not in (None, "adamw") else ""
+    return (f"{ep} epochs" if cfg.get("stop_after") is None else f"first {cfg['stop_after']} of {ep} epochs") + opt
 
 
 class _FamilyRegistry(Registry):
