@@ -75,3 +75,32 @@ def test_a_card_of_runs_under_sgd_says_so(tmp_path, capsys):
     assert "1 epochs, optimizer sgd" in (tmp_path / "a" / "report.md").read_text()
     assert main(["audit", *C, "--methods", "bp", "--out", str(tmp_path / "b")]) == 0
     assert "optimizer" not in (tmp_path / "b" / "report.md").read_text().split("\n\n")[0]  # the recipe's: unsaid
+
+
+def test_an_edited_or_truncated_train_record_is_named_as_such(tmp_path, capsys):
+    """Cases 118, 119: an edited result.json was "this configuration's"; a truncated one "not depthaudit's"; a
+    --warm-start beside an unreadable record trained without a word."""
+    import json
+    import shutil
+
+    te, tt = tmp_path / "te", tmp_path / "tt"
+    assert main(["train", *C, "--out", str(te)]) == 0
+    shutil.copytree(te, tt)
+    capsys.readouterr()
+    assert main(["train", *C, "--out", str(te)]) == 2
+    assert "already exists (this configuration's)" in capsys.readouterr().err  # intact: as before
+    doc = json.loads((te / "result.json").read_text())
+    doc["config"]["lr"] = 0.5
+    (te / "result.json").write_text(json.dumps(doc))
+    assert main(["train", *C, "--out", str(te)]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "its config differs from the folder's claim (identity.json) in lr: edited after it was written?" in err
+    (tt / "result.json").write_bytes((tt / "result.json").read_bytes()[:50])
+    assert main(["train", *C, "--out", str(tt)]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "cannot be read as JSON (a damaged or truncated record" in err and "not depthaudit's" not in err
+    assert main(["train", *C, "--warm-start", str(tt / "checkpoint.pt"), "--out", str(tmp_path / "tw")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("the result.json beside it cannot be read (damaged or truncated?)") == 1

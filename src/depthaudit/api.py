@@ -221,10 +221,23 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
     check_output_dir(out)
     _own_training_files(out)
     if (out / "result.json").exists() and not force:
-        raise UsageError(f"{out}/result.json already exists{_held_run(out, config)}; pass --force (force=True) to "
+        held = _held_run(out, config)
+        if held == " (this configuration's)":  # (walk 19 case 118: a record edited after it was written was called
+            rec = _as_written(out / "result.json", {}).get("config")  # this configuration's run, unsaid)
+            now = json.loads(json.dumps(config.identity_dict(), default=str))
+            both = [k for k in now if k in rec] if isinstance(rec, dict) else []  # (options: flat in the claim)
+            diff = identity_diff({k: rec[k] for k in both}, {k: now[k] for k in both}) if both else ["config"]
+            if diff:
+                held = (f" and its config differs from the folder's claim (identity.json) in {', '.join(diff[:6])}: "
+                        "edited after it was written?")
+        raise UsageError(f"{out}/result.json already exists{held}; pass --force (force=True) to "
                          "overwrite or choose another output folder")
     if config.warm_start:  # a damaged checkpoint is refused before any work
         read_checkpoint(config.warm_start)
+        beside = Path(config.warm_start).parent / "result.json"
+        if beside.is_file() and not isinstance(_as_written(beside, None), dict):  # (walk 19 case 119: unsaid)
+            _log(progress)(f"depthaudit: note: --warm-start {config.warm_start}: the result.json beside it cannot be "
+                           "read (damaged or truncated?), so the checkpoint is not checked against its record")
     data = _data(config, data)
     Stepper(config, data, *build(config, data))  # model, warm start and augmentation fit the data: refused here
     with claim_training(out, config, force):  # before it trains: a second training into ``out`` is refused
@@ -270,8 +283,13 @@ def _held_run(out: Path, config: TrainConfig) -> str:
 
 def _own_training_files(out: Path) -> None:
     """A user's own ``result.json`` or ``checkpoint.pt`` in a training's folder: refused, never offered to --force."""
-    if foreign_json(out / "result.json"):
-        raise UsageError(f"{out / 'result.json'} exists and is not depthaudit's; move it away or choose another --out")
+    if foreign_json(out / "result.json"):  # (walk 19 case 119: a truncated record read as a user's own file)
+        try:
+            json.loads((out / "result.json").read_text(encoding="utf-8"))
+            what = "is not depthaudit's"
+        except (OSError, ValueError):
+            what = "cannot be read as JSON (a damaged or truncated record, or a file of your own)"
+        raise UsageError(f"{out / 'result.json'} exists and {what}; move it away or choose another --out")
     if (out / "checkpoint.pt").is_file() and not (out / "result.json").exists():  # (ours is written with its record)
         raise UsageError(f"{out / 'checkpoint.pt'} exists beside no result.json, so it is no run depthaudit finished; "
                          "move it away or choose another --out")
