@@ -104,3 +104,12 @@ def test_an_edited_or_truncated_train_record_is_named_as_such(tmp_path, capsys):
     assert main(["train", *C, "--warm-start", str(tt / "checkpoint.pt"), "--out", str(tmp_path / "tw")]) == 0
     err = capsys.readouterr().err
     assert err.count("the result.json beside it cannot be read (damaged or truncated?)") == 1
+
+
+def test_report_of_the_file_system_root_is_refused_without_walking_it(capsys):
+    """Case 102: `report /` walked the whole file system and blamed /proc/1/cwd."""
+    for d in ("/", "/proc", "/sys/kernel"):
+        assert main(["report", d]) == 2
+        err = capsys.readouterr().err
+        print(err)
+        assert len(err.strip().splitlines()) == 1 and "not a results folder" in err and "Permission" not in err

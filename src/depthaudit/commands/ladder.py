@@ -89,6 +89,12 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     d = Path(a.dir)
     if not d.is_dir():
         raise UsageError(f"{d} is not a folder; pass the --out/--output_dir of an audit or ladder")
+    top = d.resolve()
+    if top == Path(top.anchor) or top.parts[:2] in (("/", "proc"), ("/", "sys"), ("/", "dev")):
+        # (walk 19 case 102: `report /` walked the whole file system into /proc and blamed /proc/1/cwd)
+        raise UsageError(f"{d} is {'the file system root' if top == Path(top.anchor) else 'a system folder'}, "
+                         "not a results folder; pass the --out/--output_dir of an audit or ladder (or a folder "
+                         "of them)")
     check_audit_dir(a.audit_dir)
     skip = ("runs", "logs", "slurm")  # an audit's run folders, live logs, scheduler logs: nothing to render
     dirs = [d, *sorted(p for p in d.rglob("*") if p.is_dir() and not p.name.startswith(".")
