@@ -113,3 +113,36 @@ def test_report_of_the_file_system_root_is_refused_without_walking_it(capsys):
         err = capsys.readouterr().err
         print(err)
         assert len(err.strip().splitlines()) == 1 and "not a results folder" in err and "Permission" not in err
+
+
+def test_an_idle_warm_up_is_no_warm_up_so_no_other_configuration(tmp_path, capsys):
+    """The idle-flag class of walk 19's W5/W6: --warmup X noted "has no effect" with --warmup-fraction 0, or as
+    the method itself, still made "a run of another configuration". The runs are bit-identical (checked here), so
+    the config stores no warm-up; from Python a fraction of 0 is a UserWarning."""
+    import json
+
+    import pytest
+
+    import depthaudit as da
+
+    t = tmp_path / "T"
+    assert main(["train", *C, "--epochs", "2", "--method", "fa", "--out", str(t)]) == 0
+    for extra in (["--warmup", "dfa", "--warmup-fraction", "0"], ["--warmup", "fa"]):
+        capsys.readouterr()
+        assert main(["train", *C, "--epochs", "2", "--method", "fa", *extra, "--out", str(t)]) == 2
+        err = capsys.readouterr().err
+        print(err)
+        assert "has no effect" in err or "is the method itself" in err
+        assert "already exists (this configuration's)" in err
+        u = tmp_path / ("U" + extra[1])
+        assert main(["train", *C, "--epochs", "2", "--method", "fa", *extra, "--out", str(u)]) == 0
+        a, b = (json.loads((p / "result.json").read_text()) for p in (t, u))
+        drop = ("seconds",)  # (wall time: the one field that differs between two equal runs)
+        assert a["final"] == b["final"] and [{k: v for k, v in e.items() if k not in drop} for e in a["history"]] \
+            == [{k: v for k, v in e.items() if k not in drop} for e in b["history"]]  # the same run, bit for bit
+        assert b["config"]["warmup"] is None
+    with pytest.warns(UserWarning, match="warmup='dfa' has no effect with warmup_fraction=0"):
+        cfg = da.TrainConfig(warmup="dfa", warmup_fraction=0)
+    assert cfg.warmup is None and cfg == da.TrainConfig()
+    assert da.TrainConfig(method="fa", warmup="fa") == da.TrainConfig(method="fa")
+    assert da.TrainConfig(method="fa", warmup="fa:head=exact").warmup == "fa:head=exact"  # another spec: kept

@@ -212,6 +212,25 @@ class TrainConfig:
         object.__setattr__(self, "method_options", resolve(
             self.method, METHODS.get(self.method), dict(self.method_options or {}),
             hint="; to switch methods use cfg.with_method(spec), which takes that method's own options"))
+        if self.warmup is not None:  # a warm-up that changes no step is none: one run, one identity (bit-identical
+            self._idle_warmup()  # runs: tests/test_walk19_unclear.py), said from Python as the CLI notes it
+
+    def _idle_warmup(self) -> None:
+        """``warmup`` → None where it trains no step differently: a fraction of 0, or the method itself.
+
+        A fraction of 0 is said (a UserWarning; the CLI notes it and drops it first); the method itself is not:
+        an audit's row of its own warm-up method (``--warmup dfa``, row ``dfa``) is that method's plain run.
+        """
+        from .methods import parse_spec
+
+        if self.warmup_fraction == 0:
+            import warnings
+
+            warnings.warn(f"TrainConfig: warmup={self.warmup!r} has no effect with warmup_fraction=0 (no step is "
+                          "under it) and is stored as no warm-up", UserWarning, stacklevel=4)
+        if self.warmup_fraction == 0 or str(parse_spec(self.warmup)) == str(self.method_spec):
+            object.__setattr__(self, "warmup", None)
+            object.__setattr__(self, "warmup_fraction", 0.2)
 
     @property
     def method_spec(self):

@@ -225,9 +225,12 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
         _note("--warmup-fraction has no effect without --warmup (the method to warm up under)")
     elif kw.get("warmup") and kw.get("warmup_fraction") == 0:
         _note(f"--warmup {kw['warmup']} has no effect with --warmup-fraction 0: no step is under it")
+        kw.pop("warmup")  # no warm-up: the same run as without the flags (TrainConfig stores it so)
+        kw.pop("warmup_fraction")
     elif kw.get("warmup") and kw.get("warmup_fraction") == 1:
         _note(f"--warmup-fraction 1: every step is under --warmup {kw['warmup']}; the method itself never trains")
-    if kw.get("warmup") and getattr(a, "method", None) and str(parse_spec(kw["warmup"])) == str(parse_spec(a.method)):
+    if kw.get("warmup") and hasattr(a, "method") and str(parse_spec(kw["warmup"])) == str(
+            parse_spec(a.method or TrainConfig.method)):  # (the default method too: --warmup bp alone)
         _note(f"--warmup {kw['warmup']} is the method itself: the warm-up changes nothing")
     if getattr(a, "methods", None):  # parsed once, here: each entry a MethodSpec (its canonical label)
         labels = [with_flags(parse_spec(m), flags) for m in a.methods]
