@@ -146,3 +146,20 @@ def test_an_idle_warm_up_is_no_warm_up_so_no_other_configuration(tmp_path, capsy
     assert cfg.warmup is None and cfg == da.TrainConfig()
     assert da.TrainConfig(method="fa", warmup="fa") == da.TrainConfig(method="fa")
     assert da.TrainConfig(method="fa", warmup="fa:head=exact").warmup == "fa:head=exact"  # another spec: kept
+
+
+def test_an_idle_context_length_names_no_other_depth_run(tmp_path, capsys):
+    """saturation --family resmlp --context 32: noted "has no effect", yet every stored depth "differs in context
+    (its files changed?)" and was trained again; the config now holds it at its default, as base_width."""
+    import depthaudit as da
+
+    assert da.SaturationConfig(family="resmlp", context=32) == da.SaturationConfig(family="resmlp")
+    assert da.SaturationConfig(family="gpt", context=32).context == 32
+    S = ["saturation", "--dataset", "mnist1d", "--d-hidden", "8", "--epochs", "1", "--family", "resmlp", "--extra",
+         "0", "--out", str(tmp_path / "S")]
+    assert main(S) == 0
+    capsys.readouterr()
+    assert main([*S, "--context", "32"]) == 0
+    err = capsys.readouterr().err
+    print(err)
+    assert "--context has no effect" in err and "1 of 1 runs already finished" in err and "differs" not in err

@@ -161,6 +161,9 @@ class SaturationConfig:
                                f"{', '.join(FAMILIES.names())}")
         if not FAMILIES.get(self.family).uses_base_width:  # (a ResNet-only value: held at its default, so it names
             object.__setattr__(self, "base_width", 16)  # no other run of this family)
+        fam = FAMILIES.get(self.family)
+        if not (fam.reads_text or fam.pretrained):  # the same for a context length, read by gpt and hf only
+            object.__setattr__(self, "context", 64)  # (a resmlp --context 32 "differed in context": retrained)
         resolve_optimizer(self, "saturation")
         FAMILIES.get(self.family).checked_method(self, "saturation")  # a misspelt or ungrowable method: refused here
         resolve_budget(self)
