@@ -163,3 +163,20 @@ def test_an_idle_context_length_names_no_other_depth_run(tmp_path, capsys):
     err = capsys.readouterr().err
     print(err)
     assert "--context has no effect" in err and "1 of 1 runs already finished" in err and "differs" not in err
+
+
+def test_stop_after_at_the_whole_budget_is_no_stop(tmp_path, capsys):
+    """--stop-after N with --epochs N trains every epoch (bit for bit the plain run) but made "another
+    configuration" (train) and "another audit" (report.json); now it is no stop, said once."""
+    import depthaudit as da
+
+    assert da.TrainConfig(epochs=3, stop_after=3) == da.TrainConfig(epochs=3)
+    assert da.TrainConfig(epochs=3, stop_after=2).stop_after == 2
+    assert da.SaturationConfig(family="resmlp", epochs=3, stop_after=3).stop_after is None
+    A = ["audit", *C, "--methods", "bp", "--out", str(tmp_path / "A")]
+    assert main(A) == 0
+    capsys.readouterr()
+    assert main([*A, "--stop-after", "1"]) == 0
+    err = capsys.readouterr().err
+    print(err)
+    assert "--stop-after 1 is the whole budget (--epochs 1)" in err and "2 of 2 runs already finished" in err

@@ -245,7 +245,15 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
     if getattr(a, "seeds", None):
         kw["seed"] = a.seeds[0]
     with building(a):  # each --methods row's options: checked by the sweep's config (experiments/resolve.py)
-        return TrainConfig(**kw)
+        cfg = TrainConfig(**kw)
+    whole_budget_note(kw.get("stop_after"), cfg)
+    return cfg
+
+
+def whole_budget_note(stop_after, cfg) -> None:
+    """``--stop-after`` at the whole budget stops nothing: said (the config stores no stop: the same run)."""
+    if stop_after is not None and cfg.stop_after is None:
+        _note(f"--stop-after {stop_after} is the whole budget (--epochs {cfg.epochs}): every epoch is trained")
 
 
 def unused_option_note(a: argparse.Namespace, flags: dict) -> None:

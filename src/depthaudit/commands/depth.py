@@ -15,7 +15,7 @@ from ..data.base import generated
 from ..experiments.families import FAMILIES
 from ..io import check_output_dir
 from . import COMMANDS
-from .args import dedup_note, out_arg, remember_sweep, sweep_args, sweep_options
+from .args import dedup_note, out_arg, remember_sweep, sweep_args, sweep_options, whole_budget_note
 from .parser import add_fields, given
 
 
@@ -37,7 +37,9 @@ def depth_config(cls, a: argparse.Namespace):
                                                                  cls.__dataclass_fields__["dataset"].default):
         _note(f"--{'data-dir' if kw.get('data_dir') else 'download'} has no effect with --dataset {kw['dataset']}: "
               "it is generated here, not read")  # (walk 19 cases 172, 173; the config drops it: the same runs)
-    return cls(**kw)
+    cfg = cls(**kw)
+    whole_budget_note(kw.get("stop_after"), cfg)
+    return cfg
 
 
 def cmd_saturation(a: argparse.Namespace, argv: list[str]) -> int:

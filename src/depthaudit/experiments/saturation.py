@@ -74,6 +74,8 @@ def resolve_budget(cfg) -> None:
         object.__setattr__(cfg, "epochs", budget)
     if cfg.stop_after is not None and not cfg.stop_after <= cfg.epochs:
         raise refuse(cfg, f"{{stop_after}} must be in 1..{{epochs}} ({cfg.epochs}), got {cfg.stop_after}")
+    if cfg.stop_after == cfg.epochs:  # the whole budget: no stop (one run, one identity), as TrainConfig
+        object.__setattr__(cfg, "stop_after", None)
 
 
 MODEL, RECIPE, MEASURE, HF = "model", "data and recipe", "measurement", "pretrained models (--family hf)"
