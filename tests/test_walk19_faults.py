@@ -95,8 +95,8 @@ def test_depth_sweeps_refuse_another_familys_flags_as_config_errors_and_drop_idl
     """Cases 164, 172, 173: SaturationConfig(family="resmlp", text=…) was refused later as a plain UsageError in CLI
     words; --data-dir on mnist1d said nothing and retrained every stored depth ("its files changed?")."""
     for kw, field in ((dict(text="/etc/hostname"), "text"), (dict(model=("gpt2",)), "model")):
-        c = da.SaturationConfig(family="resmlp", dataset="mnist1d", d_hidden=8, extra=(0,), epochs=1, **kw)
-        with pytest.raises(da.ConfigError) as exc:
+        with pytest.raises(da.ConfigError) as exc:  # (since walk 20 W1: by the config itself, before any call)
+            c = da.SaturationConfig(family="resmlp", dataset="mnist1d", d_hidden=8, extra=(0,), epochs=1, **kw)
             da.saturation(c, tmp_path / "x", progress=False)
         print(exc.value)
         assert exc.value.field == field and "--" not in str(exc.value)

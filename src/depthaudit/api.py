@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import functools
 import html
 import inspect
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .config import NAME_NEUTRAL, TrainConfig, nothing_trains
+from .config import NAME_NEUTRAL, TrainConfig, nothing_trains, usable_device
 from .data import load_data
 from .data.base import DATASETS, unchanged_data
 from .diagnostics.identity import identity_over_seeds
@@ -66,6 +67,7 @@ from .stores import (
     ORDERLESS,
     FileStore,
     RunSpec,
+    add_hint,
     claim_folder,
     file_lock,
     foreign_claim,
@@ -218,6 +220,7 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
           progress: bool = True, argv: list[str] | None = None) -> Result:
     """Train one run under ``config`` and write ``out/result.json`` (+ ``checkpoint.pt``)."""
     out = Path(out)
+    usable_device(config.device)
     check_output_dir(out)
     _own_training_files(out)
     if (out / "result.json").exists() and not force:
@@ -686,6 +689,7 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
     for name, v, lo in (("probe_batches", probe_batches, 1), ("probe_batch_size", probe_batch_size, 2)):
         if not isinstance(v, int) or isinstance(v, bool) or v < lo:
             raise ConfigError(f"{{{name}}} must be an integer >= {lo}, got {v!r}")
+    usable_device(config.device)
     before = None
     if out is not None:  # only a file of its own is replaced (an audit's report.json, a ladder's JSON are not)
         before = _check_identity_target(Path(out))
@@ -717,11 +721,25 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
 IDENTITY_SCHEMA = "depthaudit.identity_check.v1"
 
 
+def _loops(p: Path) -> bool:
+    """Whether the symbolic link ``p`` leads into a loop."""
+    try:
+        os.stat(p)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 def _check_identity_target(out: Path) -> dict | None:
     """``out`` may be replaced only when absent or an identity check's own JSON (of this schema or none older).
 
     Returns the check ``out`` holds (None: none), so that replacing one of another configuration is said.
     """
+    if out.is_symlink() and not out.exists():  # (walk 20 W3: a link loop, or a link to nothing, was replaced
+        loop = _loops(out)  # by a file: the link was lost)
+        raise ConfigError(f"{{out}} {out} is " + (f"a loop of symbolic links ({out} → {os.readlink(out)} → …); remove "
+                          "one of the links" if loop else f"a symbolic link to {os.readlink(out)}, which does not "
+                          "exist; give the file's own path") + ", or choose another {out}")
     if not out.exists():
         return None
     if out.is_dir():  # (walk 17 case 115: an empty folder was called another command's file)
@@ -808,10 +826,7 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
     if diff and grows(old, new, diff):  # more methods or seeds: the report grows to cover them (runs reused)
         return
     if diff:  # (the same methods or seeds in another order: the same runs, the rows reordered)
-        more = ""
-        if set(diff) <= set(ORDERLESS):
-            more = ("; to add to it, name everything it holds too ("
-                    + "; ".join(f"{k} {' '.join(map(str, old.get(k) or []))}" for k in diff) + ")")
+        more = add_hint(diff, old, new) if set(diff) <= set(ORDERLESS) else ""
         raise UsageError(f"{out}/report.json is the report of another audit (differs in {', '.join(diff[:6])}){more}; "
                          "use another --out, or --replace-report (replace_report=True) to overwrite it (the runs of "
                          "both stay in runs/)")

@@ -210,6 +210,8 @@ class TrainConfig:
                          "(or register your own first)")
         if self.credit_mix is not None and METHODS.get(self.method).exact_credits:  # BP's credit mixed toward BP is
             object.__setattr__(self, "credit_mix", None)  # BP's: no other run (walk 19 cases 126, 127)
+        if self.credit_mix == 0:  # (1 - 0)·method + 0·BP is the method's own credit: no other run (walk 20 W9; the
+            object.__setattr__(self, "credit_mix", None)  # same weights, test numbers equal to the bit)
         # the one check of a method's options: the method's own declarations (types, ranges, choices)
         object.__setattr__(self, "method_options", resolve(
             self.method, METHODS.get(self.method), dict(self.method_options or {}),
@@ -410,6 +412,19 @@ def resolve_device(spec: str | None) -> str:
     if dev.type != "cpu":
         raise ConfigError(f"{{device}} {spec}: unsupported device type; use cpu, cuda[:N] or auto")
     return "cpu"
+
+
+def usable_device(device: str) -> None:
+    """Refuse, before anything runs, a device this machine lacks (a ``ConfigError`` naming ``device``).
+
+    A config built inside :func:`nothing_trains` accepts one; a command that trains or measures must not reach
+    torch with it (walk 20 W5: an AssertionError from torch).
+    """
+    token = _NOTHING_TRAINS.set(False)
+    try:
+        resolve_device(device)
+    finally:
+        _NOTHING_TRAINS.reset(token)
 
 
 def canonical_blocks(spec: str) -> str:

@@ -351,6 +351,12 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
                            {"out": flag})
 
     if p.is_symlink() and not p.exists():
+        try:
+            os.stat(p)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # (walk 20 W3: a loop was "a link to X, which does not exist; make it")
+                raise UsageError(f"{flag} {p} is a loop of symbolic links ({p} → {os.readlink(p)} → …); remove one of "
+                                 f"the links, or choose another {flag}") from None
         raise UsageError(f"{flag} {p} is a symbolic link to {os.readlink(p)}, which does not exist; make that folder, "
                          f"or choose another {flag}")
     if p.name == "runs" and p.is_dir() and (p.parent / "identity.json").is_file():

@@ -916,15 +916,72 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
                         "it holds no result: that training never finished") if kind == "train" else \
                     "the runs of both are kept"
                 over = f", or {take_over_flag} to take it over ({kept})" if take_over_flag else ""
-                grow = ""
-                if kind in GROWABLE and set(diff) <= set(ORDERLESS):
-                    grow = ("; to add to it, name everything it holds too ("
-                            + "; ".join(f"{k} {' '.join(map(str, was.get(k) or []))}" for k in diff) + ")")
+                if name == IDENTITY_FILE and _report_agrees(folder, diff, now):  # the claim alone was edited
+                    raise UsageError(f"{folder / name} differs from the sealed report.json beside it, which is this "
+                                     f"configuration's (in: {', '.join(diff[:6])}): it was edited; move it away (it "
+                                     "is rewritten) and rerun")  # (walk 20 W7: "belongs to another audit")
+                grow = add_hint(diff, was, now) if kind in GROWABLE and set(diff) <= set(ORDERLESS) else ""
                 raise UsageError(f"{folder} belongs to another {old.get('kind', 'sweep')} (differs in "
                                  f"{', '.join(diff[:6])}){grow}; use another {flag}{over}")
         if old != claim:
             write_json(folder / name, claim)
     return claim
+
+
+def _report_agrees(folder: Path, diff: list[str], now: dict) -> bool:
+    """Whether ``folder``'s sealed, intact ``report.json`` holds ``now``'s value at every differing key (dotted)."""
+    try:
+        doc = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(doc, dict) or SEAL not in doc or seal_problem(doc) is not None:
+        return False
+    missing = object()
+    for key in diff:
+        have, want = doc.get("config"), now
+        for part in key.split("."):
+            have = have.get(part, missing) if isinstance(have, dict) else missing
+            want = want.get(part, missing) if isinstance(want, dict) else missing
+        if have is missing or want is missing or _jsonable(have) != _jsonable(want):
+            return False
+    return True
+
+
+def add_hint(diff: list[str], was: dict, now: dict) -> str:
+    """``; to add to it, name everything it holds too (methods bp fa fa:head=exact)``: the lists that cover both.
+
+    What the folder holds comes first, what was asked after; a held row that an option of an asked row of its
+    method would rewrite (``fa`` beside ``fa:head=exact``, which ``--fa-head exact`` makes of a bare ``fa``) is
+    written with that option at its default (``fa:head=feedback``), so naming the list as given keeps it (walk 20
+    W2: the hint named exactly what the user had named, and the refusal repeated).
+    """
+    parts = []
+    for k in diff:
+        held, asked = [str(x) for x in was.get(k) or []], [str(x) for x in now.get(k) or []]
+        if k == "methods":
+            held = [_explicit(h, asked) for h in held]
+        parts.append(f"{k} {' '.join(dict.fromkeys([*held, *asked]))}")
+    return "; to add to it, name everything it holds too (" + "; ".join(parts) + ")"
+
+
+def _explicit(label: str, asked: list[str]) -> str:
+    """``label`` with each option that an asked row of its method sets written out at its default."""
+    from .methods import METHODS
+    from .methods.options import declared
+    from .methods.specs import parse_spec
+
+    try:
+        ms = parse_spec(label)
+        opts = declared(METHODS.get(ms.name))
+        keys = [k for a in asked if parse_spec(a).name == ms.name for k, _ in parse_spec(a).given]
+    except Exception:  # noqa: BLE001 (a plug-in's method not registered here: the label as stored)
+        return label
+    given = dict(ms.given)
+    extra = [k for k in dict.fromkeys(keys) if k not in given]
+    if not extra:
+        return label
+    fmt = lambda v: ("yes" if v else "no") if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+    return f"{label}{',' if ':' in label else ':'}" + ",".join(f"{k}={fmt(opts[k].default)}" for k in extra)
 
 
 GROWABLE = ("audit",)  # commands whose folder takes more methods/seeds later (each run is stored under its own hash)

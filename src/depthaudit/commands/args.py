@@ -132,6 +132,8 @@ def sweep_options(a: argparse.Namespace, out, device: str):
         _note("--slurm-* flags are for --executor slurm; ignored here")
     if getattr(a, "cell", None) is not None and (getattr(a, "jobs", None) or 1) > 1:
         _note("--jobs has no effect with --cell: one cell runs in this process")
+    if getattr(a, "log_dir", None) and not getattr(a, "log", None):  # (walk 20 W4: ignored without a word)
+        _note("--log-dir has no effect without --log (tensorboard, wandb): no live log is written")
     opts = given(a, SweepOptions)
     opts.update(batch_runs=batch_cap(getattr(a, "batch_runs", 1), device),
                 log_dir=a.log_dir or str(Path(out) / "logs"))
@@ -242,6 +244,8 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
         a.method = a.method_spec.name
     if getattr(a, "credit_mix", None) is not None and (getattr(a, "method", None) or "bp") == "bp":
         _note("--credit-mix has no effect with --method bp: BP's credit mixed toward BP is BP's")
+    elif getattr(a, "credit_mix", None) == 0:
+        _note("--credit-mix 0 has no effect: (1 - 0)·method + 0·BP is the method's own credit")
     if getattr(a, "seeds", None):
         kw["seed"] = a.seeds[0]
     with building(a):  # each --methods row's options: checked by the sweep's config (experiments/resolve.py)

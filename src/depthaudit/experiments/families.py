@@ -113,6 +113,7 @@ class DepthFamily:
     growable = False  # ``grow`` can grow it
     uses_base_width = False  # reads ``--base-width`` (ResNet's stage widths); elsewhere it is held at its default
     pretrained = False  # measures given models (``--model``): a cell (run_pretrained) and a table row per model
+    needs_images = False  # trains on images only (ResNet-CIFAR): a missing image set's fixes say so
     reads_text = False  # trains on ``--text`` (its budget is DEFAULT_EPOCHS), not on an image/vector dataset
     default_d_hidden: int | None = None  # width when ``--d-hidden`` is not given (None: the family has none)
     default_batch_size = 128
@@ -183,8 +184,14 @@ class DepthFamily:
         if data is None and cfg.dataset not in DATASETS:  # (walk 17 case 69: a plain UsageError with no .field)
             raise ConfigError(f"{{dataset}} {cfg.dataset!r} not known; use one of {', '.join(DATASETS.names())} (or "
                               "register your own first)")
-        data = unchanged_data(data) if data is not None else load_data(
-            cfg.dataset, cfg.data_dir, cfg.download, torch.device(cfg.device), fingerprint=False)
+        try:
+            data = unchanged_data(data) if data is not None else load_data(
+                cfg.dataset, cfg.data_dir, cfg.download, torch.device(cfg.device), fingerprint=False)
+        except ConfigError as exc:  # (walk 20 W8: "or use --dataset mnist1d", which an image family then refuses)
+            if self.needs_images and "{dataset=mnist1d}" in exc.template:
+                raise ConfigError(exc.template.replace("{dataset=mnist1d}", "{family=resmlp} (any dataset, e.g. "
+                                                       "{dataset=mnist1d})"), exc.flags) from None
+            raise
         self.check_data(cfg, data, command)
         return data, cfg.dataset, data.sha256
 
@@ -315,6 +322,7 @@ class ResNetFamily(DepthFamily):
     help = "ResNet-8 + N, images"
     growable = True
     uses_base_width = True
+    needs_images = True
 
     def check(self, cfg, command: str) -> None:
         if command == "saturation" and (cfg.text is not None or cfg.d_hidden is not None):

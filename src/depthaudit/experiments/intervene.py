@@ -62,7 +62,8 @@ class InterveneConfig:
             raise refuse(self, f"{{lambdas}} must be numbers >= 0, got {list(lams)}")
         if not lams:  # refused before the folder is claimed
             raise refuse(self, "{lambdas} is empty; give one or more λ >= 0, e.g. (0.0, 0.01)")
-        object.__setattr__(self, "lambdas", tuple(dict.fromkeys(float(x) for x in lams)))
+        object.__setattr__(self, "lambdas", tuple(sorted({float(x) for x in lams})))  # a grid: one order (walk
+        # 20 W6: λ 0.1 0 "replaced the report of the grid λ ∈ 0, 0.1")
         if not any(self.lambdas) and (self.penalty_form, self.penalty_reduction) != ("abs", "example"):
             import warnings  # no λ > 0: no run has a penalty, so no form (walk 18 case 168: the title said "rel form")
 

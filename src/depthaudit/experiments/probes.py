@@ -31,7 +31,8 @@ class ProbesConfig:
         from ..methods import METHODS
 
         resolve_sweep(self, methods=False)  # types, ranges, seeds once (the base's seed the first), epochs >= 1
-        alphas = tuple(dict.fromkeys(self.alphas))
+        alphas = tuple(sorted(set(self.alphas)))  # a grid: one order, so the same α in another order is the same
+        # probes (walk 20 W6: "another probes, differs in alphas")
         if not alphas:
             raise refuse(self, "{alphas} is empty; give at least one α in [0, 1]")
         object.__setattr__(self, "alphas", alphas)

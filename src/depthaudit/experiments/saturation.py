@@ -164,6 +164,13 @@ class SaturationConfig:
         if not FAMILIES.get(self.family).uses_base_width:  # (a ResNet-only value: held at its default, so it names
             object.__setattr__(self, "base_width", 16)  # no other run of this family)
         fam = FAMILIES.get(self.family)
+        if not fam.pretrained:  # the pretrained models' fields, each named as given (walk 20 W1: the config was
+            for f in ("model", "revision", "continue_steps", "importance", "grow_steps"):  # built, and the command
+                v = getattr(self, f)  # refused continue_steps=3 naming 'model')
+                if (v is not None) if f == "importance" else v:
+                    raise refuse(self, f"{{{f}}} is for pretrained models; add {{family=hf}}")
+        if self.text is not None and not fam.reads_text:  # (walk 15 cases 90, 93; walk 20 W1: here, not at run)
+            raise refuse(self, f"{{text}} is for {{family}} gpt/hf; {{family}} {self.family} trains on {{dataset}}")
         if not (fam.reads_text or fam.pretrained):  # the same for a context length, read by gpt and hf only
             object.__setattr__(self, "context", 64)  # (a resmlp --context 32 "differed in context": retrained)
         resolve_optimizer(self, "saturation")
