@@ -318,7 +318,8 @@ def heartbeat(group) -> "callable":
         m = re.search(r"epoch (\d+)/(\d+)", msg)
         if m and int(m[1]) % max(1, int(m[2]) // 10) and m[1] != m[2]:
             return
-        print(f"  {who}: {msg.strip()}", file=sys.stderr, flush=True)
+        msg = msg.strip()  # (a line the run already names, "grown: epoch 1/2", is not named twice: walk 20 case 191)
+        print(f"  {msg}" if msg.startswith(f"{who}: ") else f"  {who}: {msg}", file=sys.stderr, flush=True)
 
     return say
 

@@ -345,6 +345,10 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
         raise ConfigError(f"{{out}} must be a folder path (a str or Path), got {type(path).__name__} {path!r}",
                           {"out": flag})
     p = Path(path)
+    name = os.fspath(path)
+    if name and (name != name.strip() or any(c in name for c in "\n\r\t")) and not p.exists():  # (walk 20 cases
+        print(f"depthaudit: note: {flag} {name!r} begins or ends with a blank or holds a line break (a copy-paste?); "
+              "it is a new folder of that exact name", file=sys.stderr)  # 55, 196: "c2 " trained beside c2, unsaid)
 
     def UsageError(text: str) -> ConfigError:  # noqa: N802 (the one error of this check, in the caller's terms)
         return ConfigError(text.replace(f"{flag} {p}", f"{{out={p}}}").replace(f"another {flag}", "another {out}"),

@@ -1,0 +1,30 @@
+"""Walk 20's unclear cases that were made clear: each reproduced as the walker did it."""
+
+from depthaudit.cli import main
+
+C = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1"]
+
+
+def test_grow_with_jobs_names_each_arm_once_per_line(tmp_path):
+    """Case 191: with --jobs 2 every epoch line read "grown: grown: epoch 1/2" (a real process: stderr a file)."""
+    import os
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "grow", "--family", "resmlp", "--dataset", "mnist1d",
+                        "--d-hidden", "8", "--epochs", "2", "--extra", "1", "--jobs", "2",
+                        "--out", str(tmp_path / "g")],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    err = p.stderr
+    print(err)
+    assert p.returncode == 0
+    assert "grown: epoch 1/2" in err and "scratch: epoch 1/2" in err
+    assert "grown: grown:" not in err and "scratch: scratch:" not in err
+
+
+def test_an_out_with_a_blank_at_its_end_is_said(tmp_path, capsys):
+    """Case 196: --out "c2 " (a copy-paste) trained a new folder beside c2 without a word."""
+    assert main(["train", *C, "--out", str(tmp_path / "c2 ")]) == 0
+    assert "begins or ends with a blank" in capsys.readouterr().err
+    assert main(["train", *C, "--out", str(tmp_path / "c3")]) == 0
+    assert "blank" not in capsys.readouterr().err
