@@ -28,3 +28,17 @@ def test_an_out_with_a_blank_at_its_end_is_said(tmp_path, capsys):
     assert "begins or ends with a blank" in capsys.readouterr().err
     assert main(["train", *C, "--out", str(tmp_path / "c3")]) == 0
     assert "blank" not in capsys.readouterr().err
+
+
+def test_identity_out_names_a_users_file_and_a_damaged_one_as_such(tmp_path, capsys):
+    """Cases 132, 135: a user's JSON and a truncated identity result were both "another command's file"."""
+    args = ["identity", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--seeds", "1", "--out"]
+    (tmp_path / "mine.json").write_text('{"mine": 1}')
+    assert main([*args, str(tmp_path / "mine.json")]) == 2
+    assert "is not an identity check's result (a file of your own)" in capsys.readouterr().err
+    assert main([*args, str(tmp_path / "id.json")]) == 0
+    (tmp_path / "id.json").write_bytes((tmp_path / "id.json").read_bytes()[:40])
+    capsys.readouterr()
+    assert main([*args, str(tmp_path / "id.json")]) == 2
+    assert "cannot be read as JSON (a damaged or truncated result" in capsys.readouterr().err
+    assert (tmp_path / "mine.json").read_text() == '{"mine": 1}'

@@ -51,6 +51,7 @@ from .io import (
     foreign_json,
     foreign_report_file,
     foreign_table_file,
+    our_doc,
     staged,
     write_bytes_atomic,
     write_json,
@@ -747,11 +748,13 @@ def _check_identity_target(out: Path) -> dict | None:
     try:
         doc = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
     except (OSError, ValueError, UnicodeDecodeError):
-        doc = None
+        raise ConfigError(f"{{out}} {out}: it exists and cannot be read as JSON (a damaged or truncated result, or a "
+                          "file of your own); move it away or choose another {out}") from None  # (walk 20 case 135)
     ours = isinstance(doc, dict) and (doc.get("schema") == IDENTITY_SCHEMA
                                       or ("schema" not in doc and {"config", "per_seed", "summary"} <= set(doc)))
     if not ours:
-        raise ConfigError(f"{{out}} {out}: it exists and is not an identity check's result (another command's file); "
+        whose = "another command's file" if our_doc(doc) else "a file of your own"  # (walk 20 case 132)
+        raise ConfigError(f"{{out}} {out}: it exists and is not an identity check's result ({whose}); "
                           "choose another {out}")  # (walk 15 case 274, walk 17 case 115: each in its own words)
     return doc
 
