@@ -42,3 +42,18 @@ def test_identity_out_names_a_users_file_and_a_damaged_one_as_such(tmp_path, cap
     assert main([*args, str(tmp_path / "id.json")]) == 2
     assert "cannot be read as JSON (a damaged or truncated result" in capsys.readouterr().err
     assert (tmp_path / "mine.json").read_text() == '{"mine": 1}'
+
+
+def test_an_unknown_method_on_the_cli_hints_at_a_plugin(capsys):
+    """Case 215: a plug-in's method named without --plugin was only "unknown method"; Python keeps its own words."""
+    import pytest
+
+    import depthaudit as da
+
+    assert main(["audit", *C, "--methods", "sdfa20", "--out", "never"]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "unknown method 'sdfa20'; choose one of" in err and "(a plug-in's? name its module with --plugin" in err
+    with pytest.raises(da.ConfigError) as exc:
+        da.AuditConfig(base=da.TrainConfig(dataset="mnist1d"), methods=("sdfa20",))
+    assert "--" not in str(exc.value)

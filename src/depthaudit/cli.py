@@ -260,7 +260,11 @@ def _main(argv: list[str]) -> int:
         finally:
             LISTING_ONLY.reset(token)
     except UsageError as exc:
-        print(f"depthaudit: error: {cli_message(exc)}", file=sys.stderr)
+        msg = cli_message(exc)
+        if re.search(r"unknown (method|arch|dataset|depth family) '[^']*'; choose one of", msg) \
+                and not any(a.startswith("--plugin") for a in argv):  # (walk 20 case 215: no hint)
+            msg += " (a plug-in's? name its module with --plugin MODULE)"
+        print(f"depthaudit: error: {msg}", file=sys.stderr)
         return 2
     except SystemExit as exc:  # not the parser's (returned above): code that called sys.exit() mid-command
         line = plugin_ended(exc)
