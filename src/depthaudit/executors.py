@@ -462,13 +462,12 @@ def spawnable(groups) -> None:
     interactive ``__main__`` (a notebook cell), which no worker can import, is unknown there.
     """
     from .data import DATASETS
-    from .experiments.families import FAMILIES
     from .methods import METHODS
     from .models import MODELS
 
     if getattr(sys.modules.get("__main__"), "__file__", None) is not None:
         return
-    for reg, attr in ((METHODS, "method"), (MODELS, "arch"), (DATASETS, "dataset"), (FAMILIES, "family")):
+    for reg, attr in ((METHODS, "method"), (MODELS, "arch"), (DATASETS, "dataset")):  # (the runs' registries)
         for name in {getattr(s.cfg, attr, None) for g in groups for s in g} - {None}:
             obj = reg._items.get(name) if hasattr(reg, "_items") else None
             if getattr(obj, "__module__", None) == "__main__":
