@@ -25,7 +25,9 @@ def test_grow_with_jobs_names_each_arm_once_per_line(tmp_path):
 def test_an_out_with_a_blank_at_its_end_is_said(tmp_path, capsys):
     """Case 196: --out "c2 " (a copy-paste) trained a new folder beside c2 without a word."""
     assert main(["train", *C, "--out", str(tmp_path / "c2 ")]) == 0
-    assert "begins or ends with a blank" in capsys.readouterr().err
+    assert capsys.readouterr().err.count("begins or ends with a blank") == 1
+    assert main(["audit", *C, "--methods", "bp", "--out", str(tmp_path / "c4 ")]) == 0  # (walk 21 W1: said twice)
+    assert capsys.readouterr().err.count("begins or ends with a blank") == 1
     assert main(["train", *C, "--out", str(tmp_path / "c3")]) == 0
     assert "blank" not in capsys.readouterr().err
 

@@ -51,6 +51,7 @@ from .io import (
     foreign_json,
     foreign_report_file,
     foreign_table_file,
+    not_ours_why,
     our_doc,
     staged,
     write_bytes_atomic,
@@ -480,8 +481,8 @@ def _not_foreign(json_path: Path, files: list[Path]) -> None:
     """Refuse, before anything trains, a user's own file among those a command writes beside ``json_path``."""
     foreign = foreign_table_file(json_path, files) or foreign_json(json_path)
     if foreign is not None:
-        raise UsageError(f"{foreign} exists and is not depthaudit's (this command writes its results there); move "
-                         "it away or choose another --out")
+        raise UsageError(f"{foreign} exists and {not_ours_why(foreign)} (this command writes its results there); "
+                         "move it away or choose another --out")
 
 
 @_api_call
@@ -810,8 +811,8 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
     """
     foreign = foreign_report_file(out)
     if foreign is not None:
-        raise UsageError(f"{foreign} exists and is not depthaudit's (the audit writes its report there); move it "
-                         "away or choose another --out")
+        raise UsageError(f"{foreign} exists and {not_ours_why(foreign)} (the audit writes its report there); move "
+                         "it away or choose another --out")
     try:
         old = json.loads((out / "report.json").read_text(encoding="utf-8")).get("config")
     except (OSError, ValueError, AttributeError):

@@ -254,6 +254,11 @@ def _main(argv: list[str]) -> int:
             args = build_parser(argv).parse_args(argv)
         except SystemExit as exc:  # the parser's refusal (one line, 2) or --help/--version (0): a return code
             return exc.code if isinstance(exc.code, int) else 2
+        out = next((v for v in (getattr(args, d, None) for d in ("out", "output_dir")) if v is not None), None)
+        if isinstance(out, str) and out and (out != out.strip() or any(c in out for c in "\n\r\t")) \
+                and not os.path.exists(out):  # (walk 20 cases 55, 196: "c2 " trained beside c2, unsaid; said once)
+            print(f"depthaudit: note: --out {out!r} begins or ends with a blank or holds a line break (a "
+                  "copy-paste?); it is a new folder of that exact name", file=sys.stderr)
         token = LISTING_ONLY.set(bool(getattr(args, "list_cells", False)))
         try:
             return args.func(args, argv)

@@ -237,6 +237,21 @@ def our_doc(doc) -> bool:
                                       or isinstance(doc.get("credit_mix"), dict))
 
 
+def not_ours_why(path: Path) -> str:
+    """Why ``path``, found not to be depthaudit's, is not: "is not depthaudit's", or that it cannot be read.
+
+    A JSON that does not parse may be a damaged or truncated one of ours as well as a user's own (walk 21 W2).
+    """
+    p = Path(path)
+    if p.suffix == ".json" and p.is_file():
+        try:
+            with open(p, encoding="utf-8") as fh:
+                json.load(fh)
+        except (OSError, ValueError):
+            return "cannot be read as JSON (a damaged or truncated result, or a file of your own)"
+    return "is not depthaudit's"
+
+
 def foreign_json(path: Path) -> Path | None:
     """``path`` when it is a regular file that is not a depthaudit results JSON (a user's own), else None."""
     p = Path(path)
@@ -345,11 +360,6 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
         raise ConfigError(f"{{out}} must be a folder path (a str or Path), got {type(path).__name__} {path!r}",
                           {"out": flag})
     p = Path(path)
-    name = os.fspath(path)
-    if name and (name != name.strip() or any(c in name for c in "\n\r\t")) and not p.exists():  # (walk 20 cases
-        print(f"depthaudit: note: {flag} {name!r} begins or ends with a blank or holds a line break (a copy-paste?); "
-              "it is a new folder of that exact name", file=sys.stderr)  # 55, 196: "c2 " trained beside c2, unsaid)
-
     def UsageError(text: str) -> ConfigError:  # noqa: N802 (the one error of this check, in the caller's terms)
         return ConfigError(text.replace(f"{flag} {p}", f"{{out={p}}}").replace(f"another {flag}", "another {out}"),
                            {"out": flag})

@@ -33,7 +33,7 @@ from ..diagnostics.identity import identity_stats
 from ..diagnostics.monitor import Monitor, check_values
 from ..errors import UsageError
 from ..experiments.audit import DEFINITIONS, SCHEMA, identity_summary, summarise_method
-from ..io import check_output_dir, foreign_report_file, write_json, write_text
+from ..io import check_output_dir, foreign_report_file, not_ours_why, write_json, write_text
 from ..models.base import ResidualModel
 from ..provenance import provenance
 from ..report import audit_markdown, audit_terminal
@@ -299,8 +299,8 @@ class TrainingMonitor:
                              "monitor's report to a folder of its own")  # runs are not replaced by this one
         foreign = foreign_report_file(out)
         if foreign is not None:  # a user's own report.md or picture: never written over
-            raise UsageError(f"{foreign} exists and is not depthaudit's (the monitor writes its report there); move "
-                             "it away or write to another folder")
+            raise UsageError(f"{foreign} exists and {not_ours_why(foreign)} (the monitor writes its report there); "
+                             "move it away or write to another folder")
         out.mkdir(parents=True, exist_ok=True)
         self._out = out  # (the figures Jupyter shows inline)
         report["figures"] = audit_figures(report, out)

@@ -222,6 +222,10 @@ class DepthFamily:
                  "analysis_batches": cfg.analysis_batches, **self.saturation_identity(cfg)}
         if getattr(cfg, "stop_after", None) is not None:  # (absent when not given: earlier files stay the same file)
             ident["stop_after"] = cfg.stop_after
+        for k in ("analysis_split", "low_signal", "delta", "margin", "alpha"):  # the measurement's settings, each
+            default = type(cfg).__dataclass_fields__[k].default  # stored in every depth's record: another value is
+            if getattr(cfg, k, default) != default:  # another sweep, refused as one (walk 21 W3: the depths were
+                ident[k] = getattr(cfg, k)  # "changed files", retrained and replaced); absent at the default
         return FileStore(Path(out) / f"saturation_{self.saturation_part(cfg)}_{name}.json", "depthaudit.saturation.v1",
                          ident)
 
