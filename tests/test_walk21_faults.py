@@ -48,3 +48,20 @@ def test_another_measurement_setting_is_another_saturation_refused_not_retrained
     assert f"holds runs of a different configuration (differs in: {flag[0][2:].replace('-', '_')})" in err
     assert "files changed" not in err and f.read_bytes() == before
     assert main(S) == 0 and "1 of 1 runs already finished" in capsys.readouterr().err  # the default: the same store
+
+
+def test_the_field_builder_takes_the_equals_spelling(tmp_path, capsys):
+    """W4: --epochs=10 was "unknown option --epochs=10; the options are --epochs N …"."""
+    from depthaudit.report.field import main as field_main
+
+    src = str(__import__("pathlib").Path(__file__).parents[1] / "docs" / "results" / "field_sgd_e100")
+    assert field_main([str(tmp_path / "f.md"), src, "--epochs=100", "--dataset=cifar10"]) == 0
+    assert field_main([str(tmp_path / "g.md"), src, "--epochs", "100"]) == 0
+    assert (tmp_path / "f.md").read_text() == (tmp_path / "g.md").read_text()
+
+
+def test_probes_notes_a_repeated_seed(tmp_path, capsys):
+    """W5: probes --seeds 2 2 folded the seed without the note every other sweep prints."""
+    assert main(["probes", *C, "--method", "dfa", "--alphas", "0", "--seeds", "2", "2",
+                 "--out", str(tmp_path / "p")]) == 0
+    assert "--seeds repeats 2; each value counts once" in capsys.readouterr().err

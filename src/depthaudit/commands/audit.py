@@ -90,6 +90,8 @@ def cmd_intervene(a: argparse.Namespace, argv: list[str]) -> int:
 def cmd_probes(a: argparse.Namespace, argv: list[str]) -> int:
     """The toward-BP experiments for one method (:func:`depthaudit.probes`): credit-mix α sweep, BP warm start."""
     dedup_note(a.alphas, "--alphas")
+    if a.seeds:  # (walk 21 W5: a repeated seed was folded without the note the other sweeps print)
+        dedup_note(a.seeds, "--seeds")
     a.seeds = a.seeds or list(AuditConfig.seeds)
     base = config_from_args(a)
     check_output_dir(a.out, subdirs=("warm_start",))

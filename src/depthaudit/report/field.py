@@ -173,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and "matplotlib" not in sys.modules:  # the script draws into a file only: the file backend,
         os.environ["MPLBACKEND"] = "Agg"  # whatever MPLBACKEND says (an unknown value would stop the import)
     argv = list(sys.argv[1:] if argv is None else argv)
+    argv = [part for a in argv for part in (a.split("=", 1) if a.startswith(("--epochs=", "--dataset=")) else [a])]
+    # (walk 21 W4: --epochs=10, the spelling every command takes, was "unknown option --epochs=10")
     if "-h" in argv or "--help" in argv:
         print(__doc__.strip())
         return 0
