@@ -94,3 +94,12 @@ def test_an_unknown_option_is_named_as_an_option_not_read_as_a_folder(tmp_path, 
     shutil.copytree(src, folder)
     monkeypatch.chdir(tmp_path)
     assert main(["f.md", "-dash"]) == 0
+
+
+def test_a_diverged_variant_row_shows_its_epoch_and_frozen_twin(tmp_path):
+    """A variant row (cb:credit_at=input) that diverged showed "diverged | —": its runs were matched by name only."""
+    assert main([str(tmp_path / "f.md"), str(RESULTS / "field_sgd_lr3e-4_e100")]) == 0
+    md = (tmp_path / "f.md").read_text()
+    print([r for r in md.splitlines() if "credit_at" in r])
+    assert "| cb:credit_at=input | sgd | diverged (epoch 1) | 0.367 |" in md
+    assert "| sb:credit_at=input | sgd | diverged (epoch 11) | 0.384 |" in md

@@ -79,9 +79,18 @@ def _diverged(folder: Path, m: dict) -> dict | None:
     """
     if not (m.get("diverged") or {}).get("trained"):
         return None
+    from ..config import TrainConfig
+
+    def label(r: dict) -> str | None:  # the row a record belongs to: its method spec (fa:head=exact), not its name
+        try:
+            return str(TrainConfig.from_dict(r["config"]).method_spec)
+        except Exception:  # noqa: BLE001 (a record this version cannot read back: no row of this table)
+            return None
+
     name = m["method"]
     recs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(folder).glob("runs/*/result.json"))]
-    mine = [r for r in recs if (r.get("config") or {}).get("method") == name and ":" not in name]
+    mine = [r for r in recs if isinstance(r.get("config"), dict) and label(r) == name]  # (a variant row's runs
+    # too: its diverged cell showed no epoch and no frozen twin)
     trained = [r for r in mine if r["config"].get("train_blocks") == "all" and r.get("status") == "diverged"]
     frozen = [r["final"].get("test_acc") for r in mine if r["config"].get("train_blocks") == "none"]
     epochs = [(r.get("final") or {}).get("diverged_at_epoch") for r in trained]
