@@ -65,3 +65,30 @@ def test_probes_notes_a_repeated_seed(tmp_path, capsys):
     assert main(["probes", *C, "--method", "dfa", "--alphas", "0", "--seeds", "2", "2",
                  "--out", str(tmp_path / "p")]) == 0
     assert "--seeds repeats 2; each value counts once" in capsys.readouterr().err
+
+
+def test_a_text_familys_idle_flags_are_noted_and_name_no_other_run(tmp_path, capsys):
+    """W6-W8: saturation --family gpt with --arch / --dataset retrained ("its files changed?") though the runs were
+    bit-identical; --data-dir was noted then refused; --download, --continue-lr, --grow-*, --bootstrap: no note."""
+    import depthaudit as da
+
+    G = ["saturation", "--family", "gpt", "--d-hidden", "16", "--context", "16", "--extra", "0", "--epochs", "1",
+         "--out", str(tmp_path / "G")]
+    assert main(G) == 0
+    for extra, note in ((["--arch", "vit"], "--arch has no effect with --family gpt"),
+                        (["--dataset", "mnist1d"], "--dataset has no effect with --family gpt"),
+                        (["--data-dir", str(tmp_path)], "--data-dir has no effect with --family gpt"),
+                        (["--download"], "--download has no effect with --family gpt"),
+                        (["--continue-lr", "1e-4", "--grow-train", "block"],
+                         "--continue-lr, --grow-train have no effect"),
+                        (["--bootstrap", "5"], "--bootstrap has no effect with --family gpt")):
+        capsys.readouterr()
+        assert main([*G, *extra]) == 0, extra
+        err = capsys.readouterr().err
+        assert note in err and "1 of 1 runs already finished" in err and "differs" not in err, err
+        assert "error" not in err
+    base = dict(family="gpt", extra=(0,), epochs=1)
+    assert da.SaturationConfig(**base, arch="vit", dataset="mnist1d", data_dir="/x", bootstrap=5) == \
+        da.SaturationConfig(**base)
+    assert da.GrowConfig(family="resnet", arch="vit") == da.GrowConfig(family="resnet")
+    assert da.GrowConfig(family="resmlp", arch="vit").arch == "vit"  # resmlp builds --arch: kept

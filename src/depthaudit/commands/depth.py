@@ -28,7 +28,18 @@ def depth_config(cls, a: argparse.Namespace):
     fam = kw.get("family") or cls.__dataclass_fields__["family"].default
     if kw.get("base_width") is not None and not FAMILIES.get(fam).uses_base_width:
         _note(f"--base-width has no effect with --family {fam}: it sets ResNet's stage widths")
+    if kw.get("arch") is not None and not FAMILIES.get(fam).uses_arch:  # (walk 21 W6: no note, another run)
+        _note(f"--arch has no effect with --family {fam}: it builds its own model (--arch is the resmlp family's)")
+    if not FAMILIES.get(fam).pretrained:  # (walk 21 W8: the pretrained models' settings, ignored without a word)
+        idle = [f"--{f.replace('_', '-')}" for f in ("continue_lr", "grow_lr", "grow_train", "bootstrap")
+                if kw.get(f) is not None]
+        if idle:
+            _note(f"{', '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with --family {fam}: "
+                  "for pretrained models (--family hf with --continue-steps, --grow-steps or --importance)")
     if FAMILIES.get(fam).reads_text:  # (walk 12 cases 70, 71: ignored without a word)
+        if kw.get("download"):
+            _note(f"--download has no effect with --family {fam}: it reads text (--text FILE, else its own bundled "
+                  "text)")
         for flag in ("dataset", "data_dir"):
             if kw.get(flag) is not None:
                 _note(f"--{flag.replace('_', '-')} has no effect with --family {fam}: it reads text (--text FILE, "

@@ -112,6 +112,8 @@ class DepthFamily:
     under_method = False  # trains under ``--method`` (the audit's recipe); else plain backprop
     growable = False  # ``grow`` can grow it
     uses_base_width = False  # reads ``--base-width`` (ResNet's stage widths); elsewhere it is held at its default
+    uses_arch = True  # builds ``--arch`` (a registered residual model); a family with a model of its own: False, and
+    # the configs hold ``arch`` at its default (walk 21 W6: --arch made another gpt run, bit-identical)
     pretrained = False  # measures given models (``--model``): a cell (run_pretrained) and a table row per model
     needs_images = False  # trains on images only (ResNet-CIFAR): a missing image set's fixes say so
     reads_text = False  # trains on ``--text`` (its budget is DEFAULT_EPOCHS), not on an image/vector dataset
@@ -326,6 +328,7 @@ class ResNetFamily(DepthFamily):
     help = "ResNet-8 + N, images"
     growable = True
     uses_base_width = True
+    uses_arch = False
     needs_images = True
 
     def check(self, cfg, command: str) -> None:
@@ -420,15 +423,14 @@ class ResNetFamily(DepthFamily):
 class GPTFamily(DepthFamily):
     """A pre-LN causal decoder of base + N blocks on text (``--text``, default the embedded one), plain backprop."""
     reads_text = True
+    uses_arch = False
 
     help = "decoder, text"
     default_d_hidden = 64
     accuracy_label = "next-token test accuracy"
 
     def check(self, cfg, command: str) -> None:
-        if cfg.data_dir is not None:
-            raise UsageError("--data-dir is for image datasets; the gpt family reads --text")
-        if cfg.d_hidden is not None and cfg.d_hidden % 4:
+        if cfg.d_hidden is not None and cfg.d_hidden % 4:  # (--data-dir: noted and held at None by the config)
             raise UsageError(f"--d-hidden {cfg.d_hidden}: the GPT decoder has 4 heads, so the width must be a "
                              "multiple of 4 (e.g. 64)")
 
@@ -571,6 +573,7 @@ class PretrainedFamily(DepthFamily):
     help = "pretrained --model"
     pretrained = True
     reads_text = True
+    uses_arch = False
     default_batch_size = 8  # 8 windows of --context tokens: fits a CPU, and a GPU for the larger Pythias
     default_importance = (1, 2, 4, 8)  # ``--importance`` given alone: n of the angular distance and pruned sets
 

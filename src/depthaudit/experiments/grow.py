@@ -88,6 +88,8 @@ class GrowConfig:
                                f"{', '.join(n for n in FAMILIES.names() if FAMILIES.get(n).growable)}")
         if not FAMILIES.get(self.family).uses_base_width:  # (a ResNet-only value: held at its default, so it names
             object.__setattr__(self, "base_width", 16)  # no other run of this family)
+        if not FAMILIES.get(self.family).uses_arch:  # (resnet builds its own model: --arch, held, names no other run)
+            object.__setattr__(self, "arch", type(self).__dataclass_fields__["arch"].default)
         if not FAMILIES.get(self.family).growable:
             able = ", ".join(n for n in FAMILIES.names() if FAMILIES.get(n).growable)
             raise refuse(self, f"{{family}} {self.family}: grow cannot grow it; use one of {able}")

@@ -164,6 +164,11 @@ class SaturationConfig:
         if not FAMILIES.get(self.family).uses_base_width:  # (a ResNet-only value: held at its default, so it names
             object.__setattr__(self, "base_width", 16)  # no other run of this family)
         fam = FAMILIES.get(self.family)
+        idle = (["arch"] if not fam.uses_arch else []) + (["dataset", "data_dir", "download"] if fam.reads_text
+                                                          else []) + \
+            (["continue_lr", "grow_lr", "grow_train", "bootstrap"] if not fam.pretrained else [])
+        for f in idle:  # what the family does not read, held at its default: no other run (walk 21 W6-W8; the CLI
+            object.__setattr__(self, f, type(self).__dataclass_fields__[f].default)  # notes each one given)
         if not fam.pretrained:  # the pretrained models' fields, each named as given (walk 20 W1: the config was
             for f in ("model", "revision", "continue_steps", "importance", "grow_steps"):  # built, and the command
                 v = getattr(self, f)  # refused continue_steps=3 naming 'model')
