@@ -350,7 +350,7 @@ def test_walk11_a_damaged_report_names_the_way_out_that_works(tmp_path, capsys):
     assert main(["report", str(a)]) == 2
     assert "damaged — move it away, then rerun the command" in capsys.readouterr().err
     assert main(["audit", *TINY, "--methods", "bp", "--out", str(a)]) == 2  # the file is kept, as the advice says
-    assert "exists and is not depthaudit's" in capsys.readouterr().err and len(rep.read_text()) == 500
+    assert "exists and cannot be read as JSON (a damaged" in capsys.readouterr().err and len(rep.read_text()) == 500
     rep.rename(tmp_path / "moved.json")  # the advice, followed: the runs are reused, the report written again
     assert main(["audit", *TINY, "--methods", "bp", "--out", str(a)]) == 0
     assert "2 of 2 runs already finished" in capsys.readouterr().err and main(["report", str(a)]) == 0
