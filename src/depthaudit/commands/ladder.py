@@ -98,7 +98,8 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     check_audit_dir(a.audit_dir)
     skip = ("runs", "logs", "slurm")  # an audit's run folders, live logs, scheduler logs: nothing to render
     dirs = [d, *sorted(p for p in d.rglob("*") if p.is_dir() and not p.name.startswith(".")
-                       and not p.name.endswith(".runs") and not any(x in skip for x in p.relative_to(d).parts))]
+                       and not p.name.endswith(".runs") and not any(x in skip for x in p.relative_to(d).parts)
+                       and not _warm_start_of_probes(p))]
     for kind in ("ladder_*.json", "saturation_*.json", "grow_*.json", "report.json", "intervention.json"):
         for f in sorted(d.glob(f"**/{kind}")):  # results put inside a run store or a log folder: said, not rendered
             rel = f.relative_to(d).parts[:-1]
@@ -183,6 +184,12 @@ def _mine(json_path: Path, others=None) -> None:
                          "move it away and rerun")
 
 
+def _warm_start_of_probes(p: Path) -> bool:
+    """Whether ``p`` (or a folder above it, below the probes') is a probes folder's ``warm_start`` store."""
+    return any(q.name == "warm_start" and next(q.parent.glob("probes_*"), None) is not None
+               for q in (p, *p.parents))
+
+
 def _what_it_holds(d: Path) -> str:
     """The fix for a folder with nothing to render, from what it does hold (its claim, a train's or probes' files)."""
     cards = sorted(p.name for p in d.glob("probes_*.md"))
@@ -196,6 +203,10 @@ def _what_it_holds(d: Path) -> str:
             return (f"it is the run store of the probes in {up}: their card is its probes_*.md, written by the "
                     f"probes command (rerun it with --out {up} to finish or rewrite it; finished runs are reused)")
         return f"it is the run store of {up / (d.name[:-5] + '.json')}: depthaudit report {up}"
+    if d.resolve().name == "warm_start" and next(d.resolve().parent.glob("probes_*"), None) is not None:
+        up = d.resolve().parent  # the probes' BP warm start (walk 22 W1: "rerun the audit with --out …/warm_start")
+        return (f"it is the BP warm start's store of the probes in {up}: their card is its probes_*.md, written by "
+                f"the probes command (rerun it with --out {up} to finish or rewrite it; finished runs are reused)")
     claims = sorted(p.name for p in d.glob("probes_*.identity.json"))
     if claims:  # probes stopped before their card was written (walk 16 case 54)
         return (f"it holds probes that have no card yet ({claims[0]}): rerun the probes command with --out {d} "
