@@ -19,3 +19,21 @@ def test_report_of_a_probes_folder_never_sends_its_warm_start_to_the_audit(tmp_p
     err = capsys.readouterr().err
     print(err)
     assert "it is the BP warm start's store of the probes in" in err and "rerun the audit" not in err
+
+
+def test_a_python_config_refuses_a_choice_the_cli_refuses():
+    """W2 (cases 150, 155): SaturationConfig(analysis_split="val") and AuditConfig(d1_stat="nope") were built and
+    run (d1_stat "nope" measured as "mean"); the CLI refuses both."""
+    import pytest
+
+    import depthaudit as da
+
+    b = da.TrainConfig(dataset="mnist1d")
+    for make, field in ((lambda: da.AuditConfig(base=b, methods=("bp",), d1_stat="nope"), "d1_stat"),
+                        (lambda: da.LadderConfig(base=b, methods=("bp",), d1_stat="nope"), "d1_stat"),
+                        (lambda: da.SaturationConfig(family="resmlp", analysis_split="val"), "analysis_split"),
+                        (lambda: da.SaturationConfig(family="hf", grow_train="x"), "grow_train")):
+        with pytest.raises(da.ConfigError) as exc:
+            make()
+        print(exc.value)
+        assert exc.value.field == field and "not known; use one of" in str(exc.value)

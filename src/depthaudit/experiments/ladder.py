@@ -39,6 +39,8 @@ class LadderConfig:
 
     def __post_init__(self):
         resolve_sweep(self)  # types, ranges, methods parsed and checked, seeds once (the base's seed the first), ...
+        if self.d1_stat not in ("median", "mean"):  # (an undeclared field: checked here, as the audit's d1_stat)
+            raise refuse(self, f"{{d1_stat}} {self.d1_stat!r} not known; use one of median, mean")
         n = self.base.num_blocks
         ks = tuple(range(n + 1)) if self.k_values is None else tuple(dict.fromkeys(self.k_values))
         bad = [k for k in ks if not 0 <= k <= n]

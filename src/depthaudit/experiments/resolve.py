@@ -9,7 +9,7 @@ defaults and refuses what cannot run here, in one line naming the field as the c
 from dataclasses import replace
 
 from ..errors import ConfigError, UsageError
-from ..fields import check_ranges, check_seeds, check_types, refuse
+from ..fields import check_choices, check_ranges, check_seeds, check_types, refuse
 
 
 def resolve_methods(methods) -> tuple:
@@ -34,6 +34,7 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
         object.__setattr__(cfg, "methods", (cfg.methods,))
     check_types(cfg)
     check_ranges(cfg)  # every field's declared range (the CLI's parser applies the same ones)
+    check_choices(cfg, only=("d1_stat",))  # (walk 22: d1_stat="nope" ran, as "mean")
     check_seeds(cfg)
     base = cfg.base
     if base.epochs < 1:

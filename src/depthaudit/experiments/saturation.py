@@ -24,7 +24,7 @@ from ..data import DATASETS
 from ..data.base import generated
 from ..depth.growth import activation_gradients, credit_signal, separated_test
 from ..depth.matched import gradient_matched
-from ..fields import arg, check_ranges, check_types, like, refuse
+from ..fields import arg, check_choices, check_ranges, check_types, like, refuse
 from ..methods import parse_method_spec
 from ..provenance import provenance
 from ..seeds import derive_seed
@@ -158,6 +158,7 @@ class SaturationConfig:
         check_types(self)  # d_hidden='8', 8.5 or True: refused here, not deep inside torch
         object.__setattr__(self, "device", resolve_device(self.device))
         check_ranges(self)  # every field's declared range (the CLI's parser applies the same ones)
+        check_choices(self, only=("analysis_split", "grow_train"))  # (walk 22: analysis_split="val" ran)
         if self.family not in FAMILIES:  # a ConfigError like every other refused value (the CLI lists the choices)
             raise refuse(self, f"{{family={self.family!r}}}: unknown depth family; choose one of: "
                                f"{', '.join(FAMILIES.names())}")
