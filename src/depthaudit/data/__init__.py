@@ -32,7 +32,13 @@ def load_data(name: str, data_dir: str | None, download: bool, device: torch.dev
         raise UsageError(f"--dataset {name}: its loader ({defined_at(loader)}) returned a {type(arrays).__name__}, "
                          "not an ArrayData; return depthaudit.data.ArrayData(x_train, y_train, x_test, y_test, "
                          "num_classes, source, sha256)")
-    check_arrays(name, arrays)
+    try:
+        check_arrays(name, arrays)
+    except UsageError as exc:  # a plug-in's loader: the refusal names where it is (walk 23 W1), as the others do
+        if getattr(loader, "__module__", "").startswith("depthaudit."):
+            raise
+        rest = str(exc).removeprefix(f"--dataset {name}")
+        raise UsageError(f"--dataset {name} (its loader: {defined_at(loader)}){rest}") from None
     arrays = replace(arrays, num_classes=int(arrays.num_classes))  # (walk 15 case 17: a numpy integer, fine as a
     bundle = to_bundle(name, arrays, device)  # count, went into every record and JSON refused it after training)
     return replace(bundle, fingerprint=bundle.tensors_digest()) if fingerprint else bundle
