@@ -295,6 +295,10 @@ def _own_training_files(out: Path) -> None:
         except (OSError, ValueError):
             what = "cannot be read as JSON (a damaged or truncated record, or a file of your own)"
         raise UsageError(f"{out / 'result.json'} exists and {what}; move it away or choose another --out")
+    if foreign_claim(out / "identity.json"):  # a user's own file where the claim goes, said before "already exists
+        # … pass --force", which then refused it (walk 23 W2)
+        raise UsageError(f"{out / 'identity.json'} exists and is not depthaudit's (the folder's claim is written "
+                         "there); move it away or choose another --out")
     if (out / "checkpoint.pt").is_file() and not (out / "result.json").exists():  # (ours is written with its record)
         raise UsageError(f"{out / 'checkpoint.pt'} exists beside no result.json, so it is no run depthaudit finished; "
                          "move it away or choose another --out")
@@ -578,6 +582,14 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     config = _family_check(family, config, "saturation", family.resolve)  # (its budget and rules: the config)
     _family_check(family, config, "saturation")
     data, name, sha = family.load(config, "saturation", data)
+    if not family.pretrained and hasattr(data, "x_test"):  # the analysis batches the split holds: what is measured
+        n = (data.x_test if config.analysis_split == "test" else data.x_train).shape[0]  # is what is stored (walk 23
+        fit = max(1, n // min(config.batch_size, n))  # W3: 1000 was stored, 15 measured, and 15 "differed")
+        if config.analysis_batches > fit:
+            _log(progress)(f"depthaudit: note: --analysis-batches {config.analysis_batches} × batch {config.batch_size}"
+                           f" exceeds the {n} {config.analysis_split}-split examples; measuring (and recording) "
+                           f"{fit} batches")
+            config = replace(config, analysis_batches=fit)
     specs = config.specs()
     family.check_recipe(specs[0].cfg, data)
     opts = _sweep(sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs")), out, config.device)
