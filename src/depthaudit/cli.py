@@ -259,6 +259,13 @@ def _main(argv: list[str]) -> int:
                 and not os.path.exists(out):  # (walk 20 cases 55, 196: "c2 " trained beside c2, unsaid; said once)
             print(f"depthaudit: note: --out {out!r} begins or ends with a blank or holds a line break (a "
                   "copy-paste?); it is a new folder of that exact name", file=sys.stderr)
+        elif isinstance(out, str) and out.startswith("~") and not os.path.exists(out):  # (walk 23 case 138)
+            print(f"depthaudit: note: --out {out!r} begins with '~', which no shell expanded (it was quoted): it is "
+                  f"a new folder named {out.split('/')[0]!r} here; for the home folder write $HOME or its path",
+                  file=sys.stderr)
+        elif out == "-" and not os.path.exists(out):  # (walk 23 case 141)
+            print("depthaudit: note: --out - is a folder named '-' here, not standard output (results are files)",
+                  file=sys.stderr)
         token = LISTING_ONLY.set(bool(getattr(args, "list_cells", False)))
         try:
             return args.func(args, argv)

@@ -130,7 +130,10 @@ def staged(folder: Path):
         yield Path(tmp)
         files = [f for f in sorted(Path(tmp).rglob("*")) if f.is_file()]
         for f in files:  # nothing replaced unless every file can be
-            check_replaceable(folder / f.relative_to(tmp))
+            dest = folder / f.relative_to(tmp)
+            check_replaceable(dest)
+            if dest.is_dir():  # (os.replace would fail on it only after the files before it had moved)
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(dest))
         previous = Path(tmp) / ".previous"  # a copy of each file it replaces: a move that fails (an immutable file,
         previous.mkdir()  # a permission) puts the ones before it back, so the set stays whole (walk 11 cases 77, 78)
         kept, moved = {}, []

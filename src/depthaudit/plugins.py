@@ -29,7 +29,9 @@ def import_plugin(name: str, given: str | None = None) -> None:
         importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name == name or name.startswith(f"{exc.name}."):
-            raise UsageError(f"{given}: no such module ({exc}); check its name and PYTHONPATH") from None
+            several = (" (DEPTHAUDIT_PLUGINS separates several modules with commas)"
+                       if given.startswith("DEPTHAUDIT_PLUGINS") and len(name.split()) > 1 else "")
+            raise UsageError(f"{given}: no such module ({exc}); check its name and PYTHONPATH{several}") from None
         raise UsageError(f"{given}: it imports a missing module ({exc}); install it") from None
     except SyntaxError as exc:
         raise UsageError(f"{given}: syntax error at {exc.filename}:{exc.lineno}: {exc.msg}") from None

@@ -909,7 +909,7 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
         if old is not None and not take_over:
             was, now = _without_neutral(old.get("identity") or {}), _without_neutral(claim["identity"])
             diff = identity_diff(was, now)
-            if diff and kind in GROWABLE and grows(was, now, diff):
+            if diff and grows(was, now, diff, kind):
                 pass  # the same audit with more methods or seeds: it keeps every stored run, its report covers all
             elif diff:
                 kept = ("its result is replaced" if (folder / "result.json").exists() else
@@ -920,7 +920,7 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
                     raise UsageError(f"{folder / name} differs from the sealed report.json beside it, which is this "
                                      f"configuration's (in: {', '.join(diff[:6])}): it was edited; move it away (it "
                                      "is rewritten) and rerun")  # (walk 20 W7: "belongs to another audit")
-                grow = add_hint(diff, was, now) if kind in GROWABLE and set(diff) <= set(ORDERLESS) else ""
+                grow = add_hint(diff, was, now) if set(diff) <= set(GROWABLE.get(kind, ())) else ""
                 raise UsageError(f"{folder} belongs to another {old.get('kind', 'sweep')} (differs in "
                                  f"{', '.join(diff[:6])}){grow}; use another {flag}{over}")
         if old != claim:
@@ -960,6 +960,8 @@ def add_hint(diff: list[str], was: dict, now: dict) -> str:
         held, asked = [str(x) for x in was.get(k) or []], [str(x) for x in now.get(k) or []]
         if k == "methods":
             held = [_explicit(h, asked) for h in held]
+        if k == "alphas":  # (a grid is sorted: written as the flag takes it, 0 0.5, not 0.0 0.5)
+            held, asked = [f"{float(x):g}" for x in was.get(k) or []], [f"{float(x):g}" for x in now.get(k) or []]
         parts.append(f"{k} {' '.join(dict.fromkeys([*held, *asked]))}")
     return "; to add to it, name everything it holds too (" + "; ".join(parts) + ")"
 
@@ -984,12 +986,14 @@ def _explicit(label: str, asked: list[str]) -> str:
     return f"{label}{',' if ':' in label else ':'}" + ",".join(f"{k}={fmt(opts[k].default)}" for k in extra)
 
 
-GROWABLE = ("audit",)  # commands whose folder takes more methods/seeds later (each run is stored under its own hash)
+# commands whose folder takes more of these lists later (each run is stored under its own hash): an audit more
+# methods or seeds, a method's probes more α or seeds (its grid is sorted, so order names nothing either)
+GROWABLE = {"audit": ORDERLESS, "probes": ("alphas", "seeds")}
 
 
-def grows(was: dict, now: dict, diff: list[str]) -> bool:
-    """Whether ``now`` is ``was`` with more methods and/or seeds (every one it held kept), nothing else changed."""
-    if not set(diff) <= set(ORDERLESS):
+def grows(was: dict, now: dict, diff: list[str], kind: str = "audit") -> bool:
+    """Whether ``now`` is ``was`` with more of ``kind``'s growable lists (every value it held kept), nothing else."""
+    if not set(diff) <= set(GROWABLE.get(kind, ())):
         return False
     return all(set(map(json.dumps, was.get(k) or [])) <= set(map(json.dumps, now.get(k) or [])) for k in diff)
 
@@ -1046,7 +1050,7 @@ def still_owner(folder: Path, claim: dict, flag: str = "--out"):
         if claim is not None and now is not None and now != claim:
             was, grown = _without_neutral(claim.get("identity") or {}), _without_neutral(now.get("identity") or {})
             diff = identity_diff(was, grown)
-            if diff and now.get("kind") in GROWABLE and grows(was, grown, diff):
+            if diff and grows(was, grown, diff, now.get("kind")):
                 raise UsageError(f"{folder} was extended by another {now.get('kind')} (more {', '.join(diff)}) while "
                                  f"this one ran; every run of this one is stored in {folder / 'runs'}, and the other "
                                  "writes the report of all (or rerun with its full lists to write it now)")

@@ -140,7 +140,8 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
             why = (f" — they are stored as trained on {', '.join(sorted(other))}, and a run is not reused on another "
                    "device (it draws other data orders from one seed): give that --device") if other else ""
             raise UsageError(f"{len(missing)} of {len(specs)} cells are not finished ({names}){why}; run them first "
-                             "(--cell ID; Python: SweepOptions(cell=ID)), then report")
+                             "(--cell ID; Python: SweepOptions(cell=ID)), then report — or drop --stored-only "
+                             "(stored_only=True) to train them now")
     if hasattr(store, "claim"):
         store.claim()
     results, pending = {}, []
@@ -163,7 +164,8 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
     if opts.stored_only and pending:
         names = ", ".join(s.key for s in pending[:5]) + (", …" if len(pending) > 5 else "")
         raise UsageError(f"{len(pending)} of {len(specs)} cells are not finished ({names}); run them first "
-                         "(--cell ID; Python: SweepOptions(cell=ID)), then report")
+                         "(--cell ID; Python: SweepOptions(cell=ID)), then report — or drop --stored-only "
+                         "(stored_only=True) to train them now")
     if results and opts.cell is None:
         log(f"{len(results)} of {len(specs)} runs already finished in {store}; skipping them")
     prog = Progress(len(specs), len(results), log)

@@ -123,18 +123,30 @@ def decision_table(methods: list[dict], chance: float, th: Thresholds) -> dict:
             "summary": f"the standard pair walks back {sp_n} of {n} methods; the protocol {pr_n} of {n}"}
 
 
+def fmt_num(x: float, fmt: str) -> str:
+    """``format(x, fmt)``, except that a ``g`` format keeps its trailing zeros: 1.0034 in ``.3g`` is ``1.00``.
+
+    (Plain ``.3g`` prints ``1``, which reads as an exact value beside cells printed ``1.02``.)
+    """
+    m = re.fullmatch(r"([+ ]?)\.(\d+)g", fmt)
+    if m is None or not math.isfinite(x):
+        return format(x, fmt)
+    text = format(x, f"{m[1]}#.{m[2]}g")
+    return text[:-1] if text.endswith(".") else text  # `#` keeps a bare point too: 123. → 123
+
+
 def agreeing(x: float, fmt: str, agrees) -> str:
     """``x`` in ``fmt`` (``+.1f``, ``.3g``, ``.2e``), with the digits it takes for the printed number to agree.
 
     Up to 12 more digits, until the printed number satisfies ``agrees``: a cell never reads as the other side of
     its threshold.
     """
-    text = format(x, fmt)
+    text = fmt_num(x, fmt)
     m = re.fullmatch(r"([+ ]?)\.(\d+)([fge])", fmt)
     if m is None or not math.isfinite(x):
         return text
     for extra in range(13):
-        text = format(x, f"{m[1]}.{int(m[2]) + extra}{m[3]}")
+        text = fmt_num(x, f"{m[1]}.{int(m[2]) + extra}{m[3]}")
         if agrees(float(text)):
             break
     return text
@@ -149,7 +161,7 @@ def check_cells(c: dict, fmt: str) -> tuple[str, str]:
     flagged = c["status"] == "FLAG"
     th = c.get("threshold")
     below = c.get("flag_when", "value < threshold") == "value < threshold"
-    v = "—" if c["value"] is None else format(c["value"], fmt) if th is None else agreeing(
+    v = "—" if c["value"] is None else fmt_num(c["value"], fmt) if th is None else agreeing(
         c["value"], fmt, lambda p: (p < th if below else p > th) == flagged)
     m = "—" if c["margin"] is None else agreeing(c["margin"], "+.1f", lambda p: (p < 0) == flagged)
     return v, m

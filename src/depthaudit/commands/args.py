@@ -277,6 +277,29 @@ def unused_option_note(a: argparse.Namespace, flags: dict) -> None:
     for f in flags:
         if not chosen & set(owners[f][1]):
             _note(f"--{f} is an option of {', '.join(owners[f][1])}; none of {', '.join(names)} reads it")
+        elif rows := _rows_setting(names, f, owners[f][1]):  # every row that reads it sets the option itself
+            _note(f"--{f} {flags[f]} has no effect: {', '.join(rows)} set{'s' if len(rows) == 1 else ''} it in "
+                  "the row itself, and a row's own option wins")
+
+
+def _rows_setting(names: list, flag: str, owners: list[str]) -> list[str]:
+    """The rows among ``names`` that read ``flag`` — if each of them sets its option itself (else ``[]``)."""
+    from ..methods import METHODS, parse_spec
+    from ..methods.specs import declared, flag_name
+
+    rows = []
+    for n in names:
+        try:
+            ms = parse_spec(str(n))
+        except Exception:  # a bad row is refused, with its own line, when the config is built
+            return []
+        if ms.name not in owners:
+            continue
+        keys = [k for k, opt in declared(METHODS.get(ms.name)).items() if flag_name(ms.name, k, opt) == flag]
+        if not all(k in dict(ms.given) for k in keys):
+            return []
+        rows.append(str(n))
+    return list(dict.fromkeys(rows))
 
 
 def _note(text: str) -> None:

@@ -3,10 +3,7 @@
 # imports inside functions: torch/matplotlib modules where used (`--help` loads neither); jsonschema: test extra
 import argparse
 import json
-import os
 import sys
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 from .. import api
@@ -14,12 +11,12 @@ from ..errors import UsageError, cli_message
 from ..experiments.ladder import LadderConfig, placed_in_ladder
 from ..io import (
     check_output_dir,
-    check_replaceable,
     environment_error,
     foreign_json,
     foreign_report_file,
     foreign_table_file,
     our_doc,
+    staged,
     write_json,
     write_text,
 )
@@ -68,7 +65,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     base = config_from_args(a)
     check_output_dir(a.output_dir, "--output_dir")
     if a.k_values is not None:
-        dedup_note(a.k_values, "--k_values")
+        dedup_note(a.k_values, "--k-values")
     dedup_note(a.seeds, "--seeds")
     with building(a):  # k-values (default 0..L) and every rule are the config's own
         lc = LadderConfig(base=base, **given(a, LadderConfig), shallow_blocks=shallow_blocks(a))
@@ -258,18 +255,6 @@ def _assemble_cells(d: Path) -> int:
                          f"{d / 'sweep.json'})") from None
 
 
-@contextmanager
-def _staged(d: Path):
-    """A scratch folder in ``d`` whose files move into ``d`` only if the block succeeds: nothing half-written."""
-    with tempfile.TemporaryDirectory(dir=d, prefix=".render-") as tmp:
-        yield Path(tmp)
-
-        for f in Path(tmp).iterdir():  # nothing replaced unless every file can be
-            check_replaceable(d / f.name)
-        for f in Path(tmp).iterdir():
-            os.replace(f, d / f.name)
-
-
 def _report_dir(d: Path, a: argparse.Namespace) -> int:
     """Render what one folder holds; returns how many results it found."""
     from ..report.figures import audit_figures
@@ -344,12 +329,12 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         if foreign is not None:  # a user's own report.md or picture among the report's files: never written over
             raise UsageError(f"{foreign} exists and is not depthaudit's (report rewrites the audit's files there); "
                              "move it away and rerun")
-        with rendering(d / "report.json"), _staged(d) as tmp:
+        with rendering(d / "report.json"), staged(d) as tmp:  # figures, JSON and markdown: all of them or none
             figures = audit_figures(report, tmp)
             md, text = audit_markdown(report, figures), audit_terminal(report)
-        report["figures"] = figures
-        write_json(d / "report.json", seal(report))
-        write_text(d / "report.md", md)
+            report["figures"] = figures
+            write_json(tmp / "report.json", seal(report))
+            write_text(tmp / "report.md", md)
         print(text)
         missing = unrendered(report, d / "runs")  # a plug-in's quantities: said, not dropped silently
         if missing:
@@ -367,12 +352,12 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         runs_intact(path, doc, "saturation")
         if _nothing_yet(path, doc):
             continue
-        with rendering(path), _staged(d) as tmp:
+        with rendering(path), staged(d) as tmp:
             low = min((r["config"].get("low_signal", 5e-3) for r in doc["runs"].values()), default=5e-3)
             saturation_figure(doc, tmp / path.with_suffix(".png").name, low)
             table = saturation_md(doc)
-        write_text(path.with_suffix(".md"), f"# {saturation_title(doc)}\n\n{table}\n\n"
-                   f"![saturation]({path.with_suffix('.png').name})\n")
+            write_text(tmp / path.with_suffix(".md").name, f"# {saturation_title(doc)}\n\n{table}\n\n"
+                       f"![saturation]({path.with_suffix('.png').name})\n")
         print(f"{path.name}\n{table}\n")
         found += 1
     if (d / "intervention.json").exists():
@@ -380,10 +365,10 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
 
         _mine(d / "intervention.json", [d / "intervention.md", d / "intervention.png"])
         res = verified_intervention(d)
-        with rendering(d / "intervention.json"), _staged(d) as tmp:
+        with rendering(d / "intervention.json"), staged(d) as tmp:
             intervention_figure(res, tmp / "intervention.png")
             table = intervention_md(res)
-        write_text(d / "intervention.md", intervention_doc(res, table))
+            write_text(tmp / "intervention.md", intervention_doc(res, table))
         print(f"intervention.json\n{table}\n")
         found += 1
     for path in sorted(d.glob("grow_*.json")):
@@ -394,11 +379,11 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         runs_intact(path, doc, "grow")
         if _nothing_yet(path, doc):
             continue
-        with rendering(path), _staged(d) as tmp:
+        with rendering(path), staged(d) as tmp:
             grow_figure(doc, tmp / path.with_suffix(".png").name)
             table = grow_md(doc)
-        write_text(path.with_suffix(".md"), f"# {grow_title(doc)}\n\n{table}\n\n"
-                   f"![grow]({path.with_suffix('.png').name})\n")
+            write_text(tmp / path.with_suffix(".md").name, f"# {grow_title(doc)}\n\n{table}\n\n"
+                       f"![grow]({path.with_suffix('.png').name})\n")
         print(f"{path.name}\n{table}\n")
         found += 1
     return found

@@ -294,9 +294,11 @@ class TrainingMonitor:
                              "'results/monitor'), or '.' for the current folder")
         out = Path(out)
         check_output_dir(out, "out")  # a FIFO or file where the folder must be: one line
-        if (out / "identity.json").exists() or (out / "runs").is_dir():  # a CLI command's folder: its report and
-            raise UsageError(f"out {out}: it holds another command's results (its runs and report); write the "
-                             "monitor's report to a folder of its own")  # runs are not replaced by this one
+        if (out / "identity.json").exists() or (out / "runs").is_dir() or (out / "result.json").exists():
+            # a CLI command's folder: its report and runs (or a training's result.json) are not replaced by this one
+            what = ("one training (its result.json)" if (out / "result.json").exists() and not (out / "runs").is_dir()
+                    else "another command's results (its runs and report)")
+            raise UsageError(f"out {out}: it holds {what}; write the monitor's report to a folder of its own")
         foreign = foreign_report_file(out)
         if foreign is not None:  # a user's own report.md or picture: never written over
             raise UsageError(f"{foreign} exists and {not_ours_why(foreign)} (the monitor writes its report there); "

@@ -23,6 +23,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..io import environment_error, our_png, save_figure, staged, write_text
 from ..methods import METHODS
+from ..verdicts import fmt_num
 from .published_audit import TABLE1
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -106,7 +107,7 @@ def _check(c: dict) -> str:
     if c is None or c.get("value") is None:
         return "—"
     spec = "+.1f" if c.get("margin_unit") == "pp" else ".3g"
-    return f"{format(c['value'], spec)} {c['status']}"
+    return f"{fmt_num(c['value'], spec)} {c['status']}"
 
 
 def field_md(found: dict[tuple[str, str], dict], epochs: int, dataset: str) -> str:

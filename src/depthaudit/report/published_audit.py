@@ -8,7 +8,7 @@ A cell is *reproduced* when ours is within 2 published std or 2 pp of the publis
 (issue 34's rule).
 """
 
-from ..verdicts import fmt_ms
+from ..verdicts import fmt_ms, fmt_num
 
 # method -> (mean, std) of test accuracy; "frozen" is the study's one frozen-blocks baseline
 TABLE1: dict[str, tuple[float, float]] = {"bp": (0.615, 0.004), "ep": (0.316, 0.037), "dfa": (0.306, 0.008),
@@ -65,7 +65,7 @@ def table1_md(report: dict) -> str | None:
         out.append(f"| {m['method']} | {fmt_ms(acc)} | {_pub(pub)} | "
                    f"{100 * (acc['mean'] - pub[0]):+.1f} | {verdict(acc['mean'], pub)} | "
                    f"{fmt_ms(g, '.3f')} / {TABLE1_GAMMA.get(name, '—')} | "
-                   f"{format(m['checks']['D1']['value'], '.3g') if m['checks']['D1']['value'] is not None else '—'}"
+                   f"{fmt_num(m['checks']['D1']['value'], '.3g') if m['checks']['D1']['value'] is not None else '—'}"
                    f" / {format(TABLE1_RHO[name], '.2g') if name in TABLE1_RHO else '—'} |")
         fz = m.get("frozen_test_acc")
         if fz and fz.get("mean") is not None:
