@@ -101,7 +101,7 @@ CASES = [
     (["saturation", "--family", "gpt", "--d-hidden", "7"], "multiple of 4"),
     (["--plugin", "plugin_raises", "train"], "RuntimeError: boom at"),
     (["--plugin", "plugin_syntax", "train"], "syntax error at"),
-    (["--plugin", "plugin_rereg", "train"], "already registered at"),
+    (["--plugin", "plugin_rereg", "train"], "method 'bp' is taken: it is depthaudit's own (depthaudit.methods.bp)"),
     (["--plugin", "no_such_plugin_xyz", "train"], "no such module"),
     (["train", "--out", "afile"], "not a folder"),
     (["audit", "--out", "auditrunsfile"], "not a folder"),

@@ -212,7 +212,8 @@ def test_a_diagnostic_whose_values_its_summary_cannot_read_stores_no_run(tmp_pat
     argv = _plugin_audit(plugin, out)
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "diagnostic 'credit_norm'" in err and "its own summarise() cannot read (IndexError" in err, err
+    assert "diagnostic 'credit_norm'" in err and "has a summarise() that raised IndexError" in err, err
+    assert f" at {src}:" in err and "reading its first measurement (what compute() returned)" in err  # (walk 24)
     assert not list((out / "runs").rglob("result.json"))
     src.write_text(good)  # the plug-in fixed: the same command, in a fresh process's registry
     import sys

@@ -19,7 +19,7 @@ def _family_choices(command: str) -> list[str]:
 def test_family_choices_are_the_registry():
     assert _family_choices("saturation") == FAMILIES.names() == ["gpt", "hf", "resmlp", "resnet"]
     assert _family_choices("grow") == [n for n in FAMILIES.names() if FAMILIES.get(n).growable] == ["resmlp", "resnet"]
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(ValueError, match="is taken: it is depthaudit.s own"):
         FAMILIES.register("resnet")(DepthFamily)
 
 

@@ -63,6 +63,7 @@ from .loop import train as train_run
 from .progress import bars, say
 from .provenance import provenance
 from .report import audit_markdown, audit_terminal, fmt_ms
+from .report.card import unrendered_note
 from .runlog import check_loggers
 from .runner import fitted_probe_batches, probe_batch, result_record, save_run
 from .stores import (
@@ -377,6 +378,9 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
         write_json(tmp / "report.json", seal(report))  # sealed: a hand edit (say, of its provenance) shows
         md = audit_markdown(report, figures)
         write_text(tmp / "report.md", md)
+    note = unrendered_note(report, out)  # a plug-in's quantities, measured but not rendered here: said (walk 24)
+    if note:
+        print(note, file=sys.stderr)
     return Result(out / "report.json", _as_written(out / "report.json", report), audit_terminal(report), md,
                   [out / f for f in (figures.values() if isinstance(figures, dict) else figures)])
 

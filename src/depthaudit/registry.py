@@ -42,8 +42,11 @@ class Registry(Generic[T]):
                 # internal error when used)
                 raise ValueError(f"{self.kind} {name!r}: register a class or function that builds it, not "
                                  f"{type(obj).__name__} {obj!r}"[:200])
-            if name in self._items and not overwrite:
-                raise ValueError(f"{self.kind} {name!r} is already registered")
+            if name in self._items and not overwrite:  # named with who holds it (walk 24 case 58: the message
+                held = self._items[name]  # and the plug-in's file:line after it read as if the plug-in held it)
+                mod = getattr(held, "__module__", None) or "?"
+                who = f"depthaudit's own ({mod})" if mod.startswith("depthaudit.") else f"registered by {mod}"
+                raise ValueError(f"{self.kind} {name!r} is taken: it is {who}; register yours under another name")
             self._items[name] = obj
             self._meta[name] = dict(meta)
             return obj

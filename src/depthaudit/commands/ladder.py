@@ -21,7 +21,7 @@ from ..io import (
     write_text,
 )
 from ..report import audit_markdown, audit_terminal
-from ..report.card import unrendered
+from ..report.card import unrendered_note
 from ..report.verified import (
     read_json_doc,
     rendering,
@@ -336,11 +336,9 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
             write_json(tmp / "report.json", seal(report))
             write_text(tmp / "report.md", md)
         print(text)
-        missing = unrendered(report, d / "runs")  # a plug-in's quantities: said, not dropped silently
-        if missing:
-            print(f"depthaudit: note: {d / 'report.json'}: the runs measured {', '.join(missing)}, which no loaded "
-                  "diagnostic renders; their sections need the plug-in that registered them: rerun with "
-                  "--plugin MODULE", file=sys.stderr)
+        note = unrendered_note(report, d)  # a plug-in's quantities: said, not dropped silently
+        if note:
+            print(note, file=sys.stderr)
         found += 1
     from ..report.saturation import grow_figure, grow_md, grow_title, saturation_figure, saturation_md, saturation_title
 

@@ -249,14 +249,32 @@ class Tracker:
                 continue  # report cannot summarise (walk 12: the stored values were reused after the fix)
             try:
                 summary = type(d).summarise([out], model.num_blocks)
-            except Exception as exc:
-                raise _diagnostic_error(d, f"returned values its own summarise() cannot read ({type(exc).__name__}: "
-                                        f"{str(exc)[:120]})") from None
+            except Exception as exc:  # named where it raised: the summary's own bug or values it cannot read
+                raise _diagnostic_error(d, f"has a summarise() that raised {type(exc).__name__}: {str(exc)[:120]}"
+                                        f"{_raised_in(type(d), exc)} reading its first measurement (what compute() "
+                                        "returned)") from None
             if not isinstance(summary, dict) or unstorable(summary) is not None:  # (walk 13 case 40: None)
                 raise _diagnostic_error(d, f"has a summarise() that returned {type(summary).__name__} "
                                         f"{str(summary)[:60]}, not a dict of plain values (its part of the summary)")
             self._read_back.add(type(d))
         return out
+
+
+def _raised_in(cls: type, exc: BaseException) -> str:
+    """`` at file:line`` of the innermost frame of ``exc`` in ``cls``'s source file (walk 24 case 60), else ``""``."""
+    import inspect
+    import os
+
+    try:
+        src = os.path.abspath(inspect.getsourcefile(cls) or "")
+    except TypeError:
+        return ""
+    tb, at = exc.__traceback__, ""
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == src:
+            at = f" at {src}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return at
 
 
 def _diagnostic_error(d: Diagnostic, what: str):

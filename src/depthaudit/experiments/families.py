@@ -46,7 +46,23 @@ def budget_text(cfg: dict) -> str:
     """
     ep = cfg.get("epochs", "?")
     opt = f", optimizer {cfg['optimizer']}" if cfg.get("optimizer") not in (None, "adamw") else ""
-    return (f"{ep} epochs" if cfg.get("stop_after") is None else f"first {cfg['stop_after']} of {ep} epochs") + opt
+    return (f"{ep} epochs" if cfg.get("stop_after") is None else f"first {cfg['stop_after']} of {ep} epochs") + opt \
+        + "".join(f", {x}" for x in _recipe_changes(cfg))
+
+
+def _recipe_changes(cfg: dict) -> list[str]:
+    """The recipe's numbers a run changed from its optimizer's defaults (``lr 0.002``): a card says them.
+
+    (Walk 24 case 105: an --lr 0.002 audit's card read exactly like the protocol recipe's.)
+    """
+    from ..optim import OPTIMIZERS
+
+    meta = OPTIMIZERS.meta(cfg.get("optimizer") or "adamw")
+    out = [f"{name} {cfg[k]:g}" for k, name in (("lr", "lr"), ("weight_decay", "weight decay"))
+           if isinstance(cfg.get(k), int | float) and k in meta and cfg[k] != meta[k]]
+    if isinstance(cfg.get("batch_size"), int) and cfg["batch_size"] != 128:
+        out.append(f"batch {cfg['batch_size']}")
+    return out
 
 
 class _FamilyRegistry(Registry):

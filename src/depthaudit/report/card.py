@@ -262,6 +262,16 @@ def unrendered(report: dict, runs_dir) -> list[str]:
     return sorted(n for n in names if n not in DIAGNOSTICS)
 
 
+def unrendered_note(report: dict, out) -> str | None:
+    """The stderr note for :func:`unrendered` quantities of the report in ``out`` (``None`` when there are none)."""
+    missing = unrendered(report, Path(out) / "runs")
+    if not missing:
+        return None
+    return (f"depthaudit: note: {Path(out) / 'report.json'}: the runs measured {', '.join(missing)}, which no loaded "
+            "diagnostic renders, so the report has no section for them; their sections need the plug-in that "
+            "registered them: rerun with --plugin MODULE")
+
+
 def _section(d, report: dict, table):
     """A diagnostic's own card section, checked: None or a (title, text) pair of strings (else one line)."""
     sec = d.section(report, table)

@@ -152,6 +152,8 @@ def grow_md(doc: dict) -> str:
             acc = _num(f["test_acc"], ".4f") + (" **diverged**" if rec.get("status") == "diverged" else "")
             out.append(f"| {arm} | {f['blocks']} | {_num(f['train_loss'], '.4f')} | {_num(f['test_loss'], '.4f')} | "
                        f"{acc} |")
+        else:  # an interrupted command's file: the comparison's missing side is said, not left out (walk 24 case 96)
+            out.append(f"| {arm} | — | not trained yet: rerun the grow command to train it | — | — |")
     return "\n".join(out)
 
 

@@ -1,0 +1,97 @@
+"""Walk 24's wrong and unclear cases, each reproduced as the walker did it (docs/walks/walk24_*.txt)."""
+
+import json
+
+import depthaudit as da
+from depthaudit.cli import main
+
+C = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1"]
+BASE = dict(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+
+
+def _with_plugin_quantity(out, record: dict) -> None:
+    """Store in each trained run's record a quantity of a plug-in not loaded here (as its diagnostic stores it)."""
+    from depthaudit.diagnostics import MEASUREMENT_KEY
+    from depthaudit.stores import seal, unsealed
+
+    for m in record["methods"]:
+        for slug in m["runs"]["trained"]:
+            path = out / "runs" / slug / "result.json"
+            rec = unsealed(json.loads(path.read_text()))
+            rec["history"][-1][MEASUREMENT_KEY]["gn24"] = {"per_layer": [1.0, 2.0]}
+            path.write_text(json.dumps(seal(rec)))
+
+
+def test_an_audit_rerun_without_the_plugin_of_a_section_says_so(tmp_path, capsys):
+    """W1 (cases 63, 64): the audit rerun without --plugin rewrote its report without the plug-in's section, unsaid
+    (`report` says it: cli.md). Now the audit gives the same note, from the CLI and from Python."""
+    out = tmp_path / "g"
+    cfg = da.AuditConfig(base=da.TrainConfig(**BASE), methods=("bp", "fa"), seeds=(1,), probe_batches=1,
+                         probe_batch_size=32)
+    res = da.audit(cfg, out, progress=False)
+    assert "gn24" not in capsys.readouterr().err
+    _with_plugin_quantity(out, res.record)
+    da.audit(cfg, out, progress=False)
+    err = capsys.readouterr().err
+    print(err)
+    assert f"{out / 'report.json'}: the runs measured gn24, which no loaded diagnostic renders" in err
+    assert "rerun with --plugin MODULE" in err
+    argv = ["audit", *C, "--methods", "bp", "fa", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32",
+            "--out", str(out)]
+    assert main(argv) == 0
+    assert err.splitlines()[-1] in capsys.readouterr().err  # the CLI: the same line
+    assert main(["report", str(out)]) == 0
+    assert "the runs measured gn24" in capsys.readouterr().err
+
+
+def test_a_name_taken_by_a_built_in_is_said_to_be_depthaudits():
+    """Case 58: "diagnostic 'credit_cosine' is already registered at <plug-in>.py:7" read as if the plug-in held it."""
+    import pytest
+
+    from depthaudit.diagnostics import DIAGNOSTICS
+    from depthaudit.methods import METHODS
+
+    with pytest.raises(ValueError) as exc:
+        DIAGNOSTICS.register("credit_cosine")(type("Mine", (), {"__module__": "p24d"}))
+    print(exc.value)
+    assert "diagnostic 'credit_cosine' is taken: it is depthaudit's own (depthaudit.diagnostics." in str(exc.value)
+    METHODS.register("mine24")(METHODS.get("bp"))  # a plug-in's name: named as the module that registered it
+    try:
+        with pytest.raises(ValueError, match=r"method 'mine24' is taken: it is depthaudit's own \(depthaudit.methods"):
+            METHODS.register("mine24")(METHODS.get("fa"))
+        mine = type("M24", (), {"__module__": "my_methods"})
+        METHODS.register("mine24b")(mine)
+        with pytest.raises(ValueError, match=r"method 'mine24b' is taken: it is registered by my_methods; register "
+                                             "yours under another name"):
+            METHODS.register("mine24b")(mine)
+    finally:
+        for n in ("mine24", "mine24b"):
+            METHODS._items.pop(n, None)
+            METHODS._meta.pop(n, None)
+
+
+def test_a_grow_file_with_one_arm_says_the_other_is_missing():
+    """Case 96: an interrupted grow's report showed the grown row alone, the scratch arm silently absent."""
+    from depthaudit.report.saturation import grow_md
+
+    rec = {"final": {"blocks": 2, "train_loss": 1.0, "test_loss": 1.2, "test_acc": 0.5}}
+    md = grow_md({"runs": {"grown": rec}})
+    print(md)
+    assert "| grown | 2 | 1.0000 | 1.2000 | 0.5000 |" in md
+    assert "| scratch | — | not trained yet: rerun the grow command to train it | — | — |" in md
+    assert "not trained yet" not in grow_md({"runs": {"grown": rec, "scratch": rec}})
+
+
+def test_a_card_names_the_recipe_numbers_a_run_changed(tmp_path):
+    """Case 105: an --lr 0.002 audit's card and report.md read exactly like the protocol recipe's."""
+    from depthaudit.experiments.families import budget_text
+
+    assert budget_text({"epochs": 5, "optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.01, "batch_size": 128}) \
+        == "5 epochs"
+    assert budget_text({"epochs": 5, "optimizer": "adamw", "lr": 2e-3, "weight_decay": 0.01, "batch_size": 64}) \
+        == "5 epochs, lr 0.002, batch 64"
+    assert budget_text({"epochs": 5, "optimizer": "sgd", "lr": 3e-4, "weight_decay": 5e-4}) == "5 epochs, optimizer sgd"
+    out = tmp_path / "a"
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", "--lr", "0.002", "--probe-batches", "1",
+                 "--probe-batch-size", "32", "--out", str(out)]) == 0
+    assert "1 epochs, lr 0.002, seeds [1]" in (out / "report.md").read_text()
