@@ -95,3 +95,12 @@ def test_a_card_names_the_recipe_numbers_a_run_changed(tmp_path):
     assert main(["audit", *C, "--methods", "bp", "--seeds", "1", "--lr", "0.002", "--probe-batches", "1",
                  "--probe-batch-size", "32", "--out", str(out)]) == 0
     assert "1 epochs, lr 0.002, seeds [1]" in (out / "report.md").read_text()
+
+
+def test_jobs_without_training_is_said_to_do_nothing(tmp_path, capsys):
+    """Case 110: --stored-only --jobs 4 (nothing may train) took --jobs without a word (cli.md: idle flags noted)."""
+    out = str(tmp_path / "a")
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", "--list-cells", "--jobs", "4", "--out", out]) == 0
+    assert "--jobs has no effect with --list-cells: nothing trains" in capsys.readouterr().err
+    main(["audit", *C, "--methods", "bp", "--seeds", "1", "--stored-only", "--jobs", "4", "--out", out])
+    assert "--jobs has no effect with --stored-only: nothing trains" in capsys.readouterr().err

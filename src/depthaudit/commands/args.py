@@ -132,6 +132,9 @@ def sweep_options(a: argparse.Namespace, out, device: str):
         _note("--slurm-* flags are for --executor slurm; ignored here")
     if getattr(a, "cell", None) is not None and (getattr(a, "jobs", None) or 1) > 1:
         _note("--jobs has no effect with --cell: one cell runs in this process")
+    elif not trains(a) and (getattr(a, "jobs", None) or 1) > 1:  # (walk 24 case 110)
+        _note(f"--jobs has no effect with --{'stored-only' if getattr(a, 'stored_only', False) else 'list-cells'}: "
+              "nothing trains")
     if getattr(a, "log_dir", None) and not getattr(a, "log", None):  # (walk 20 W4: ignored without a word)
         _note("--log-dir has no effect without --log (tensorboard, wandb): no live log is written")
     opts = given(a, SweepOptions)
