@@ -104,3 +104,40 @@ def test_jobs_without_training_is_said_to_do_nothing(tmp_path, capsys):
     assert "--jobs has no effect with --list-cells: nothing trains" in capsys.readouterr().err
     main(["audit", *C, "--methods", "bp", "--seeds", "1", "--stored-only", "--jobs", "4", "--out", out])
     assert "--jobs has no effect with --stored-only: nothing trains" in capsys.readouterr().err
+
+
+def test_a_batch_above_the_split_is_stored_as_trained(tmp_path, capsys):
+    """W2 (cases 119, 120, 126): --batch-size 100000 on 8000 examples trained one batch of 8000 a step but stored
+    100000, so the same run under 8000 was another configuration (train, audit and saturation alike)."""
+    t = str(tmp_path / "t")
+    assert main(["train", *C, "--batch-size", "20000", "--out", t]) == 0
+    err = capsys.readouterr().err
+    assert "batch size 20000 exceeds the 8000 training examples: training (and recording) batch size 8000" in err
+    assert json.loads((tmp_path / "t" / "result.json").read_text())["config"]["batch_size"] == 8000
+    assert main(["train", *C, "--batch-size", "8000", "--out", t]) == 2  # the same run: this configuration's
+    assert "already exists (this configuration's)" in capsys.readouterr().err
+    a = str(tmp_path / "a")
+    small = ["--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32", "--out", a]
+    assert main(["audit", *C, "--batch-size", "100000", *small]) == 0
+    capsys.readouterr()
+    assert main(["audit", *C, "--batch-size", "8000", *small]) == 0
+    assert "2 of 2 runs already finished" in capsys.readouterr().err
+    sat = da.saturation(da.SaturationConfig(family="resmlp", dataset="mnist1d", d_hidden=8, epochs=1, extra=(0,),
+                                            batch_size=100000), tmp_path / "s", progress=False)
+    assert [r["config"]["batch_size"] for r in sat.record["runs"].values()] == [8000]
+
+
+def test_a_warmup_that_rounds_to_no_step_is_stored_as_none(tmp_path, capsys):
+    """W3 (cases 121, 122): --warmup dfa --warmup-fraction 0.005 (0 of 63 steps) trained plain fa, bit for bit, but
+    stored dfa/0.005: another configuration than plain fa's, unsaid."""
+    t = str(tmp_path / "t")
+    assert main(["train", *C, "--method", "fa", "--out", t]) == 0
+    capsys.readouterr()
+    assert main(["train", *C, "--method", "fa", "--warmup", "dfa", "--warmup-fraction", "0.005", "--out", t]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "--warmup dfa has no effect with --warmup-fraction 0.005: 0.005 × 63 steps rounds to no step" in err
+    assert "already exists (this configuration's)" in err
+    res = da.train(da.TrainConfig(**BASE, method="fa", warmup="dfa", warmup_fraction=0.02), tmp_path / "w",
+                   progress=False)  # 0.02 × 63 = 1.26: one step under dfa, kept
+    assert res.record["config"]["warmup"] == "dfa"

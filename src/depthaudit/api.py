@@ -25,6 +25,7 @@ import functools
 import html
 import inspect
 import json
+import math
 import os
 import sys
 from contextlib import contextmanager
@@ -165,6 +166,30 @@ def _api_call(fn):
     return call
 
 
+def _fit_batch(cfg, data, progress: bool):
+    """``cfg`` as it trains on ``data``, so that what trains is what is stored (walk 24 W2, W3), said on stderr.
+
+    A batch above the split trains one full batch a step (stored as asked, the same run under 8000 and 100000
+    named two configurations that refused each other's folders); a warm-up whose fraction rounds to no step of
+    the budget is no warm-up.
+    """
+    n = data.x_train.shape[0] if hasattr(data, "x_train") else None
+    if n is None or cfg.batch_size is None:
+        return cfg
+    if cfg.batch_size > n:
+        _log(progress)(f"depthaudit: note: batch size {cfg.batch_size} exceeds the {n} training examples: training "
+                       f"(and recording) batch size {n}, one full batch a step")
+        cfg = replace(cfg, batch_size=n)
+    if getattr(cfg, "warmup", None) is not None and isinstance(cfg.epochs, int):  # the steps under it, as the loop
+        total = cfg.epochs * math.ceil(n / cfg.batch_size)  # counts them: none is no warm-up (walk 24 W3)
+        if round(cfg.warmup_fraction * total) == 0:
+            _log(progress)(f"depthaudit: note: --warmup {cfg.warmup} has no effect with --warmup-fraction "
+                           f"{cfg.warmup_fraction:g}: {cfg.warmup_fraction:g} × {total} steps rounds to no step "
+                           "under it; training (and recording) no warm-up")
+            cfg = replace(cfg, warmup=None, warmup_fraction=0.2)
+    return cfg
+
+
 def _data(cfg: TrainConfig, data):
     if data is not None and not hasattr(data, "x_test"):  # (data="notdata": named, not an AttributeError)
         raise ConfigError(f"{{data}} must be a dataset loaded by depthaudit (da.load_data(...)), got "
@@ -226,6 +251,8 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
     usable_device(config.device)
     check_output_dir(out)
     _own_training_files(out)
+    data = _data(config, data)
+    config = _fit_batch(config, data, progress)  # (before the record beside is compared: what trains is stored)
     if (out / "result.json").exists() and not force:
         held = _held_run(out, config)
         if held == " (this configuration's)":  # (walk 19 case 118: a record edited after it was written was called
@@ -244,7 +271,6 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
         if beside.is_file() and not isinstance(_as_written(beside, None), dict):  # (walk 19 case 119: unsaid)
             _log(progress)(f"depthaudit: note: --warm-start {config.warm_start}: the result.json beside it cannot be "
                            "read (damaged or truncated?), so the checkpoint is not checked against its record")
-    data = _data(config, data)
     Stepper(config, data, *build(config, data))  # model, warm start and augmentation fit the data: refused here
     with claim_training(out, config, force):  # before it trains: a second training into ``out`` is refused
         log = _log(progress)
@@ -350,10 +376,11 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
 
     out = Path(out)  # (the config resolved itself when built: specs parsed, seeds once, every rule checked)
     check_output_dir(out, subdirs=("runs",))
+    data = _data(config.base, data)
+    config = replace(config, base=_fit_batch(config.base, data, progress))
     same_audit(out, config, replace_report)
     base = config.base
     opts = _sweep(sweep, out, base.device)
-    data = _data(base, data)
     check_probe_fits(config.probe_batch_size, data)
     # what is measured is recorded: probe batches clamped to the held-out split
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
@@ -396,6 +423,8 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
     check_output_dir(out, "--output_dir")
     opts = _sweep(sweep, out, base.device)
     data = _data(base, data)
+    config = replace(config, base=_fit_batch(base, data, progress))
+    base = config.base
     check_probe_fits(config.probe_batch_size, data)
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     specs = ladder_specs(config, data)
@@ -443,6 +472,7 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
     out = Path(out)
     check_output_dir(out, subdirs=("runs",))
     data = _data(config.base, data)
+    config = replace(config, base=_fit_batch(config.base, data, progress))
     check_probe_fits(config.probe_batch_size, data)
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     opts = _sweep(sweep, out, config.base.device)
@@ -506,6 +536,8 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
     check_output_dir(out, subdirs=("warm_start",))
     base, tag, log, argv = config.base, config.tag, _log(progress), argv or ["depthaudit.probes"]
     data = _data(base, data)
+    config = replace(config, base=_fit_batch(base, data, progress))
+    base = config.base
     check_probe_fits(config.probe_batch_size, data)
     opts = _sweep(sweep, out, base.device)
     plan = (fitted_probe_batches(data, config.probe_batches, config.probe_batch_size), config.probe_batch_size)
@@ -586,6 +618,8 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     config = _family_check(family, config, "saturation", family.resolve)  # (its budget and rules: the config)
     _family_check(family, config, "saturation")
     data, name, sha = family.load(config, "saturation", data)
+    if not family.pretrained:
+        config = _fit_batch(config, data, progress)
     if not family.pretrained and hasattr(data, "x_test"):  # the analysis batches the split holds: what is measured
         n = (data.x_test if config.analysis_split == "test" else data.x_train).shape[0]  # is what is stored (walk 23
         fit = max(1, n // min(config.batch_size, n))  # W3: 1000 was stored, 15 measured, and 15 "differed")
@@ -632,6 +666,7 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
     config = _family_check(family, config, "grow", family.resolve)
     _family_check(family, config, "grow")
     data, _, _ = family.load(config, "grow", data)
+    config = _fit_batch(config, data, progress)
     specs = [RunSpec(arm, config.arm(arm), runner=run_arm) for arm in ("grown", "scratch")]
     family.check_recipe(specs[1].cfg, data)
     ident = {"dataset": config.dataset, "data_sha256": data.sha256, "extra": config.extra, "epochs": config.epochs,
