@@ -141,3 +141,22 @@ def test_a_warmup_that_rounds_to_no_step_is_stored_as_none(tmp_path, capsys):
     res = da.train(da.TrainConfig(**BASE, method="fa", warmup="dfa", warmup_fraction=0.02), tmp_path / "w",
                    progress=False)  # 0.02 × 63 = 1.26: one step under dfa, kept
     assert res.record["config"]["warmup"] == "dfa"
+
+
+def test_every_swapped_checkpoint_is_named_at_once(tmp_path, capsys):
+    """Case 137: two swapped checkpoints were named one per attempt (a failed rerun for each damaged run)."""
+    out = tmp_path / "b"
+    argv = ["audit", *C, "--methods", "bp", "fa", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32",
+            "--out", str(out)]
+    assert main(argv) == 0
+    a, b = (next((out / "runs").glob(f"*_{m}_all_*")) / "checkpoint.pt" for m in ("bp", "fa"))
+    pa, pb = a.read_bytes(), b.read_bytes()
+    a.write_bytes(pb)
+    b.write_bytes(pa)
+    before = (out / "report.json").read_bytes()
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert f"2 checkpoints are not the ones their run records were written with (or cannot be read): {a}, {b}" in err
+    assert (out / "report.json").read_bytes() == before

@@ -282,6 +282,16 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
     """
     if "bp" not in methods:
         return {}
+    swapped = []  # every checkpoint that is not its record's, named at once (walk 24 case 137: one per rerun)
+    for key in (f"{m}/trained/s{s}" for s in seeds for m in dict.fromkeys(["bp", *methods])):
+        rec = records.get(key)
+        path = runs_dir / run_slug_of(rec) / "checkpoint.pt" if rec else None
+        if rec and rec["status"] != "diverged" and path.is_file() and checkpoint_problem(path, rec):
+            swapped.append(path)
+    if len(swapped) > 1:
+        raise UsageError(f"{len(swapped)} checkpoints are not the ones their run records were written with (or cannot "
+                         f"be read): {', '.join(map(str, swapped))}; the CKA to BP reads them: move their folders away "
+                         "and rerun the audit to train those runs again (the others are reused)")
 
     def load(rec):
         if rec["status"] == "diverged":  # a diverged run's weights are not finite: no CKA (the card says diverged),
