@@ -160,3 +160,15 @@ def test_every_swapped_checkpoint_is_named_at_once(tmp_path, capsys):
     print(err)
     assert f"2 checkpoints are not the ones their run records were written with (or cannot be read): {a}, {b}" in err
     assert (out / "report.json").read_bytes() == before
+
+
+def test_a_ladder_gain_rounds_as_the_audit_gap_of_the_same_runs():
+    """Case 42: the ladder's gain k=0→k=L read "+1.3" where the audit's D3 of the same two runs read "+1.4"
+    (100 × (0.1735 − 0.16) is 1.3499… in floats; a gap of counts over one test set is 1.35)."""
+    from depthaudit.experiments.ladder import aggregate
+
+    rec = lambda acc: {"status": "ok", "final": {"test_acc": acc}, "history": []}  # noqa: E731
+    doc = {"identity": {"num_blocks": 2}, "runs": {"bp/k0/s1": rec(0.16), "bp/k2/s1": rec(0.1735)}}
+    gain = aggregate(doc)["helpers"]["bp"]["gain_pp_k0_to_kL"]
+    print(gain, 100 * (0.1735 - 0.16))
+    assert gain == 1.35 and f"{gain:+.1f}" == "+1.4"

@@ -15,7 +15,7 @@ from ..methods import parse_method_spec
 from ..runner import tracking_plan
 from ..stores import EXPECTED
 from ..sweep import FileStore, RunSpec
-from ..verdicts import Thresholds, mean_std
+from ..verdicts import Thresholds, accuracy_gap_pp, mean_std
 from .resolve import resolve_sweep
 from .shallow import matched_shallow, shallow_config
 
@@ -171,7 +171,7 @@ def aggregate(doc: dict) -> dict:
              "monotone": all(b >= a for (_, a), (_, b) in zip(means, means[1:], strict=False))
              if len(means) > 1 else None}  # one rung alone says nothing of the trend
         if 0 in ks and L in ks and ks[0]["mean"] is not None and ks[L]["mean"] is not None:
-            h["gain_pp_k0_to_kL"] = 100 * (ks[L]["mean"] - ks[0]["mean"])
+            h["gain_pp_k0_to_kL"] = accuracy_gap_pp(ks[L]["mean"], ks[0]["mean"])  # (as D3: 1.35, not 1.3499…)
         else:
             h["gain_pp_k0_to_kL"] = None
         helpers[m] = h
