@@ -172,3 +172,27 @@ def test_a_ladder_gain_rounds_as_the_audit_gap_of_the_same_runs():
     gain = aggregate(doc)["helpers"]["bp"]["gain_pp_k0_to_kL"]
     print(gain, 100 * (0.1735 - 0.16))
     assert gain == 1.35 and f"{gain:+.1f}" == "+1.4"
+
+
+def test_a_record_names_the_plugin_code_it_ran(tmp_path):
+    """Case 152: a run of a plug-in's method recorded no trace of the plug-in (module, file, digest)."""
+    import hashlib
+    import subprocess
+    import sys
+
+    (tmp_path / "p24prov.py").write_text(
+        "from depthaudit.methods import METHODS\nfrom depthaudit.methods.bp import BP\n\n\n"
+        "@METHODS.register('bp24prov')\nclass BP24(BP):\n    pass\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", "p24prov", "train", *C, "--method",
+                        "bp24prov", "--out", str(tmp_path / "t")], capture_output=True, text=True, env=env,
+                       timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    prov = json.loads((tmp_path / "t" / "result.json").read_text())["provenance"]
+    print(prov["plugins"])
+    digest = hashlib.sha256((tmp_path / "p24prov.py").read_bytes()).hexdigest()
+    assert prov["plugins"] == [{"module": "p24prov", "file": str(tmp_path / "p24prov.py"), "sha256": digest}]
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "train", *C, "--out", str(tmp_path / "plain")],
+                       capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr  # no plug-in: no key
+    assert "plugins" not in json.loads((tmp_path / "plain" / "result.json").read_text())["provenance"]

@@ -60,9 +60,42 @@ def provenance(device: torch.device, data_prov: dict, seed: int, argv: list[str]
         "data": data_prov,
         "seed": seed,
         "argv": argv,
+        **({"plugins": mods} if (mods := plugin_modules()) else {}),
         "started_at": (started_at or now).isoformat(timespec="seconds"),
         "written_at": now.isoformat(timespec="seconds"),
     }
+
+
+# the registries a user's code registers into (read from sys.modules: this module sits below them all)
+_REGISTRIES = (("depthaudit.methods", "METHODS"), ("depthaudit.models", "MODELS"), ("depthaudit.data", "DATASETS"),
+               ("depthaudit.diagnostics", "DIAGNOSTICS"), ("depthaudit.experiments.families", "FAMILIES"))
+
+
+def plugin_modules() -> list[dict]:
+    """The modules outside depthaudit whose methods, models, datasets, diagnostics or families are registered.
+
+    Each as ``{"module", "file", "sha256"}`` (the source file's digest as the record is written), so a result that
+    names a plug-in's method also names the code it ran (walk 24 case 152: the record held no trace of it). A
+    plug-in's code is not part of a run's identity, as depthaudit's own is not: a changed plug-in shows here.
+    """
+    import hashlib
+
+    mods = {}
+    for modname, attr in _REGISTRIES:
+        reg = getattr(sys.modules.get(modname), attr, None)
+        for name in (reg.names() if reg is not None else []):
+            obj = reg.get(name)
+            mod = getattr(obj, "__module__", None) or ""
+            if mod and not mod.startswith("depthaudit.") and mod != "depthaudit":
+                mods.setdefault(mod, getattr(sys.modules.get(mod), "__file__", None))
+    out = []
+    for mod, file in sorted(mods.items()):
+        try:
+            digest = hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None
+        except OSError:
+            digest = None
+        out.append({"module": mod, "file": file, "sha256": digest})
+    return out
 
 
 git_commit()  # at import: see git_commit
