@@ -196,3 +196,38 @@ def test_a_record_names_the_plugin_code_it_ran(tmp_path):
                        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert p.returncode == 0, p.stderr  # no plug-in: no key
     assert "plugins" not in json.loads((tmp_path / "plain" / "result.json").read_text())["provenance"]
+
+
+def _flat_loader(data_dir=None, download=False):
+    import hashlib
+
+    import numpy as np
+
+    from depthaudit.data import ArrayData
+
+    rng = np.random.default_rng(0)
+    return ArrayData(rng.normal(size=(64, 8)).astype(np.float32), rng.integers(0, 3, 64),
+                     rng.normal(size=(32, 8)).astype(np.float32), rng.integers(0, 3, 32), num_classes=3,
+                     source="w24", sha256=hashlib.sha256(b"w24").hexdigest())
+
+
+def test_an_image_augment_from_a_registration_blames_the_registration(tmp_path, capsys):
+    """Case 56: a dataset registered with augment="crop+flip" but flat inputs was refused as "--augment crop+flip:
+    … use --augment none", a flag the user never gave."""
+    from depthaudit.data import DATASETS
+
+    DATASETS.register("w24aug", epochs=1, augment="crop+flip")(_flat_loader)
+    try:
+        args = ["train", "--dataset", "w24aug", "--d-hidden", "8", "--num-blocks", "1"]
+        assert main([*args, "--out", str(tmp_path / "t")]) == 2
+        err = capsys.readouterr().err
+        print(err)
+        assert f"--dataset w24aug is registered with augment='crop+flip' (its loader: {__file__}:" in err
+        assert "register it with augment='none', or give --augment none" in err
+        assert main([*args, "--augment", "crop", "--out", str(tmp_path / "t")]) == 2  # the user's own flag: named
+        assert "--augment crop: w24aug is not an image dataset; use --augment none" in capsys.readouterr().err
+        assert main([*args, "--augment", "none", "--out", str(tmp_path / "t")]) == 0
+        assert not (tmp_path / "t").exists() or (tmp_path / "t" / "result.json").is_file()
+    finally:
+        DATASETS._items.pop("w24aug", None)
+        DATASETS._meta.pop("w24aug", None)

@@ -41,8 +41,8 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from .config import TrainConfig
 from .data import DataBundle
 from .data.augment import augment_runs
-from .errors import ConfigError, UsageError
-from .loop import RunOutput, build, cpu_fused_adamw, final_record, fit, measure_epoch
+from .errors import UsageError
+from .loop import RunOutput, build, check_augment, cpu_fused_adamw, final_record, fit, measure_epoch
 from .methods import METHODS, CreditMethod
 from .models import MODELS, ResidualModel
 from .recipe import Penalty
@@ -269,8 +269,7 @@ class StackedStepper:
         if cfg.optimizer != "adamw":  # group_key never stacks such runs; a direct caller is told why
             raise UsageError(f"stacked runs train with AdamW only (MaskedAdamW); --optimizer {cfg.optimizer} runs "
                              "train one by one (leave --batch-runs off)")
-        if cfg.augment != "none" and (data.pad_value is None or data.x_train.dim() != 4):
-            raise ConfigError(f"{{augment}} {cfg.augment}: {data.name} is not an image dataset; use {{augment=none}}")
+        check_augment(cfg, data)
         self.model = StackedModel(models)
         device = data.x_train.device
         # (R,) per group: run r trains it when every parameter of that group requires grad in run r

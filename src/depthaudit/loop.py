@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from . import progress
 from .config import TrainConfig
-from .data import DataBundle
+from .data import DATASETS, DataBundle
 from .data.augment import augment_batch
 from .data.base import sha256_file
 from .diagnostics.base import MEASUREMENT_KEY
@@ -232,14 +232,30 @@ def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMeth
     return model, method
 
 
+def check_augment(cfg: TrainConfig, data: DataBundle) -> None:
+    """Refuse an augmentation of images for data that is not images, naming where the augmentation came from."""
+    if cfg.augment == "none" or (data.pad_value is not None and data.x_train.dim() == 4):
+        return
+    from .plugins import defined_at
+
+    meta = DATASETS.meta(cfg.dataset) if cfg.dataset in DATASETS else {}
+    loader = DATASETS.get(cfg.dataset) if cfg.dataset in DATASETS else None
+    if meta.get("augment") == cfg.augment and loader is not None and \
+            not getattr(loader, "__module__", "").startswith("depthaudit."):  # the registration's default, not a
+        # flag the user gave (walk 24 case 56: "--augment crop+flip" was blamed, never typed)
+        raise ConfigError(f"--dataset {cfg.dataset} is registered with augment={cfg.augment!r} (its loader: "
+                          f"{defined_at(loader)}) but is not an image dataset (no (N, C, H, W) inputs with a "
+                          "pad_value): register it with augment='none', or give {augment=none}")
+    raise ConfigError(f"{{augment}} {cfg.augment}: {data.name} is not an image dataset; use {{augment=none}}")
+
+
 class Stepper:
     """One optimisation step of the recipe: set the cosine lr, zero grads, method step, optimizers step."""
 
     def __init__(self, cfg: TrainConfig, data: DataBundle, model: ResidualModel, method: CreditMethod):
         self.cfg, self.data, self.model, self.method = cfg, data, model, method
         self.opts = [make_optimizer(model, cfg)]
-        if cfg.augment != "none" and (data.pad_value is None or data.x_train.dim() != 4):
-            raise ConfigError(f"{{augment}} {cfg.augment}: {data.name} is not an image dataset; use {{augment=none}}")
+        check_augment(cfg, data)
         self.penalty = Penalty(cfg.scale_penalty, cfg.penalty_form, reduction=cfg.penalty_reduction)
         # augmentation draws its own stream (crop offsets, flips), on the data's device
         self.aug_gen = torch.Generator(device=data.x_train.device).manual_seed(derive_seed(cfg.seed, "augment"))
