@@ -214,6 +214,7 @@ def test_a_diagnostic_whose_values_its_summary_cannot_read_stores_no_run(tmp_pat
     err = capsys.readouterr().err
     assert "diagnostic 'credit_norm'" in err and "has a summarise() that raised IndexError" in err, err
     assert f" at {src}:" in err and "reading its first measurement (what compute() returned)" in err  # (walk 24)
+    assert "the run it was measuring is not stored, and trains again" in err  # (walk 24 W7: as it is)
     assert not list((out / "runs").rglob("result.json"))
     src.write_text(good)  # the plug-in fixed: the same command, in a fresh process's registry
     import sys

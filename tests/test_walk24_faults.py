@@ -231,3 +231,53 @@ def test_an_image_augment_from_a_registration_blames_the_registration(tmp_path, 
     finally:
         DATASETS._items.pop("w24aug", None)
         DATASETS._meta.pop("w24aug", None)
+
+
+def _one_test_loader(data_dir=None, download=False):
+    import hashlib
+
+    import numpy as np
+
+    from depthaudit.data import ArrayData
+
+    rng = np.random.default_rng(0)
+    return ArrayData(rng.normal(size=(64, 8)).astype(np.float32), rng.integers(0, 3, 64),
+                     rng.normal(size=(1, 8)).astype(np.float32), rng.integers(0, 3, 1), num_classes=3,
+                     source="w24one", sha256=hashlib.sha256(b"w24one").hexdigest())
+
+
+def test_a_held_out_split_too_small_for_any_probe_batch_blames_the_data(tmp_path, capsys):
+    """W8 (cases 201, 202): 1 held-out example gave "use at most 1", which the parser then refuses (B_p >= 2)."""
+    from depthaudit.data import DATASETS
+
+    DATASETS.register("w24one", epochs=1)(_one_test_loader)
+    try:
+        base = ["--dataset", "w24one", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1"]
+        for argv in (["audit", *base, "--methods", "bp", "--seeds", "1", "--out", str(tmp_path / "a")],
+                     ["identity", *base, "--out", str(tmp_path / "i.json")],
+                     ["ladder", *base, "--seeds", "1", "--out", str(tmp_path / "l")]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            print(err)
+            assert f"--dataset w24one (its loader: {__file__}:" in err
+            assert "has 1 held-out example; a probe batch needs at least 2" in err and "use at most" not in err
+        assert not any(tmp_path.iterdir())  # nothing written
+    finally:
+        DATASETS._items.pop("w24one", None)
+        DATASETS._meta.pop("w24one", None)
+
+
+def test_an_out_through_a_missing_folder_is_refused_without_making_it(tmp_path, monkeypatch, capsys):
+    """W5 (cases 168, 169): --out x/../a5 (x missing) was refused but left the empty folder x behind."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *C, "--out", "a5"]) == 0
+    capsys.readouterr()
+    for argv in (["train", *C, "--out", "x/../a5"], ["audit", *C, "--methods", "bp", "--out", "y/sub/../../A1"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        print(err)
+        assert "which does not exist, before '..'; give the folder without the detour (" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a5"]
+    (tmp_path / "z").mkdir()
+    assert main(["train", *C, "--out", "z/../a5"]) == 2  # an existing detour resolves: the run's own refusal
+    assert "already exists (this configuration's)" in capsys.readouterr().err

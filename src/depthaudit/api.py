@@ -840,6 +840,13 @@ def identity_card(cfg: TrainConfig, summ: dict, n: int, seeds: list, bs: int) ->
 def check_probe_fits(batch_size: int, data) -> None:
     """A probe batch must fit the held-out split (checked once the data is loaded, before any run starts)."""
     n = data.x_test.shape[0]
+    if n < 2:  # no probe batch fits (B_p >= 2): the data, not a flag (walk 24 W8: "use at most 1", then refused)
+        from .plugins import defined_at
+
+        where = (f" (its loader: {defined_at(DATASETS.get(data.name))})" if data.name in DATASETS and not getattr(
+            DATASETS.get(data.name), "__module__", "").startswith("depthaudit.") else "")
+        raise UsageError(f"--dataset {data.name}{where} has {n} held-out example{'s' * (n != 1)}; a probe batch needs "
+                         "at least 2 (its mean-loss reference): fix the data or its loader")
     if batch_size > n:
         raise ConfigError(f"{{probe_batch_size}} {batch_size} exceeds the {n} held-out examples; use at most {n}")
 

@@ -367,6 +367,10 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
         return ConfigError(text.replace(f"{flag} {p}", f"{{out={p}}}").replace(f"another {flag}", "another {out}"),
                            {"out": flag})
 
+    for i, part in enumerate(p.parts):  # a ".." after a folder that does not exist: the system cannot resolve it
+        if part == ".." and i and not Path(*p.parts[:i]).exists():  # without making that folder (walk 24 W5)
+            raise UsageError(f"{flag} {p} passes through {Path(*p.parts[:i])}, which does not exist, before '..'; "
+                             f"give the folder without the detour ({os.path.normpath(p)})")
     if p.is_symlink() and not p.exists():
         try:
             os.stat(p)

@@ -280,8 +280,11 @@ def _raised_in(cls: type, exc: BaseException) -> str:
 def _diagnostic_error(d: Diagnostic, what: str):
     from ..errors import UsageError
 
+    # (walk 24 W7: "finished runs are stored" read as if the run it was measuring were kept; it is not, since a
+    # run's record holds its measurements: that run trains again once the diagnostic is fixed)
     return UsageError(f"diagnostic {d.name!r} ({type(d).__module__}.{type(d).__qualname__}) {what}; fix the "
-                      "diagnostic (nothing half-written; finished runs are stored)")
+                      "diagnostic and rerun (nothing half-written: the run it was measuring is not stored, and trains "
+                      "again; runs that finished before it are stored and reused)")
 
 
 def unstorable(v, where: str = "") -> str | None:
