@@ -281,3 +281,30 @@ def test_an_out_through_a_missing_folder_is_refused_without_making_it(tmp_path, 
     (tmp_path / "z").mkdir()
     assert main(["train", *C, "--out", "z/../a5"]) == 2  # an existing detour resolves: the run's own refusal
     assert "already exists (this configuration's)" in capsys.readouterr().err
+
+
+def test_a_tracking_interval_beyond_the_budget_is_the_budget(tmp_path, capsys):
+    """Case 198: --track-every 5 on a 1-epoch budget measured what --track-every 1 does, as another run."""
+    out = str(tmp_path / "a")
+    args = ["audit", *C, "--methods", "fa", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32"]
+    assert main([*args, "--track-every", "5", "--out", out]) == 0
+    err = capsys.readouterr().err
+    assert "--track-every 5 is beyond the 1-epoch budget" in err
+    assert json.loads((tmp_path / "a" / "report.json").read_text())["config"]["track_every"] == 1
+    assert main([*args, "--track-every", "1", "--out", out]) == 0
+    assert "2 of 2 runs already finished" in capsys.readouterr().err
+    cfg = da.AuditConfig(base=da.TrainConfig(**BASE), methods=("fa",), track_every=3)
+    assert cfg.track_every == 1 and da.AuditConfig(base=da.TrainConfig(**BASE), track_every=0).track_every == 0
+
+
+def test_a_rerun_with_a_batch_above_the_split_reuses_its_audit(tmp_path, capsys):
+    """W2 follow-up: the CLI's early report check compared the flag's 100000 with the stored 8000 and refused."""
+    out = str(tmp_path / "a")
+    args = ["audit", *C, "--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32"]
+    for _ in range(2):
+        assert main([*args, "--batch-size", "100000", "--out", out]) == 0
+    assert "2 of 2 runs already finished" in capsys.readouterr().err
+    for _ in range(2):  # (a fresh folder: 128 is another batch than the 8000 stored above)
+        assert main([*args, "--warmup", "dfa", "--warmup-fraction", "0.005", "--out", str(tmp_path / "w")]) == 0
+    assert main([*args, "--out", str(tmp_path / "w")]) == 0  # no warm-up: the same audit
+    assert "2 of 2 runs already finished" in capsys.readouterr().err

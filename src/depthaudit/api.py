@@ -872,12 +872,20 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
         raise UsageError(f"{foreign} exists and {not_ours_why(foreign)} (the audit writes its report there); move "
                          "it away or choose another --out")
     try:
-        old = json.loads((out / "report.json").read_text(encoding="utf-8")).get("config")
+        doc = json.loads((out / "report.json").read_text(encoding="utf-8"))
+        old = doc.get("config")
     except (OSError, ValueError, AttributeError):
         return  # no report (or an unreadable one, which the report command names): nothing to protect
     new = json.loads(json.dumps(acfg.to_dict()))
     if not isinstance(old, dict) or replace_report:
         return
+    n = ((doc.get("provenance") or {}).get("data") or {}).get("n_train")  # a batch above the split trains (and is
+    b = new["base"]
+    if isinstance(n, int) and isinstance(b.get("batch_size"), int) and b["batch_size"] > n:
+        b["batch_size"] = n  # stored) as the split: compared so before the data is read (walk 24 W2)
+    if isinstance(n, int) and b.get("warmup") and isinstance(b.get("epochs"), int) and \
+            round(b["warmup_fraction"] * b["epochs"] * math.ceil(n / b["batch_size"])) == 0:
+        b["warmup"], b["warmup_fraction"] = None, 0.2  # a warm-up of no step is none (W3), as _fit_batch stores it
     # (the base's seed is the first of the seeds: the same seeds in another order are the same audit, walk 15 case 288)
     where = lambda d: {k: v for k, v in d.items() if k not in ("data_dir", "download", "seed")}  # noqa: E731
     old_base = _comparable_base(old.get("base") or {})

@@ -38,6 +38,9 @@ def _audit_config(a: argparse.Namespace):
     if a.fresh_b_draws is not None and not a.functional:
         print("depthaudit: note: --fresh-b-draws has no effect without --functional", file=sys.stderr)
     dedup_note(a.seeds, "--seeds")
+    if getattr(a, "track_every", None) and isinstance(base.epochs, int) and a.track_every > base.epochs >= 1:
+        print(f"depthaudit: note: --track-every {a.track_every} is beyond the {base.epochs}-epoch budget: it measures "
+              f"at init and at the end, as --track-every {base.epochs} does, and is recorded so", file=sys.stderr)
     with building(a):  # every rule is the config's own (the Python API builds the same one)
         return AuditConfig(base=base, **given(a, AuditConfig), thresholds=Thresholds(**given(a, Thresholds)),
                            shallow_blocks=shallow_blocks(a))
