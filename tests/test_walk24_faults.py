@@ -308,3 +308,12 @@ def test_a_rerun_with_a_batch_above_the_split_reuses_its_audit(tmp_path, capsys)
         assert main([*args, "--warmup", "dfa", "--warmup-fraction", "0.005", "--out", str(tmp_path / "w")]) == 0
     assert main([*args, "--out", str(tmp_path / "w")]) == 0  # no warm-up: the same audit
     assert "2 of 2 runs already finished" in capsys.readouterr().err
+
+
+def test_batch_runs_that_stack_nothing_is_said(tmp_path, capsys):
+    """Case 189: --batch-runs 3 on brsf (which trains one by one) gave no word; stackable runs give none."""
+    args = ["ladder", *C, "--seeds", "1", "2", "--batch-runs", "3", "--probe-batches", "1", "--probe-batch-size", "32"]
+    assert main([*args, "--methods", "brsf", "--out", str(tmp_path / "b")]) == 0
+    assert "--batch-runs 3: none of these 4 runs can train stacked" in capsys.readouterr().err
+    assert main([*args, "--methods", "fa", "--out", str(tmp_path / "f")]) == 0
+    assert "can train stacked" not in capsys.readouterr().err

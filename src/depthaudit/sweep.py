@@ -170,6 +170,9 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
         log(f"{len(results)} of {len(specs)} runs already finished in {store}; skipping them")
     prog = Progress(len(specs), len(results), log)
     groups = stack_groups(pending, opts.batch_runs)
+    if opts.batch_runs > 1 and len(pending) > 1 and all(len(g) == 1 for g in groups):  # (walk 24 case 189)
+        log(f"depthaudit: note: --batch-runs {opts.batch_runs}: none of these {len(pending)} runs can train stacked "
+            "(their method, model, optimizer or runner trains one by one: docs/cluster.md); they train one by one")
     try:
         for group, recs in run_groups(groups, store, opts, data=data, log=log, run_log=run_log, argv=argv):
             for s, rec in zip(group, recs, strict=True):
