@@ -130,6 +130,10 @@ class TrainConfig:
             object.__setattr__(self, "augment", DATASETS.meta(self.dataset).get("augment", "none"))
         if self.augment not in AUGMENTS:
             raise refuse(self, f"{{augment}} {self.augment!r} not known; use one of auto, {', '.join(AUGMENTS)}")
+        if self.augment != "none" and DATASETS.meta(self.dataset).get("images") is False:  # known without its data:
+            # refused with the config, before any folder is looked at (walk 25 W1: a folder conflict came first)
+            raise refuse(self, f"{{augment}} {self.augment}: {self.dataset} is not an image dataset; use "
+                         "{augment=none}")
         if self.epochs is None:  # the budget: the dataset's own (CIFAR: the protocol's 100), else 20
             from .data import DATASETS
 

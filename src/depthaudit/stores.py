@@ -667,6 +667,8 @@ class FileStore:
         """
         p = self._run_path(spec.key)
         rec, bad = read_record(p)
+        if bad and _special(p):  # never replaced (a FIFO, a folder): refused now, not after training (walk 25 W2)
+            raise UsageError(f"{p} {bad}; it is not replaced: move it away and rerun")
         if rec is not None:
             bad = self.problem(spec.key, rec)
         if bad:

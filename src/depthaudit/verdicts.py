@@ -164,7 +164,19 @@ def check_cells(c: dict, fmt: str) -> tuple[str, str]:
     v = "—" if c["value"] is None else fmt_num(c["value"], fmt) if th is None else agreeing(
         c["value"], fmt, lambda p: (p < th if below else p > th) == flagged)
     m = "—" if c["margin"] is None else agreeing(c["margin"], "+.1f", lambda p: (p < 0) == flagged)
+    if c.get("margin_unit") == "pp" and th is not None and "—" not in (v, m) and fmt.endswith("f") \
+            and math.isfinite(c["value"]) and math.isfinite(c["margin"]):  # an additive margin: the printed pair
+        for d in range(max(_decimals(v), _decimals(m)), 13):  # adds up to the threshold (walk 25 case 40: "+1.4
+            v2, m2 = format(c["value"], f"+.{d}f"), format(c["margin"], f"+.{d}f")  # FLAG (-0.7)" under 2 pp)
+            if abs(float(v2) - float(m2) - th) < 0.5 * 10.0 ** -d and ((float(v2) < th if below else float(v2) > th)
+                                                                      == flagged) and (float(m2) < 0) == flagged:
+                v, m = (v2 if fmt.startswith("+") else v2.lstrip("+")), m2
+                break
     return v, m
+
+
+def _decimals(text: str) -> int:
+    return len(text.split(".", 1)[1]) if "." in text else 0
 
 
 def fmt_ms(ms: dict | None, fmt: str = ".3f") -> str:

@@ -247,6 +247,8 @@ def _assemble_cells(d: Path) -> int:
     try:
         return run_command([*cmd, "--stored-only"])
     except UsageError as exc:  # e.g. cells not finished; or cells added to a folder another command made
+        exc = UsageError(cli_message(exc).replace(" — or drop --stored-only (stored_only=True) to train them now",
+                                                  ""))  # (report has no such flag: walk 25 case 37; said below)
         if cmd[len(lead)] in ("audit", "intervene", "probes"):  # a report of all its runs or none: no partial
             again = " ".join([*lead, *kept, flag, str(d)])  # one (walk 15 case 64: removing sweep.json rendered
             raise UsageError(f"{cli_message(exc)} (or rerun the command without --cell: depthaudit {again} "  # nothing)

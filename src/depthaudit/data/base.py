@@ -27,6 +27,11 @@ def _check_dataset_meta(name: str, meta: dict) -> None:
                          f"{', '.join(AUGMENTS)}; fix DATASETS.register({name!r}, augment=…)")
     if "generated" in meta and not isinstance(meta["generated"], bool):
         raise ValueError(f"dataset {name!r}: generated must be True or False, got {meta['generated']!r}")
+    if "images" in meta and not isinstance(meta["images"], bool):
+        raise ValueError(f"dataset {name!r}: images must be True or False, got {meta['images']!r}")
+    if meta.get("images") is False and meta.get("augment", "none") != "none":
+        raise ValueError(f"dataset {name!r}: augment {meta['augment']!r} augments images, and images=False; "
+                         f"fix DATASETS.register({name!r}, …)")
 
 
 DATASETS: Registry = Registry("dataset", check_meta=_check_dataset_meta)

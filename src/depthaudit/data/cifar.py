@@ -163,13 +163,13 @@ def load_cifar(name: str, data_dir: str | None, download_ok: bool) -> ArrayData:
     return data
 
 
-@DATASETS.register("cifar10", epochs=100, augment="crop+flip")
+@DATASETS.register("cifar10", epochs=100, augment="crop+flip", images=True)
 def load_cifar10(data_dir=None, download=False) -> ArrayData:
     """CIFAR-10 (10 classes, 50k/10k, 32×32×3)."""
     return load_cifar("cifar10", data_dir, download)
 
 
-@DATASETS.register("cifar100", epochs=100, augment="crop+flip")
+@DATASETS.register("cifar100", epochs=100, augment="crop+flip", images=True)
 def load_cifar100(data_dir=None, download=False) -> ArrayData:
     """CIFAR-100 with fine labels (100 classes)."""
     return load_cifar("cifar100", data_dir, download)

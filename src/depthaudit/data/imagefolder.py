@@ -119,14 +119,14 @@ def _load_tree(data_dir, name: str, size: int | None) -> ArrayData:
     raise ConfigError(f"{{data_dir}} {root}: no train/ and test/ folders, nor one .zip holding them")
 
 
-@DATASETS.register("imagefolder", augment="crop+flip")
+@DATASETS.register("imagefolder", augment="crop+flip", images=True)
 def load_imagefolder(data_dir=None, download=False) -> ArrayData:
     """Any image tree of any size and class count, as it is (all images of a split must share one size)."""
     return _load_tree(data_dir, "imagefolder", None)
 
 
 def _register_resized(size: int) -> None:
-    @DATASETS.register(f"imagefolder-{size}", augment="crop+flip")
+    @DATASETS.register(f"imagefolder-{size}", augment="crop+flip", images=True)
     def load(data_dir=None, download=False) -> ArrayData:
         return _load_tree(data_dir, f"imagefolder-{size}", size)
 

@@ -33,7 +33,7 @@ def _generate() -> ArrayData:
     return ArrayData(*arrays, num_classes=10, source=source, sha256=h.hexdigest())
 
 
-@DATASETS.register("mnist1d", epochs=20, generated=True)
+@DATASETS.register("mnist1d", epochs=20, generated=True, images=False)
 def load_mnist1d(data_dir=None, download=False) -> ArrayData:
     """Generate (or read from the cache) the fixed MNIST-1D split; ``data_dir`` is not used."""
     return cached_arrays(f"mnist1d-n{NUM_SAMPLES}-s{SEED}", _generate)

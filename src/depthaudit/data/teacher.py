@@ -51,7 +51,7 @@ def make_teacher_data(alpha: float, n_train: int = N_TRAIN, n_test: int = N_TEST
 
 
 def _register(alpha: float) -> None:
-    @DATASETS.register(f"teacher-a{alpha:g}", epochs=20, generated=True)
+    @DATASETS.register(f"teacher-a{alpha:g}", epochs=20, generated=True, images=False)
     def load(data_dir=None, download=False) -> ArrayData:
         return make_teacher_data(alpha)
 

@@ -1,0 +1,64 @@
+"""Walk 25's wrong and unclear cases, each reproduced as the walker did it (docs/walks/walk25_*.txt)."""
+
+import os
+
+import pytest
+
+import depthaudit as da
+from depthaudit.cli import main
+
+C = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1"]
+SMALL = ["--probe-batches", "1", "--probe-batch-size", "32"]
+
+
+def test_an_image_augment_on_flat_data_is_refused_before_any_folder(tmp_path, capsys):
+    """W1 (cases 18, 19, 21): --augment crop on mnist1d into a finished folder was "already exists … differs in
+    augment; pass --force", and --force then gave the real refusal; Python built the config without complaint."""
+    t = str(tmp_path / "t")
+    assert main(["train", *C, "--out", t]) == 0
+    capsys.readouterr()
+    assert main(["train", *C, "--augment", "crop", "--out", t]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "--augment crop: mnist1d is not an image dataset; use --augment none" in err and "--force" not in err
+    a = str(tmp_path / "a")
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--out", a]) == 0
+    capsys.readouterr()
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--augment", "flip", "--out", a]) == 2
+    assert "--augment flip: mnist1d is not an image dataset" in capsys.readouterr().err
+    with pytest.raises(da.ConfigError) as exc:
+        da.TrainConfig(dataset="mnist1d", augment="crop")
+    assert exc.value.field == "augment" and "mnist1d is not an image dataset; use augment=none" in str(exc.value)
+    assert da.TrainConfig(dataset="cifar10").augment == "crop+flip"  # images: the recipe's augmentation
+    with pytest.raises(ValueError, match="augments images, and images=False"):
+        da.DATASETS.register("w25flat", augment="crop", images=False)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_ladder_record_that_no_write_replaces_is_refused_before_training(tmp_path, capsys, kind):
+    """W2 (cases 31, 32): a FIFO or folder at a ladder run's record: the run trained its whole budget, then failed
+    to store (a folder: after a note promising a retrain). stores.md: refused in one line before anything trains."""
+    out = tmp_path / "l"
+    args = ["ladder", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--out", str(out)]
+    assert main(args) == 0
+    rec = next((out).glob("ladder_*.runs")) / "bp%2Fk1%2Fs1.json"
+    rec.unlink()
+    os.mkfifo(rec) if kind == "fifo" else rec.mkdir()
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert f"{rec} is not a regular file" in err and "move it away and rerun" in err
+    assert "run bp/k1/s1" not in err  # nothing trained
+
+
+def test_report_of_unfinished_cells_never_advises_a_flag_report_lacks(tmp_path, capsys):
+    """Case 37: `report` of a --cell folder with a cell pending advised "drop --stored-only" (report has none)."""
+    out = str(tmp_path / "a")
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--cell", "0", "--out", out]) == 0
+    capsys.readouterr()
+    assert main(["report", out]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "1 of 2 cells are not finished" in err and "--stored-only" not in err
+    assert "or rerun the command without --cell" in err
