@@ -184,10 +184,11 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
     except KeyboardInterrupt:
         missing = len(specs) - len(results)  # (of this sweep: a command of several stages, e.g. probes' warm
         # start after its credit mix, has the later stages' runs to train as well)
+        who = "every worker stopped" if opts.jobs > 1 or opts.executor != "local" else "the run in flight stopped"
         if not missing:  # every run was in when the interrupt came (e.g. while the workers shut down)
-            raise Interrupted(f"interrupted: every worker stopped; all {len(results)} run(s) of this stage are stored "
+            raise Interrupted(f"interrupted: {who}; all {len(results)} run(s) of this stage are stored "
                               f"in {store}; rerun the same command to finish (nothing is trained again)") from None
-        raise Interrupted(f"interrupted: every worker stopped; the {len(results)} finished run(s) are stored in "
+        raise Interrupted(f"interrupted: {who}; the {len(results)} finished run(s) are stored in "
                           f"{store}, the run(s) in flight were discarded; rerun the same command to train what is "
                           f"missing ({missing} of the {len(specs)} runs of this stage)") from None
     finally:
