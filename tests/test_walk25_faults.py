@@ -62,3 +62,27 @@ def test_report_of_unfinished_cells_never_advises_a_flag_report_lacks(tmp_path, 
     print(err)
     assert "1 of 2 cells are not finished" in err and "--stored-only" not in err
     assert "or rerun the command without --cell" in err
+
+
+def test_a_replace_report_takeover_forgets_the_old_commands_cells(tmp_path, capsys):
+    """W3 (cases 102, 103): after --replace-report took over a folder whose cells ran with --cell, `report` assembled
+    the stale sweep.json's command and refused the folder's own, intact report as another audit's."""
+    out = str(tmp_path / "r")
+    args = ["audit", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--out", out]
+    for cell in ("0", "1"):
+        assert main([*args, "--cell", cell]) == 0
+    assert main(["report", out]) == 0 and (tmp_path / "r" / "sweep.json").is_file()
+    assert main([*args, "--lr", "0.005", "--replace-report"]) == 0
+    assert not (tmp_path / "r" / "sweep.json").exists()
+    capsys.readouterr()
+    assert main(["report", out]) == 0
+    assert "differs in" not in capsys.readouterr().err
+
+
+def test_a_plugins_variable_with_another_separator_names_the_comma(monkeypatch, capsys):
+    """Case 96: DEPTHAUDIT_PLUGINS="p25:p24m" (PATH-like) gave no word on the separator and "(its p25:p24m)"."""
+    monkeypatch.setenv("DEPTHAUDIT_PLUGINS", "p25:p24m")
+    assert main(["train", "--help"]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "DEPTHAUDIT_PLUGINS=p25:p24m: no such module" in err and "separates several modules with commas" in err

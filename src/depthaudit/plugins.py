@@ -30,7 +30,7 @@ def import_plugin(name: str, given: str | None = None) -> None:
     except ModuleNotFoundError as exc:
         if exc.name == name or name.startswith(f"{exc.name}."):
             several = (" (DEPTHAUDIT_PLUGINS separates several modules with commas)"
-                       if given.startswith("DEPTHAUDIT_PLUGINS") and len(name.split()) > 1 else "")
+                       if given.startswith("DEPTHAUDIT_PLUGINS") and any(c in name for c in " \t:;") else "")
             raise UsageError(f"{given}: no such module ({exc}); check its name and PYTHONPATH{several}") from None
         raise UsageError(f"{given}: it imports a missing module ({exc}); install it") from None
     except SyntaxError as exc:
@@ -76,7 +76,7 @@ def _import_all(argv: list[str]) -> None:
     # well, so `--jobs 1` and `--jobs N` see the same plug-ins and a broken one is one line before any work
     env = os.environ.get("DEPTHAUDIT_PLUGINS", "")
     for name in filter(None, (n.strip() for n in env.split(","))):
-        import_plugin(name, f"DEPTHAUDIT_PLUGINS={env} (its {name})")
+        import_plugin(name, f"DEPTHAUDIT_PLUGINS={env}" + (f" (its {name})" if name != env.strip() else ""))
     for i, tok in enumerate(argv):
         name = argv[i + 1] if tok == "--plugin" and i + 1 < len(argv) else (
             tok.split("=", 1)[1] if tok.startswith("--plugin=") else None)

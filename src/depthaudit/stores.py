@@ -926,8 +926,21 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
                 raise UsageError(f"{folder} belongs to another {old.get('kind', 'sweep')} (differs in "
                                  f"{', '.join(diff[:6])}){grow}; use another {flag}{over}")
         if old != claim:
+            if take_over and old is not None and name == IDENTITY_FILE:  # the taken-over command's --cell record
+                _forget_cells(folder)  # is stale: `report` would assemble that command, not this one (walk 25 W3)
             write_json(folder / name, claim)
     return claim
+
+
+def _forget_cells(folder: Path) -> None:
+    """Remove ``folder/sweep.json`` (a --cell command kept for ``report``) if it is depthaudit's."""
+    p = Path(folder) / "sweep.json"
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(doc, dict) and doc.get("schema") == "depthaudit.sweep.v1":
+        p.unlink(missing_ok=True)
 
 
 def _report_agrees(folder: Path, diff: list[str], now: dict) -> bool:
