@@ -86,3 +86,24 @@ def test_a_plugins_variable_with_another_separator_names_the_comma(monkeypatch, 
     err = capsys.readouterr().err
     print(err)
     assert "DEPTHAUDIT_PLUGINS=p25:p24m: no such module" in err and "separates several modules with commas" in err
+
+
+def test_report_of_cells_says_an_edited_report_is_rewritten(tmp_path, capsys):
+    """Case 88: with sweep.json, `report` rewrote an edited report.json from the records without a word (without
+    sweep.json the edit is refused, stores.md)."""
+    import json
+
+    out = tmp_path / "r"
+    args = ["audit", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--out", str(out)]
+    for cell in ("0", "1"):
+        assert main([*args, "--cell", cell]) == 0
+    assert main(["report", str(out)]) == 0
+    doc = json.loads((out / "report.json").read_text())
+    doc["methods"][0]["standard_pair"]["test_acc"]["mean"] = 0.95
+    (out / "report.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    err = capsys.readouterr().err
+    print(err)
+    assert "report.json was edited after it was written" in err and "it is rewritten from the run records" in err
+    assert json.loads((out / "report.json").read_text())["methods"][0]["standard_pair"]["test_acc"]["mean"] != 0.95

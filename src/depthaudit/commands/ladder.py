@@ -29,6 +29,7 @@ from ..report.verified import (
     verified_report,
 )
 from ..stores import (
+    SEAL,
     FileStore,
     identity_diff,
     orphan_problem,
@@ -36,6 +37,7 @@ from ..stores import (
     record_problem,
     records_claim,
     seal,
+    seal_problem,
 )
 from . import COMMANDS, run_command
 from .args import (
@@ -244,6 +246,14 @@ def _assemble_cells(d: Path) -> int:
             and not (i and cmd[i - 1] in ("--out", "--output_dir")) and not t.startswith(("--out=", "--output_dir="))]
     cmd = [*lead, *kept, flag, str(d)]  # the folder as it is now, wherever the sweep first wrote it (named once)
     print(f"assembling the finished cells: depthaudit {' '.join(cmd)}", file=sys.stderr)
+    try:  # an edited report is rewritten from the records here: said, as the refusal without sweep.json says it
+        sealed = json.loads((d / "report.json").read_text(encoding="utf-8"))  # (walk 25 case 88)
+        edited = seal_problem(sealed) if isinstance(sealed, dict) and SEAL in sealed else None
+    except (OSError, ValueError):
+        edited = None
+    if edited:
+        print(f"depthaudit: note: {d / 'report.json'} {edited}; it is rewritten from the run records",
+              file=sys.stderr)
     try:
         return run_command([*cmd, "--stored-only"])
     except UsageError as exc:  # e.g. cells not finished; or cells added to a folder another command made
