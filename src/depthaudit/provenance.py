@@ -43,10 +43,12 @@ def device_name(device: torch.device) -> str:
 
 
 def provenance(device: torch.device, data_prov: dict, seed: int, argv: list[str] | None,
-               started_at: datetime | None = None) -> dict:
+               started_at: datetime | None = None, uses: dict | None = None) -> dict:
     """Everything a reader needs to reproduce or trust a result.
 
     ``started_at``: when the work began (a run: its training's start); ``written_at``: when the record was made.
+    ``uses``: the registered names the result ran (``{"method": [...], "arch": [...], "dataset": [...],
+    "diagnostics": True}``): code outside depthaudit among them is named under ``plugins``.
     """
     now = datetime.now(timezone.utc)
     return {
@@ -60,19 +62,20 @@ def provenance(device: torch.device, data_prov: dict, seed: int, argv: list[str]
         "data": data_prov,
         "seed": seed,
         "argv": argv,
-        **({"plugins": mods} if (mods := plugin_modules()) else {}),
+        **({"plugins": mods} if uses and (mods := plugin_modules(uses)) else {}),
         "started_at": (started_at or now).isoformat(timespec="seconds"),
         "written_at": now.isoformat(timespec="seconds"),
     }
 
 
 # the registries a user's code registers into (read from sys.modules: this module sits below them all)
-_REGISTRIES = (("depthaudit.methods", "METHODS"), ("depthaudit.models", "MODELS"), ("depthaudit.data", "DATASETS"),
-               ("depthaudit.diagnostics", "DIAGNOSTICS"), ("depthaudit.experiments.families", "FAMILIES"))
+_REGISTRIES = {"method": ("depthaudit.methods", "METHODS"), "arch": ("depthaudit.models", "MODELS"),
+               "dataset": ("depthaudit.data", "DATASETS"), "family": ("depthaudit.experiments.families", "FAMILIES"),
+               "diagnostics": ("depthaudit.diagnostics", "DIAGNOSTICS")}
 
 
-def plugin_modules() -> list[dict]:
-    """The modules outside depthaudit whose methods, models, datasets, diagnostics or families are registered.
+def plugin_modules(uses: dict) -> list[dict]:
+    """The modules outside depthaudit that registered what ``uses`` names (every diagnostic where it says so).
 
     Each as ``{"module", "file", "sha256"}`` (the source file's digest as the record is written), so a result that
     names a plug-in's method also names the code it ran (walk 24 case 152: the record held no trace of it). A
@@ -81,9 +84,13 @@ def plugin_modules() -> list[dict]:
     import hashlib
 
     mods = {}
-    for modname, attr in _REGISTRIES:
+    for kind, (modname, attr) in _REGISTRIES.items():
         reg = getattr(sys.modules.get(modname), attr, None)
-        for name in (reg.names() if reg is not None else []):
+        want = uses.get(kind)
+        if reg is None or not want:
+            continue
+        names = reg.names() if want is True else [n for n in ([want] if isinstance(want, str) else want) if n in reg]
+        for name in names:
             obj = reg.get(name)
             mod = getattr(obj, "__module__", None) or ""
             if mod and not mod.startswith("depthaudit.") and mod != "depthaudit":

@@ -28,7 +28,10 @@ def result_record(cfg: TrainConfig, data: DataBundle, run: RunOutput, argv: list
     """The ``result.json`` content of one run (config, provenance, history, final, status)."""
     rec = {"schema": SCHEMA, "status": run.status, "config": cfg.to_dict(),
            "provenance": provenance(torch.device(cfg.device), data.provenance(), cfg.seed, argv,
-                                    datetime.now(timezone.utc) - timedelta(seconds=run.seconds)),
+                                    datetime.now(timezone.utc) - timedelta(seconds=run.seconds),
+                                    uses={"method": [cfg.method, *([cfg.warmup.partition(":")[0]] if cfg.warmup
+                                                                   else [])],
+                                          "arch": cfg.arch, "dataset": cfg.dataset, "diagnostics": bool(tracking)}),
            "tracking": tracking, "history": run.history, "final": run.final, "monitor": run.monitor,
            "timing": {"train_seconds": round(run.seconds, 3)}}
     if run.init_measurement is not None:

@@ -269,7 +269,9 @@ def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=No
     ident = identity_over_seeds(b, data.input_shape, data.num_classes, acfg.seeds, x0, y0, acfg.probe_batch_size)
     ident["summary"] = identity_summary(ident["per_seed"], b.num_blocks)
     return {"schema": SCHEMA, "config": acfg.to_dict(), "thresholds": th.to_dict(),
-            "provenance": provenance(torch.device(b.device), data.provenance(), acfg.seeds[0], argv),
+            "provenance": provenance(torch.device(b.device), data.provenance(), acfg.seeds[0], argv,
+                                     uses={"method": [m.name for m in acfg.methods], "arch": b.arch,
+                                           "dataset": b.dataset, "diagnostics": True}),
             "definitions": DEFINITIONS, "methods": methods, "identity": ident,
             "decision": decision_table(methods, 1.0 / data.num_classes, th)}
 

@@ -65,6 +65,13 @@ def _recipe_changes(cfg: dict) -> list[str]:
     return out
 
 
+def _uses(cfg) -> dict:
+    """The registered names a family's run ran (provenance names the plug-in code among them)."""
+    method = getattr(cfg, "method", None)
+    return {"method": str(method).partition(":")[0] if method else None, "dataset": getattr(cfg, "dataset", None),
+            "family": getattr(cfg, "family", None), "arch": getattr(cfg, "arch", None)}
+
+
 class _FamilyRegistry(Registry):
     """A :class:`~depthaudit.registry.Registry` of family instances (a registered class is instantiated)."""
 
@@ -422,7 +429,8 @@ class ResNetFamily(DepthFamily):
         final = {"train_loss": train_loss, "test_loss": hist[-1]["test_loss"] if hist else None,
                  "test_acc": hist[-1]["test_acc"] if hist else None, "blocks": len(model.blocks)}
         return {"schema": "depthaudit.grow_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,
-                "provenance": provenance(device, data.provenance(), cfg.seed, argv), "history": hist, "final": final,
+                "provenance": provenance(device, data.provenance(), cfg.seed, argv, uses=_uses(cfg)), "history": hist,
+                "final": final,
                 "timing": {"seconds": round(time.perf_counter() - t0, 3)}}
 
     def saturation_what(self, ident: dict) -> str:
@@ -564,7 +572,7 @@ class ResMLPFamily(DepthFamily):
                  "blocks": len(model.blocks)}
         return {"schema": "depthaudit.grow_run.v1", "status": run.status, "config": cfg.to_dict(), "tracking": None,
                 "recipe": recipe.to_dict(),
-                "provenance": provenance(torch.device(cfg.device), data.provenance(), cfg.seed, argv),
+                "provenance": provenance(torch.device(cfg.device), data.provenance(), cfg.seed, argv, uses=_uses(cfg)),
                 "history": run.history, "final": final, "timing": {"seconds": round(time.perf_counter() - t0, 3)}}
 
     def saturation_what(self, ident: dict) -> str:
