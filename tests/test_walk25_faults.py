@@ -107,3 +107,21 @@ def test_report_of_cells_says_an_edited_report_is_rewritten(tmp_path, capsys):
     print(err)
     assert "report.json was edited after it was written" in err and "it is rewritten from the run records" in err
     assert json.loads((out / "report.json").read_text())["methods"][0]["standard_pair"]["test_acc"]["mean"] != 0.95
+
+
+def test_cells_into_another_commands_folder_are_refused_first(tmp_path, capsys):
+    """W4 (cases 119–121): audit --stored-only into a train folder said "cells are not finished; run them first",
+    and intervene --cell trained and stored cells there whose report could never be written."""
+    t = tmp_path / "t"
+    assert main(["train", *C, "--out", str(t)]) == 0
+    before = sorted(p.name for p in t.iterdir())
+    capsys.readouterr()
+    for argv in (["audit", *C, "--methods", "bp", "fa", "--seeds", "1", "--stored-only"],
+                 ["audit", *C, "--methods", "bp", "--seeds", "1", "--list-cells"],
+                 ["audit", *C, "--methods", "bp", "--seeds", "1", "--cell", "0"],
+                 ["intervene", *C, "--methods", "bp", "--seeds", "1", "--penalty", "0.1", "--cell", "1"]):
+        assert main([*argv, "--out", str(t)]) == 2
+        err = capsys.readouterr().err
+        print(err)
+        assert f"{t} holds the results of another command (train); {argv[0]} cannot write there" in err
+    assert sorted(p.name for p in t.iterdir()) == before  # nothing trained or written there

@@ -77,6 +77,7 @@ from .stores import (
     foreign_claim,
     grows,
     identity_diff,
+    other_kind,
     seal,
     still_owner,
 )
@@ -376,6 +377,7 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
 
     out = Path(out)  # (the config resolved itself when built: specs parsed, seeds once, every rule checked)
     check_output_dir(out, subdirs=("runs",))
+    other_kind(out, "audit")  # (a train folder: refused before any cell is listed, trained or assembled)
     data = _data(config.base, data)
     config = replace(config, base=_fit_batch(config.base, data, progress))
     same_audit(out, config, replace_report)
@@ -471,6 +473,7 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
     config, lambdas = config.audit, list(config.lambdas)
     out = Path(out)
     check_output_dir(out, subdirs=("runs",))
+    other_kind(out, "intervene")
     data = _data(config.base, data)
     config = replace(config, base=_fit_batch(config.base, data, progress))
     check_probe_fits(config.probe_batch_size, data)

@@ -932,6 +932,19 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
     return claim
 
 
+def other_kind(folder: Path, kind: str, flag: str = "--out") -> None:
+    """Refuse ``folder`` if another command's claim holds it (a train folder for an audit), whatever is asked.
+
+    Checked before a sweep lists, trains or assembles its cells (``--cell``, ``--stored-only``): those claim the
+    folder only later, and without this a cell trained into a folder its report can never be written to (walk 25
+    W4: "cells are not finished; run them first", and the cells then ran into a train folder).
+    """
+    old = _read_claim(Path(folder))
+    if old is not None and old.get("kind", kind) != kind:
+        raise UsageError(f"{folder} holds the results of another command ({old.get('kind', 'a sweep')}); "
+                         f"{kind} cannot write there: use another {flag}")
+
+
 def _forget_cells(folder: Path) -> None:
     """Remove ``folder/sweep.json`` (a --cell command kept for ``report``) if it is depthaudit's."""
     p = Path(folder) / "sweep.json"
