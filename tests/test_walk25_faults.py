@@ -125,3 +125,53 @@ def test_cells_into_another_commands_folder_are_refused_first(tmp_path, capsys):
         print(err)
         assert f"{t} holds the results of another command (train); {argv[0]} cannot write there" in err
     assert sorted(p.name for p in t.iterdir()) == before  # nothing trained or written there
+
+
+def test_reused_runs_of_changed_plugin_code_are_said(tmp_path, monkeypatch, capsys):
+    """Case 141: the plug-in's file changed (its sha256 in the records no longer matches) and the audit reused the
+    old code's runs without a word; case 140: the missing-section note names the records' plug-in module."""
+    import sys
+
+    from depthaudit.methods import METHODS
+
+    src = tmp_path / "p25chg.py"
+    src.write_text("from depthaudit.methods import METHODS\nfrom depthaudit.methods.bp import BP\n\n\n"
+                   "@METHODS.register('x25chg')\nclass X25(BP):\n    K = 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = str(tmp_path / "a")
+    argv = ["--plugin", "p25chg", "audit", *C, "--methods", "x25chg", "--seeds", "1", *SMALL, "--out", out]
+    try:
+        assert main(argv) == 0
+        capsys.readouterr()
+        assert main(argv) == 0
+        assert "changed since the reused runs were trained" not in capsys.readouterr().err
+        src.write_text(src.read_text().replace("K = 1.0", "K = -1.0"))
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        print(err)
+        assert f"{src} changed since the reused runs were trained" in err and "write to a new --out" in err
+    finally:
+        METHODS._items.pop("x25chg", None)
+        METHODS._meta.pop("x25chg", None)
+        sys.modules.pop("p25chg", None)
+
+
+def test_the_missing_section_note_names_the_records_plugin(tmp_path, capsys):
+    """Case 140: "rerun with --plugin MODULE" though every record names the module in provenance.plugins."""
+    import json
+
+    from depthaudit.diagnostics import MEASUREMENT_KEY
+    from depthaudit.stores import seal, unsealed
+
+    out = tmp_path / "g"
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--out", str(out)]) == 0
+    for path in (out / "runs").glob("*_all_*/result.json"):
+        rec = unsealed(json.loads(path.read_text()))
+        rec["history"][-1][MEASUREMENT_KEY]["gn24"] = {"per_layer": [1.0, 2.0]}
+        rec["provenance"]["plugins"] = [{"module": "p24d", "file": "/nowhere/p24d.py", "sha256": "0" * 64}]
+        path.write_text(json.dumps(seal(rec)))
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    err = capsys.readouterr().err
+    print(err)
+    assert "the runs measured gn24" in err and "rerun with --plugin p24d" in err

@@ -73,6 +73,26 @@ def _hms(s: float) -> str:
     return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+def changed_plugins(records) -> list[str]:
+    """The plug-in files (``provenance.plugins``) whose sha256 now differs from what ``records`` were written with."""
+    import hashlib
+
+    out, seen = [], {}
+    for rec in records:
+        for p in ((rec or {}).get("provenance") or {}).get("plugins") or []:
+            f, want = p.get("file"), p.get("sha256")
+            if not f or not want or f in out:
+                continue
+            if f not in seen:
+                try:
+                    seen[f] = hashlib.sha256(Path(f).read_bytes()).hexdigest()
+                except OSError:
+                    seen[f] = None
+            if seen[f] is not None and seen[f] != want:
+                out.append(f)
+    return out
+
+
 def _summary(rec: dict) -> str:
     acc = rec["final"]["test_acc"]
     return f"{rec['status']}, test_acc {acc:.4f}" if acc is not None else rec["status"]
@@ -168,6 +188,11 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
                          "(stored_only=True) to train them now")
     if results and opts.cell is None:
         log(f"{len(results)} of {len(specs)} runs already finished in {store}; skipping them")
+    changed = changed_plugins(results.values())
+    if changed:  # reused as the store promises (code is no run's identity), but said (walk 25 case 141)
+        log(f"depthaudit: note: {', '.join(changed)} changed since the reused runs were trained (their records hold "
+            "another sha256 of it): they are reused as stored, trained by the old code; write to a new --out to "
+            "train them with this one")
     prog = Progress(len(specs), len(results), log)
     groups = stack_groups(pending, opts.batch_runs)
     if opts.batch_runs > 1 and len(pending) > 1 and all(len(g) == 1 for g in groups):  # (walk 24 case 189)

@@ -267,9 +267,18 @@ def unrendered_note(report: dict, out) -> str | None:
     missing = unrendered(report, Path(out) / "runs")
     if not missing:
         return None
+    mods = set()  # the plug-ins the records name (provenance.plugins): the fix names them (walk 25 case 140)
+    for m in report.get("methods") or []:
+        for slug in (m.get("runs") or {}).get("trained") or []:
+            try:
+                rec = json.loads((Path(out) / "runs" / slug / "result.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            mods.update(p.get("module") for p in (rec.get("provenance") or {}).get("plugins") or [] if p.get("module"))
+    fix = " ".join(f"--plugin {m}" for m in sorted(mods)) if mods else "--plugin MODULE"
     return (f"depthaudit: note: {Path(out) / 'report.json'}: the runs measured {', '.join(missing)}, which no loaded "
             "diagnostic renders, so the report has no section for them; their sections need the plug-in that "
-            "registered them: rerun with --plugin MODULE")
+            f"registered them: rerun with {fix}")
 
 
 def _section(d, report: dict, table):
