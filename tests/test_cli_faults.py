@@ -67,8 +67,9 @@ TINY_AUDIT = ["audit", "--dataset", "mnist1d", "--methods", "bp", "fa", "--seeds
 
 
 @pytest.mark.parametrize("plugins, words", [
-    ("plugin_raises", "(its plugin_raises): importing it raised RuntimeError: boom at"),
-    ("nosuch_module_q", "(its nosuch_module_q): no such module"),
+    ("plugin_raises", "DEPTHAUDIT_PLUGINS=plugin_raises: importing it raised RuntimeError: boom at"),
+    ("nosuch_module_q", "DEPTHAUDIT_PLUGINS=nosuch_module_q: no such module"),
+    ("nosuch_module_q,plugin_raises", "(its nosuch_module_q): no such module"),  # several: the one named
     ("./plugin_raises.py", "give a module name, not a path")])
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_a_broken_plugin_named_in_the_environment_is_one_line_before_any_work(tmp_path, plugins, words, jobs):
