@@ -175,3 +175,16 @@ def test_the_missing_section_note_names_the_records_plugin(tmp_path, capsys):
     err = capsys.readouterr().err
     print(err)
     assert "the runs measured gn24" in err and "rerun with --plugin p24d" in err
+
+
+def test_execution_flags_without_training_are_said(tmp_path, capsys):
+    """W5 (cases 157, 158): --batch-runs and --cuda-graphs with --stored-only (nothing trains) had no note, while
+    --jobs had one."""
+    out = str(tmp_path / "a")
+    args = ["audit", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--out", out]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main([*args, "--stored-only", "--batch-runs", "4", "--cuda-graphs", "off"]) == 0
+    assert "--batch-runs, --cuda-graphs have no effect with --stored-only: nothing trains" in capsys.readouterr().err
+    assert main([*args, "--list-cells", "--batch-runs", "2"]) == 0
+    assert "--batch-runs has no effect with --list-cells" in capsys.readouterr().err

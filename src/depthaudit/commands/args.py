@@ -132,9 +132,14 @@ def sweep_options(a: argparse.Namespace, out, device: str):
         _note("--slurm-* flags are for --executor slurm; ignored here")
     if getattr(a, "cell", None) is not None and (getattr(a, "jobs", None) or 1) > 1:
         _note("--jobs has no effect with --cell: one cell runs in this process")
-    elif not trains(a) and (getattr(a, "jobs", None) or 1) > 1:  # (walk 24 case 110)
-        _note(f"--jobs has no effect with --{'stored-only' if getattr(a, 'stored_only', False) else 'list-cells'}: "
-              "nothing trains")
+    elif not trains(a):  # how runs would train, given where nothing trains (walk 24 case 110, walk 25 W5)
+        idle = [f for f, on in (("--jobs", (getattr(a, "jobs", None) or 1) > 1),
+                                ("--batch-runs", getattr(a, "batch_runs", None) is not None),
+                                ("--cuda-graphs", getattr(a, "cuda_graphs", None) is not None),
+                                ("--log", bool(getattr(a, "log", None)))) if on]
+        if idle:
+            _note(f"{', '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with "
+                  f"--{'stored-only' if getattr(a, 'stored_only', False) else 'list-cells'}: nothing trains")
     if getattr(a, "log_dir", None) and not getattr(a, "log", None):  # (walk 20 W4: ignored without a word)
         _note("--log-dir has no effect without --log (tensorboard, wandb): no live log is written")
     opts = given(a, SweepOptions)
