@@ -188,3 +188,19 @@ def test_execution_flags_without_training_are_said(tmp_path, capsys):
     assert "--batch-runs, --cuda-graphs have no effect with --stored-only: nothing trains" in capsys.readouterr().err
     assert main([*args, "--list-cells", "--batch-runs", "2"]) == 0
     assert "--batch-runs has no effect with --list-cells" in capsys.readouterr().err
+
+
+def test_bad_input_is_named_before_another_audits_report(tmp_path, capsys):
+    """W1 (cases 193, 194): a probe batch beyond the held-out split, or a missing --data-dir, into a folder of another
+    audit was "the report of another audit … --replace-report", which then refused the input itself."""
+    out = str(tmp_path / "a")
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--out", out]) == 0
+    capsys.readouterr()
+    assert main(["audit", *C, "--methods", "bp", "fa", "--seeds", "1", "--probe-batch-size", "100000",
+                 "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "--probe-batch-size 100000 exceeds the 2000 held-out examples" in err and "another audit" not in err
+    assert main(["audit", "--dataset", "cifar10", "--data-dir", str(tmp_path / "none"), "--methods", "bp",
+                 "--seeds", "1", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist; point it at a CIFAR copy or use --download" in err and "another audit" not in err

@@ -380,10 +380,10 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
     other_kind(out, "audit")  # (a train folder: refused before any cell is listed, trained or assembled)
     data = _data(config.base, data)
     config = replace(config, base=_fit_batch(config.base, data, progress))
-    same_audit(out, config, replace_report)
+    check_probe_fits(config.probe_batch_size, data)  # bad input is named before another audit's report is (walk
+    same_audit(out, config, replace_report)  # 25 W1: "another audit … --replace-report", which then refused it)
     base = config.base
     opts = _sweep(sweep, out, base.device)
-    check_probe_fits(config.probe_batch_size, data)
     # what is measured is recorded: probe batches clamped to the held-out split
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     if opts.cell is not None:

@@ -50,7 +50,6 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     """Run the audit protocol (:func:`depthaudit.audit`) and write report.md, report.json and figures."""
     acfg = _audit_config(a)
     out = Path(a.out)
-    api.same_audit(out, acfg, a.replace_report)
     opts = sweep_options(a, out, acfg.base.device)  # bad sweep flags or cell id: one line, before any training
     if opts.cell is not None:
         opts = remember_sweep(opts, out, argv)
