@@ -48,7 +48,9 @@ from .experiments.ladder import LadderConfig, ladder_specs, open_store
 from .experiments.toward_bp import bp_warm_start, credit_mix_sweep, warm_start_specs, warm_start_store
 from .io import (
     LISTING_ONLY,
+    REPORT_FILES,
     check_output_dir,
+    check_replaceable,
     foreign_json,
     foreign_report_file,
     foreign_table_file,
@@ -381,11 +383,12 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
     data = _data(config.base, data)
     config = replace(config, base=_fit_batch(config.base, data, progress))
     check_probe_fits(config.probe_batch_size, data)  # bad input is named before another audit's report is (walk
+    # what is measured is recorded: probe batches clamped to the held-out split, before the stored report is
+    # compared (walk 26 W3: the same command's 20 was "another audit" than its own stored 15)
+    config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     same_audit(out, config, replace_report)  # 25 W1: "another audit … --replace-report", which then refused it)
     base = config.base
     opts = _sweep(sweep, out, base.device)
-    # what is measured is recorded: probe batches clamped to the held-out split
-    config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     if opts.cell is not None:
         pick_cell(audit_specs(config, data), opts.cell)
     _buildable(_arms(config, data), data)
@@ -874,6 +877,10 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
     if foreign is not None:
         raise UsageError(f"{foreign} exists and {not_ours_why(foreign)} (the audit writes its report there); move "
                          "it away or choose another --out")
+    for name in REPORT_FILES:  # a FIFO, device or folder where a report file goes: refused before anything trains
+        check_replaceable(out / name)  # (walk 26 case 36: after the runs had trained)
+        if (out / name).is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(out / name))
     try:
         doc = json.loads((out / "report.json").read_text(encoding="utf-8"))
         old = doc.get("config")

@@ -207,6 +207,12 @@ class TrainConfig:
         if isinstance(self.method, str) and ":" in self.method:  # the CLI's spec syntax, given to the field
             name, _, opts = self.method.partition(":")
             given = dict(kv.partition("=")[::2] for kv in opts.split(",") if kv)
+            try:  # each value in its option's type, so the advice works as written (walk 26 case 17: "0.1")
+                from .methods import parse_spec
+
+                given = dict(parse_spec(self.method).given)
+            except Exception:  # noqa: BLE001 (a bad spec: the strings as given; using them names the fault)
+                pass
             raise refuse(self, f"{{method}} {self.method!r} is a method spec (name:options); give method={name!r}, "
                          f"method_options={given!r}, or cfg.with_method({self.method!r})")
         if self.method not in METHODS:  # (walk 16 case 83: a plain UsageError, no .field, unlike an unknown arch)

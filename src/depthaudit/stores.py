@@ -918,6 +918,14 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
                         "it holds no result: that training never finished") if kind == "train" else \
                     "the runs of both are kept"
                 over = f", or {take_over_flag} to take it over ({kept})" if take_over_flag else ""
+                if name == IDENTITY_FILE and _report_agrees(folder, diff, now) and grows(now, was, diff, kind):
+                    # the claim holds more than its report: an audit that grew it has not finished (walk 26 case 38:
+                    # an interrupted or failed growth was called an edit)
+                    hint = add_hint(diff, was, now).replace("; to add to it, name", "; to finish it, name")
+                    raise UsageError(f"{folder} is claimed by an audit with more {', '.join(diff)} that has not "
+                                     f"finished (its report.json is still this configuration's){hint} (its stored "
+                                     f"runs are reused); or {take_over_flag} to take it back to this configuration "
+                                     "(the runs of both are kept)")
                 if name == IDENTITY_FILE and _report_agrees(folder, diff, now):  # the claim alone was edited
                     raise UsageError(f"{folder / name} differs from the sealed report.json beside it, which is this "
                                      f"configuration's (in: {', '.join(diff[:6])}): it was edited; move it away (it "

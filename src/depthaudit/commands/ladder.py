@@ -320,6 +320,9 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         store.assemble()
         if store.damaged:
             where, bad = next(iter(store.damaged.items()))
+            if not Path(where).is_file() and (Path(where).exists() or Path(where).is_symlink()):  # a FIFO, folder
+                raise UsageError(f"{where} {bad}; no rerun replaces it: move it away, then rerun the {kind} command "
+                                 f"that wrote {path.name} to train that run again (the others are reused)")  # (walk 26)
             raise UsageError(f"{where} {bad}; it is left out: rerun the {kind} command that wrote {path.name} "
                              "to train that run again (the others are reused), or, if it is not a run of that "
                              f"command's grid (the rerun says so), move it out of {path.with_suffix('.runs')}")

@@ -1,0 +1,86 @@
+"""Walk 26's wrong and unclear cases, each reproduced as the walker did it (docs/walks/walk26_*.txt)."""
+
+import os
+
+import pytest
+
+import depthaudit as da
+from depthaudit.cli import main
+
+C = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1"]
+
+
+def test_the_same_command_with_probe_batches_beyond_the_split_reuses_its_report(tmp_path, capsys):
+    """Cases 27–29, 34: --probe-batches 20 (15 fit the split, 15 recorded) was "another audit" than its own report
+    when run again, grown, or assembled from --cell runs."""
+    out = str(tmp_path / "a")
+    args = ["audit", *C, "--seeds", "1", "--probe-batches", "20", "--out", out]
+    assert main([*args, "--methods", "bp"]) == 0
+    assert "measuring (and recording) 15 batches" in capsys.readouterr().err
+    assert main([*args, "--methods", "bp"]) == 0
+    assert "2 of 2 runs already finished" in capsys.readouterr().err
+    assert main([*args, "--methods", "bp", "fa"]) == 0  # grown
+    assert "2 of 4 runs already finished" in capsys.readouterr().err
+    cfg = da.AuditConfig(base=da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1),
+                         methods=("bp", "fa"), seeds=(1,), probe_batches=20)
+    assert da.audit(cfg, out, progress=False).record["config"]["probe_batches"] == 15
+
+
+def test_an_unfinished_growth_is_named_as_one_not_as_an_edit(tmp_path, capsys):
+    """Case 38: after a growth that stopped before its report, the original command was told the claim "was edited"."""
+    out = tmp_path / "g"
+    args = ["audit", *C, "--methods", "bp", "--probe-batches", "1", "--probe-batch-size", "32", "--out", str(out)]
+    assert main([*args, "--seeds", "1"]) == 0
+    from depthaudit.api import audit_identity  # noqa: I001 (the claim a growth to seeds 1 2 makes before it trains)
+    from depthaudit.stores import claim_folder
+    grown = da.AuditConfig(base=da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1),
+                           methods=("bp",), seeds=(1, 2), probe_batches=1, probe_batch_size=32)
+    import json
+
+    sha = json.loads((out / "report.json").read_text())["provenance"]["data"]["sha256"]
+    claim_folder(out, "audit", audit_identity(grown, sha))
+    capsys.readouterr()
+    assert main([*args, "--seeds", "1"]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "is claimed by an audit with more seeds that has not finished" in err and "edited" not in err
+    assert "to finish it, name everything it holds too (seeds 1 2)" in err
+    assert main([*args, "--seeds", "1", "2"]) == 0  # following it
+
+
+def test_a_fifo_at_a_report_file_is_refused_before_training(tmp_path, capsys):
+    """Case 36: a FIFO at cosine_heatmap.png was refused only after the growth's runs had trained."""
+    out = tmp_path / "g"
+    args = ["audit", *C, "--methods", "bp", "--probe-batches", "1", "--probe-batch-size", "32", "--out", str(out)]
+    assert main([*args, "--seeds", "1"]) == 0
+    (out / "cosine_heatmap.png").unlink()
+    os.mkfifo(out / "cosine_heatmap.png")
+    n = len(list((out / "runs").iterdir()))
+    capsys.readouterr()
+    assert main([*args, "--seeds", "1", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "cosine_heatmap.png is a FIFO" in err and "run bp/trained/s2" not in err
+    assert len(list((out / "runs").iterdir())) == n
+
+
+def test_report_of_a_fifo_record_advises_what_works(tmp_path, capsys):
+    """Case 6: report named a FIFO ladder record and advised the rerun, which refuses it (walk 25 W2's fix)."""
+    out = tmp_path / "l"
+    assert main(["ladder", *C, "--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32",
+                 "--out", str(out)]) == 0
+    rec = next(out.glob("ladder_*.runs")) / "bp%2Fk1%2Fs1.json"
+    rec.unlink()
+    os.mkfifo(rec)
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "no rerun replaces it: move it away, then rerun the ladder command" in err
+
+
+def test_a_method_spec_in_the_method_field_advises_typed_options():
+    """Case 17: the advice method_options={'beta': '0.1'} (a string) was itself refused as not a number."""
+    with pytest.raises(da.ConfigError) as exc:
+        da.TrainConfig(method="ep:beta=0.1")
+    assert "method_options={'beta': 0.1}" in str(exc.value)
+    assert da.TrainConfig(method="ep", method_options={"beta": 0.1}).method_options["beta"] == 0.1
