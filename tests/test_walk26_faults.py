@@ -84,3 +84,29 @@ def test_a_method_spec_in_the_method_field_advises_typed_options():
         da.TrainConfig(method="ep:beta=0.1")
     assert "method_options={'beta': 0.1}" in str(exc.value)
     assert da.TrainConfig(method="ep", method_options={"beta": 0.1}).method_options["beta"] == 0.1
+
+
+def test_probes_of_another_recipe_are_refused_without_an_advice_that_fails(tmp_path, capsys):
+    """Case 70: probes with another --lr into a probes folder advised --replace-report, which the α sweep's store
+    (one configuration per file) then refused."""
+    out = str(tmp_path / "p")
+    args = ["probes", *C, "--method", "fa", "--seeds", "1", "--alphas", "0", "1", "--probe-batches", "1",
+            "--probe-batch-size", "32", "--out", out]
+    assert main(args) == 0
+    claim = (tmp_path / "p" / "probes_fa.identity.json").read_bytes()
+    capsys.readouterr()
+    assert main([*args, "--lr", "0.005"]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert "credit_mix_fa_d8_L1_mnist1d.json holds runs of a different configuration (differs in: lr)" in err
+    assert "--replace-report" not in err
+    assert (tmp_path / "p" / "probes_fa.identity.json").read_bytes() == claim  # the claim untouched
+
+
+def test_a_margin_that_is_not_zero_never_prints_as_zero():
+    """Case 68: a D1 pass by 0.001 decade printed its margin "+0.0" (beside another row's "−0.004")."""
+    from depthaudit.verdicts import Thresholds, check_cells, check_d1, check_d3
+
+    th = Thresholds()
+    assert check_cells(check_d1(49.9, th), ".3g") == ("49.9", "+0.001")
+    assert check_cells(check_d3(2.0, th), "+.1f") == ("+2.0", "+0.0")  # a zero margin is zero

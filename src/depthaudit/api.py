@@ -45,7 +45,13 @@ from .experiments.families import FAMILIES, budget_text
 from .experiments.grow import run_arm
 from .experiments.intervene import InterveneConfig, run_intervention
 from .experiments.ladder import LadderConfig, ladder_specs, open_store
-from .experiments.toward_bp import bp_warm_start, credit_mix_sweep, warm_start_specs, warm_start_store
+from .experiments.toward_bp import (
+    bp_warm_start,
+    credit_mix_store,
+    credit_mix_sweep,
+    warm_start_specs,
+    warm_start_store,
+)
 from .io import (
     LISTING_ONLY,
     REPORT_FILES,
@@ -550,6 +556,9 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
     ident = config.identity(plan, data.sha256)
     _buildable([base], data)
     _not_foreign(out / f"probes_{tag}.json", [out / f"probes_{tag}.md", out / f"credit_mix_{tag}.png"])
+    # the α sweep's store holds one configuration whatever the report's claim says: another one is refused here,
+    # before the claim is taken over (walk 26 case 70: --replace-report was advised, then this store refused it)
+    credit_mix_store(base, base.method, out, data.sha256, plan).check()
     claim = None
     if not opts.list_cells and opts.cell is None and not opts.stored_only:  # this method's report in OUT belongs
         # to one configuration: claimed under the folder's lock before anything trains (another method's probes

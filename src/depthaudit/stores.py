@@ -581,6 +581,11 @@ class FileStore:
                     f"{what} {held} (differs in: {', '.join(diff[:6]) or 'schema'}); use another output folder, or "
                     f"move {self.path.name} and {self.runs_dir.name} away" + (" if no such sweep runs" if none else ""))
 
+    def check(self) -> None:
+        """Refuse (one line, as :meth:`claim` would) a store another configuration holds; nothing is written."""
+        doc, marker = self._read_owner()
+        self._check(doc, marker)
+
     def claim(self) -> None:
         """Take this store for this identity, under the lock, before anything trains.
 

@@ -163,7 +163,8 @@ def check_cells(c: dict, fmt: str) -> tuple[str, str]:
     below = c.get("flag_when", "value < threshold") == "value < threshold"
     v = "—" if c["value"] is None else fmt_num(c["value"], fmt) if th is None else agreeing(
         c["value"], fmt, lambda p: (p < th if below else p > th) == flagged)
-    m = "—" if c["margin"] is None else agreeing(c["margin"], "+.1f", lambda p: (p < 0) == flagged)
+    m = "—" if c["margin"] is None else agreeing(  # a margin that is not zero never prints as one (walk 26 case
+        c["margin"], "+.1f", lambda p: (p < 0) == flagged and (p != 0 or c["margin"] == 0))  # 68: "+0.0" for 0.001)
     if c.get("margin_unit") == "pp" and th is not None and "—" not in (v, m) and fmt.endswith("f") \
             and math.isfinite(c["value"]) and math.isfinite(c["margin"]):  # an additive margin: the printed pair
         for d in range(max(_decimals(v), _decimals(m)), 13):  # adds up to the threshold (walk 25 case 40: "+1.4

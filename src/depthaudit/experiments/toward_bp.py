@@ -27,6 +27,18 @@ def _final_cos(rec: dict) -> dict:
     return {}
 
 
+def credit_mix_store(base: TrainConfig, method: str, out: Path, data_sha256: str,
+                     probe_plan: tuple[int, int]) -> FileStore:
+    """The α sweep's store of ``base``'s method in ``out`` (one file per method spec and configuration)."""
+    ident = {k: v for k, v in base.identity_dict().items() if k not in ("seed", "device", "data_dir", "download",
+                                                                   "method", "credit_mix")}
+    # one file per method spec (fa, fa_head-exact), as the probes' own files; a plain name is the same file as before
+    name = f"credit_mix_{base.method_spec.tag}_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
+    return FileStore(Path(out) / name, "depthaudit.credit_mix.v1",
+                     {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe_plan)},
+                     defaults={**TrainConfig().identity_dict(), **LEGACY})
+
+
 def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, data, data_sha256: str,
                   probe_plan: tuple[int, int] = (10, 128), eps: float = 1e-8, jobs: int = 1, log=None, argv=None,
                   opts=None) -> dict | SweepStatus:
@@ -37,13 +49,7 @@ def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, d
     tracking = tracking_plan(*probe_plan, 0, Thresholds(eps=eps))
     specs = [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, credit_mix=float(a)), tracking)
              for a in alphas for s in seeds]
-    ident = {k: v for k, v in base.identity_dict().items() if k not in ("seed", "device", "data_dir", "download",
-                                                                   "method", "credit_mix")}
-    # one file per method spec (fa, fa_head-exact), as the probes' own files; a plain name is the same file as before
-    name = f"credit_mix_{base.method_spec.tag}_d{base.d_hidden}_L{base.num_blocks}_{base.dataset}.json"
-    store = FileStore(Path(out) / name, "depthaudit.credit_mix.v1",
-                      {**ident, "method": method, "data_sha256": data_sha256, "probe": list(probe_plan)},
-                      defaults={**TrainConfig().identity_dict(), **LEGACY})
+    store = credit_mix_store(base, method, out, data_sha256, probe_plan)
     status = run_sweep(specs, store, data=data, jobs=jobs, log=log, argv=argv, opts=opts)
     if not status.complete:
         return status
