@@ -110,3 +110,19 @@ def test_a_margin_that_is_not_zero_never_prints_as_zero():
     th = Thresholds()
     assert check_cells(check_d1(49.9, th), ".3g") == ("49.9", "+0.001")
     assert check_cells(check_d3(2.0, th), "+.1f") == ("+2.0", "+0.0")  # a zero margin is zero
+
+
+def test_the_probes_warm_start_store_is_no_output_folder(tmp_path, capsys):
+    """Cases 102, 103: an audit into PR/warm_start (the probes' BP warm-start store) took the probes' runs for its
+    own, advised moving them away, and claimed the folder (train then called it the audit's)."""
+    out = tmp_path / "p"
+    assert main(["probes", *C, "--method", "fa", "--seeds", "1", "--alphas", "0", "--pre-epochs", "1",
+                 "--probe-batches", "1", "--probe-batch-size", "32", "--out", str(out)]) == 0
+    before = sorted(p.name for p in (out / "warm_start").rglob("*"))
+    capsys.readouterr()
+    for argv in (["audit", *C, "--methods", "bp", "--seeds", "1", "--out"], ["train", *C, "--out"],
+                 ["ladder", *C, "--methods", "bp", "--seeds", "1", "--output_dir"]):
+        assert main([*argv, str(out / "warm_start")]) == 2
+        err = capsys.readouterr().err
+        assert "it is the BP warm-start store of the probes in" in err, err
+    assert sorted(p.name for p in (out / "warm_start").rglob("*")) == before

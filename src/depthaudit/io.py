@@ -380,6 +380,9 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
                                  f"the links, or choose another {flag}") from None
         raise UsageError(f"{flag} {p} is a symbolic link to {os.readlink(p)}, which does not exist; make that folder, "
                          f"or choose another {flag}")
+    if p.resolve().name == "warm_start" and p.is_dir() and any(p.resolve().parent.glob("probes_*.identity.json")):
+        raise UsageError(f"{flag} {p}: it is the BP warm-start store of the probes in {p.resolve().parent} (their "
+                         f"warm_start/ folder); choose another {flag}")  # (walk 26 W: an audit reused its runs there)
     if p.name == "runs" and p.is_dir() and (p.parent / "identity.json").is_file():
         raise UsageError(f"{flag} {p}: it is the run store of the results in {p.parent} (their runs/ folder); "
                          f"choose another {flag}")
