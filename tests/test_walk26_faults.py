@@ -126,3 +126,59 @@ def test_the_probes_warm_start_store_is_no_output_folder(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "it is the BP warm-start store of the probes in" in err, err
     assert sorted(p.name for p in (out / "warm_start").rglob("*")) == before
+
+
+def test_a_report_defines_the_statistic_and_floor_it_measured_with(tmp_path):
+    """Cases 133, 134: --d1-stat mean and --eps 1e-6 audits' definitions (and the Γ title) described the defaults."""
+    import json
+
+    out = tmp_path / "a"
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32",
+                 "--d1-stat", "mean", "--eps", "1e-6", "--out", str(out)]) == 0
+    defs = json.loads((out / "report.json").read_text())["definitions"]
+    assert "= mean over probe examples" in defs["rho"] and "median" not in defs["rho"]
+    assert "eps=1e-06" in defs["cosine"] and "eps=1e-8" not in defs["cosine"]
+    md = (out / "report.md").read_text()
+    assert "ε = 1e-06, fp32" in md and "ε = 1e-8" not in md
+
+
+def test_an_unknown_warmup_method_is_refused_even_at_fraction_zero(tmp_path, capsys):
+    """Case 120: --warmup nonsense --warmup-fraction 0 trained (noted idle); Python's TrainConfig refuses it."""
+    assert main(["train", *C, "--warmup", "nonsense", "--warmup-fraction", "0", "--out", str(tmp_path / "t")]) == 2
+    assert "--warmup 'nonsense': unknown method 'nonsense'" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+    with pytest.raises(da.ConfigError):
+        da.TrainConfig(dataset="mnist1d", warmup="nonsense", warmup_fraction=0.0)
+
+
+def test_a_plugin_familys_other_setting_is_another_configuration(tmp_path, capsys):
+    """Cases 110, 111: a plug-in family (no saturation_identity) under another --d-hidden or --base-blocks had its
+    stored depths "changed files": retrained and replaced by another configuration's."""
+    from depthaudit.experiments.families import FAMILIES, DepthFamily
+    from depthaudit.models import build_model
+
+    @FAMILIES.register("wide26t")
+    class Wide26(DepthFamily):
+        help = "the reference ResMLP at d=8"
+
+        def build(self, run, data, device):
+            return build_model("resmlp", data.input_shape, data.num_classes, 8, run.base_blocks + run.extra, None,
+                               run.seed).to(device)
+
+    try:
+        out = tmp_path / "s"
+        args = ["saturation", "--family", "wide26t", "--dataset", "mnist1d", "--epochs", "1", "--extra", "0", "1",
+                "--out", str(out)]
+        assert main(args) == 0
+        f = next(out.glob("saturation_*.json"))
+        before = f.read_bytes()
+        capsys.readouterr()
+        assert main([*args, "--base-blocks", "2"]) == 2
+        err = capsys.readouterr().err
+        print(err)
+        assert "holds runs of a different configuration (its run N0 differs in: base_blocks)" in err
+        assert "will replace it" not in err and f.read_bytes() == before
+        assert main(args) == 0 and "2 of 2 runs already finished" in capsys.readouterr().err
+    finally:
+        FAMILIES._items.pop("wide26t", None)
+        FAMILIES._meta.pop("wide26t", None)

@@ -176,6 +176,12 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
                 log(f"{s.key}: the stored run trained on {other}; it is not reused on {s.cfg.device} (another "
                     "kind of device draws other data orders from one seed), and this run will replace it")
             elif changed := (store.differs(s) if hasattr(store, "differs") else None):
+                if any(not k.endswith("sha256") for k in changed):  # a setting, not a file's content: another
+                    # configuration, which the store's identity did not name (a plug-in family that declares no
+                    # saturation_identity; walk 26 W: its depths were retrained and replaced)
+                    raise UsageError(f"{store.path} holds runs of a different configuration (its run {s.key} differs "
+                                     f"in: {', '.join(changed[:6])}); use another output folder, or move "
+                                     f"{store.path.name} and {store.runs_dir.name} away")
                 log(f"{s.key}: the stored run differs in {', '.join(changed[:4])} (its files changed?); it is "
                     "run again, and this run will replace it")
     if opts.cell is not None and not pending:

@@ -234,6 +234,8 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
     if "warmup_fraction" in kw and not kw.get("warmup"):
         _note("--warmup-fraction has no effect without --warmup (the method to warm up under)")
     elif kw.get("warmup") and kw.get("warmup_fraction") == 0:
+        with building(a):  # an unknown or bad warm-up method is refused as Python's TrainConfig refuses it, even
+            TrainConfig(**{**kw, "warmup_fraction": 0.2})  # where no step would be under it (walk 26 case 120)
         _note(f"--warmup {kw['warmup']} has no effect with --warmup-fraction 0: no step is under it")
         kw.pop("warmup")  # no warm-up: the same run as without the flags (TrainConfig stores it so)
         kw.pop("warmup_fraction")

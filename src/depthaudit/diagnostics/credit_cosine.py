@@ -69,7 +69,8 @@ class CreditCosine(Diagnostic):
     @classmethod
     def section(cls, report: dict, table) -> tuple[str, str]:
         """The per-layer Γ_l table."""
-        return ("Per-layer credit cosine Γ_l (standard: per-example, mean-loss reference, ε = 1e-8, fp32), end of "
+        eps = (report.get("thresholds") or {}).get("eps", 1e-8)  # the floor this audit measured with (walk 26)
+        return (f"Per-layer credit cosine Γ_l (standard: per-example, mean-loss reference, ε = {eps:g}, fp32), end of "
                 "training", table(layer_headers(report), per_layer_rows(report, "per_layer_cosine")))
 
 

@@ -272,7 +272,7 @@ def run_audit(acfg: AuditConfig, data: DataBundle, out: Path, log=print, argv=No
             "provenance": provenance(torch.device(b.device), data.provenance(), acfg.seeds[0], argv,
                                      uses={"method": [m.name for m in acfg.methods], "arch": b.arch,
                                            "dataset": b.dataset, "diagnostics": True}),
-            "definitions": DEFINITIONS, "methods": methods, "identity": ident,
+            "definitions": definitions(acfg), "methods": methods, "identity": ident,
             "decision": decision_table(methods, 1.0 / data.num_classes, th)}
 
 
@@ -354,6 +354,18 @@ DEFINITIONS = {
                 "chance or its aggregate Γ ≤ 0; the protocol walks it back when any of D1/D2/D3 is flagged",
     "monitor": "the first epoch at which D1 / D2 fired during training; compute saved = 1 - epoch / budget",
 }
+
+
+def definitions(acfg: AuditConfig) -> dict:
+    """:data:`DEFINITIONS` as this audit measured them: its cosine floor ε and its D1 statistic.
+
+    (Walk 26 cases 133, 134: a mean-statistic or ε = 1e-6 audit's report described the defaults.)
+    """
+    d = dict(DEFINITIONS)
+    d["cosine"] = d["cosine"].replace("eps=1e-8", f"eps={acfg.thresholds.eps:g}")
+    if acfg.d1_stat != "median":
+        d["rho"] = d["rho"].replace("= median over probe examples", f"= {acfg.d1_stat} over probe examples")
+    return d
 
 
 # counted over every seed, diverged ones too (the records a report names are only the finished pairs): not compared

@@ -73,7 +73,8 @@ def scale_checks(report: dict, path: Path) -> None:
     a2.axhline(th["ref_factor"] * th["eps"], ls="--", c="k", lw=1,
                label=f"D2 flag < {th['ref_factor'] * th['eps']:.0e}")
     bp = report["config"].get("probe_batch_size", "?")
-    for ax, t in ((a1, "D1: ρ = max ‖h_l‖/‖h_(l-1)‖ (median norms)"),
+    stat = report["config"].get("d1_stat", "median")  # the statistic this audit's D1 used
+    for ax, t in ((a1, f"D1: ρ = max ‖h_l‖/‖h_(l-1)‖ ({stat} norms)"),
                   (a2, f"D2: ‖g_L‖ (mean-loss ref., batch {bp}, median)")):
         ax.set_yscale("log")
         ax.set_xlabel("epoch")
