@@ -182,3 +182,20 @@ def test_a_plugin_familys_other_setting_is_another_configuration(tmp_path, capsy
     finally:
         FAMILIES._items.pop("wide26t", None)
         FAMILIES._meta.pop("wide26t", None)
+
+
+def test_a_live_log_without_training_needs_no_logger_installed(tmp_path, monkeypatch, capsys):
+    """Cases 158, 159: --log wandb with --stored-only was noted idle, then refused for want of wandb."""
+    import sys
+
+    out = str(tmp_path / "a")
+    args = ["audit", *C, "--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32",
+            "--out", out]
+    assert main(args) == 0
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as on a machine without it (the import fails)
+    capsys.readouterr()
+    assert main([*args, "--stored-only", "--log", "wandb"]) == 0
+    assert "--log has no effect with --stored-only" in capsys.readouterr().err
+    assert main([*args, "--list-cells", "--log", "wandb"]) == 0
+    assert main([*args, "--log", "wandb"]) == 2  # where it would log: the missing package is named
+    assert "needs Weights & Biases" in capsys.readouterr().err

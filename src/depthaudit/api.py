@@ -248,7 +248,8 @@ def _sweep(sweep, out: Path, device: str):
     if not isinstance(sweep, SweepOptions):  # e.g. a dict: named here, not an AttributeError deep in the sweep
         raise ConfigError(f"{{sweep}} must be a SweepOptions (e.g. da.SweepOptions(jobs=2)), got "
                           f"{type(sweep).__name__}")
-    check_loggers(sweep.log, sweep.log_dir)
+    if not (sweep.stored_only or sweep.list_cells):  # nothing trains there: no live log to open (walk 26 case 158:
+        check_loggers(sweep.log, sweep.log_dir)  # a missing TensorBoard refused a --log said to do nothing)
     return sweep
 
 
