@@ -199,3 +199,31 @@ def test_a_live_log_without_training_needs_no_logger_installed(tmp_path, monkeyp
     assert main([*args, "--list-cells", "--log", "wandb"]) == 0
     assert main([*args, "--log", "wandb"]) == 2  # where it would log: the missing package is named
     assert "needs Weights & Biases" in capsys.readouterr().err
+
+
+def test_an_executor_without_training_needs_no_scheduler(tmp_path, monkeypatch, capsys):
+    """Case 160: --executor slurm --stored-only (nothing trains) was refused: "no SLURM here (sbatch …)"."""
+    import shutil
+
+    assert shutil.which("sbatch") is None  # (this machine has no SLURM, as the walker's)
+    out = str(tmp_path / "a")
+    args = ["audit", *C, "--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32",
+            "--out", out]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main([*args, "--stored-only", "--executor", "slurm"]) == 0
+    assert "--executor has no effect with --stored-only: nothing trains" in capsys.readouterr().err
+    assert main([*args, "--executor", "slurm"]) == 2  # where it would train: refused, named
+    assert "no SLURM here" in capsys.readouterr().err
+
+
+def test_a_card_names_a_penalty_and_an_mlp_ratio_a_run_changed():
+    """Case 131: a penalised or --mlp-ratio 3 audit's card header read exactly like the plain recipe's."""
+    from depthaudit.experiments.families import budget_text
+
+    base = {"epochs": 5, "optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.01, "batch_size": 128, "arch": "resmlp",
+            "variant": "ref", "mlp_ratio": 1, "scale_penalty": 0.0}
+    assert budget_text(base) == "5 epochs"
+    assert budget_text({**base, "scale_penalty": 0.1, "penalty_form": "rel", "penalty_reduction": "example",
+                        "mlp_ratio": 3}) == "5 epochs, scale penalty λ 0.1 (rel, example), mlp ratio 3"
+    assert budget_text({**base, "variant": "v0.1", "mlp_ratio": 4}) == "5 epochs"  # that variant's own ratio

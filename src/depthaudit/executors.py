@@ -97,12 +97,13 @@ class SweepOptions:
                          f"{main_file.replace('{', '{{').replace('}', '}}')} is not a file (python - or python -c?); "
                          "save the script to a file, with the sweep under `if __name__ == \"__main__\":`, or use "
                          "{jobs=1}")
-        if self.executor == "slurm" and self.slurm_cluster is None and not self.list_cells \
+        if self.executor == "slurm" and self.slurm_cluster is None and not (self.list_cells or self.stored_only) \
                 and shutil.which("sbatch") is None:  # (submitit would quietly run the tasks here instead)
             raise refuse(self, "{executor=slurm}: no SLURM here (sbatch is not on PATH); run the command where "
                          "SLURM is (a login node), or use the local executor")
         extra = {"ray": ("ray", "Ray", "ray"), "slurm": ("submitit", "submitit", "slurm")}.get(self.executor)
-        if extra and self.slurm_cluster is None and not self.list_cells and not installed(extra[0]):  # before any
+        if extra and self.slurm_cluster is None and not (self.list_cells or self.stored_only) \
+                and not installed(extra[0]):  # before any
             raise refuse(self, f"{{executor={self.executor}}} needs {extra[1]}: pip install "  # folder is claimed
                          f'"depthaudit[{extra[2]}]"')  # (walk 17 cases 126, 127; submitit's local stand-in: at use)
 

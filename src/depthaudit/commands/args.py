@@ -136,7 +136,8 @@ def sweep_options(a: argparse.Namespace, out, device: str):
         idle = [f for f, on in (("--jobs", (getattr(a, "jobs", None) or 1) > 1),
                                 ("--batch-runs", getattr(a, "batch_runs", None) is not None),
                                 ("--cuda-graphs", getattr(a, "cuda_graphs", None) is not None),
-                                ("--log", bool(getattr(a, "log", None)))) if on]
+                                ("--log", bool(getattr(a, "log", None))),
+                                ("--executor", (getattr(a, "executor", None) or "local") != "local")) if on]
         if idle:
             _note(f"{', '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with "
                   f"--{'stored-only' if getattr(a, 'stored_only', False) else 'list-cells'}: nothing trains")

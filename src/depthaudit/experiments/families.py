@@ -62,6 +62,14 @@ def _recipe_changes(cfg: dict) -> list[str]:
            if isinstance(cfg.get(k), int | float) and k in meta and cfg[k] != meta[k]]
     if isinstance(cfg.get("batch_size"), int) and cfg["batch_size"] != 128:
         out.append(f"batch {cfg['batch_size']}")
+    if isinstance(cfg.get("scale_penalty"), int | float) and cfg["scale_penalty"] > 0:  # (walk 26 case 131)
+        out.append(f"scale penalty λ {cfg['scale_penalty']:g} ({cfg.get('penalty_form', 'abs')}, "
+                   f"{cfg.get('penalty_reduction', 'example')})")
+    from ..models.resmlp import DEFAULT_RATIO
+
+    ratio = 4 if cfg.get("arch") == "vit" else DEFAULT_RATIO.get(cfg.get("variant"))
+    if isinstance(cfg.get("mlp_ratio"), int) and ratio is not None and cfg["mlp_ratio"] != ratio:
+        out.append(f"mlp ratio {cfg['mlp_ratio']}")
     return out
 
 
