@@ -198,7 +198,8 @@ def test_a_record_names_the_plugin_code_it_ran(tmp_path):
     assert "plugins" not in json.loads((tmp_path / "plain" / "result.json").read_text())["provenance"]
 
 
-def _flat_loader(data_dir=None, download=False):
+def _arrays(n_test: int, tag: str):
+    """64 flat training examples of 8 features and ``n_test`` held-out ones, 3 classes (a plug-in's data)."""
     import hashlib
 
     import numpy as np
@@ -207,8 +208,12 @@ def _flat_loader(data_dir=None, download=False):
 
     rng = np.random.default_rng(0)
     return ArrayData(rng.normal(size=(64, 8)).astype(np.float32), rng.integers(0, 3, 64),
-                     rng.normal(size=(32, 8)).astype(np.float32), rng.integers(0, 3, 32), num_classes=3,
-                     source="w24", sha256=hashlib.sha256(b"w24").hexdigest())
+                     rng.normal(size=(n_test, 8)).astype(np.float32), rng.integers(0, 3, n_test), num_classes=3,
+                     source=tag, sha256=hashlib.sha256(tag.encode()).hexdigest())
+
+
+def _flat_loader(data_dir=None, download=False):
+    return _arrays(32, "w24")
 
 
 def test_an_image_augment_from_a_registration_blames_the_registration(tmp_path, capsys):
@@ -234,16 +239,7 @@ def test_an_image_augment_from_a_registration_blames_the_registration(tmp_path, 
 
 
 def _one_test_loader(data_dir=None, download=False):
-    import hashlib
-
-    import numpy as np
-
-    from depthaudit.data import ArrayData
-
-    rng = np.random.default_rng(0)
-    return ArrayData(rng.normal(size=(64, 8)).astype(np.float32), rng.integers(0, 3, 64),
-                     rng.normal(size=(1, 8)).astype(np.float32), rng.integers(0, 3, 1), num_classes=3,
-                     source="w24one", sha256=hashlib.sha256(b"w24one").hexdigest())
+    return _arrays(1, "w24one")
 
 
 def test_a_held_out_split_too_small_for_any_probe_batch_blames_the_data(tmp_path, capsys):
