@@ -227,3 +227,11 @@ def test_a_card_names_a_penalty_and_an_mlp_ratio_a_run_changed():
     assert budget_text({**base, "scale_penalty": 0.1, "penalty_form": "rel", "penalty_reduction": "example",
                         "mlp_ratio": 3}) == "5 epochs, scale penalty λ 0.1 (rel, example), mlp ratio 3"
     assert budget_text({**base, "variant": "v0.1", "mlp_ratio": 4}) == "5 epochs"  # that variant's own ratio
+
+
+def test_a_spec_of_an_unknown_method_names_the_method(tmp_path):
+    """Walk 27 case 35: TrainConfig(method="o26:k=3") (o26 not registered) advised method='o26', itself unknown."""
+    with pytest.raises(da.ConfigError) as exc:
+        da.TrainConfig(dataset="mnist1d", method="o26:k=3")
+    print(exc.value)
+    assert "method 'o26' not known; use one of" in str(exc.value) and "is a method spec" not in str(exc.value)

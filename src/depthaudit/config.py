@@ -204,7 +204,9 @@ class TrainConfig:
         else:  # no warm-up: its fraction is meaningless, one canonical value
             object.__setattr__(self, "warmup_fraction", 0.2)
 
-        if isinstance(self.method, str) and ":" in self.method:  # the CLI's spec syntax, given to the field
+        if isinstance(self.method, str) and ":" in self.method \
+                and self.method.partition(":")[0] in METHODS:  # the CLI's spec syntax, given to the field (an
+            # unknown name is refused as one below: walk 27 case 35 advised method='o26', itself unknown)
             name, _, opts = self.method.partition(":")
             given = dict(kv.partition("=")[::2] for kv in opts.split(",") if kv)
             try:  # each value in its option's type, so the advice works as written (walk 26 case 17: "0.1")
@@ -216,7 +218,8 @@ class TrainConfig:
             raise refuse(self, f"{{method}} {self.method!r} is a method spec (name:options); give method={name!r}, "
                          f"method_options={given!r}, or cfg.with_method({self.method!r})")
         if self.method not in METHODS:  # (walk 16 case 83: a plain UsageError, no .field, unlike an unknown arch)
-            raise refuse(self, f"{{method}} {self.method!r} not known; use one of {', '.join(METHODS.names())} "
+            unknown = self.method.partition(":")[0] if isinstance(self.method, str) else self.method
+            raise refuse(self, f"{{method}} {unknown!r} not known; use one of {', '.join(METHODS.names())} "
                          "(or register your own first)")
         if self.credit_mix is not None and METHODS.get(self.method).exact_credits:  # BP's credit mixed toward BP is
             object.__setattr__(self, "credit_mix", None)  # BP's: no other run (walk 19 cases 126, 127)
