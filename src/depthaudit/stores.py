@@ -717,6 +717,8 @@ class FileStore:
         """
         rec, _ = read_record(self._run_path(spec.key))
         rec = rec or (None if self.runs_dir.is_dir() else self.doc["runs"].get(spec.key))
+        if rec is not None and self.problem(spec.key, rec):  # a damaged or misplaced record is named and retrained
+            return []  # (a swapped rung's record differs in train_blocks: not another configuration of this store)
         cfg = (rec or {}).get("config") or {}
         return [k for k, v in spec.cfg.to_dict().items() if k in cfg and k != "device" and cfg[k] != _jsonable(v)]
 
