@@ -235,3 +235,15 @@ def test_a_spec_of_an_unknown_method_names_the_method(tmp_path):
         da.TrainConfig(dataset="mnist1d", method="o26:k=3")
     print(exc.value)
     assert "method 'o26' not known; use one of" in str(exc.value) and "is a method spec" not in str(exc.value)
+
+
+def test_train_into_another_commands_folder_leaves_no_lock(tmp_path, capsys):
+    """Walk 27 W4 (cases 165, 166): train --out <an audit folder> was refused but left a new .train.lock there."""
+    out = tmp_path / "a"
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32",
+                 "--out", str(out)]) == 0
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    assert main(["train", *C, "--out", str(out)]) == 2
+    assert "holds the results of another command (audit); train cannot write there" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == before

@@ -354,6 +354,7 @@ def claim_training(out: Path, config: TrainConfig, force: bool):
     if foreign_claim(out / "identity.json"):  # a user's own file where the claim goes: refused before the lock
         raise UsageError(f"{out / 'identity.json'} exists and is not depthaudit's (the folder's claim is written "
                          "there); move it away or choose another --out")
+    other_kind(out, "train")  # another command's folder: refused before the lock file is made (walk 27 W4)
     with file_lock(out / ".train.lock", wait=False) as held:
         if not held:
             raise UsageError(f"{out} is being written by another depthaudit train right now; wait for it to end, "
