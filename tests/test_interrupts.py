@@ -121,6 +121,10 @@ def test_interrupt_stops_every_worker_within_seconds(tmp_path, cache, jobs, sig,
     after = _records(out)
     time.sleep(2)
     assert _records(out) == after  # nobody trains on
+    import re
+
+    said = re.search(r"(?:the|all) (\d+) (?:finished )?run\(s\)", lines[-1])  # the line counts what is stored,
+    assert said and int(said.group(1)) == len(after), (lines[-1], len(after))  # a late worker's too (walk 27 W3)
     assert len(after) <= len(stored) + jobs < 8  # the queue was not trained; at most the runs in flight finished
     assert all(read_record(p)[0] is not None for p in after)  # every kept record intact
     assert not list(out.rglob("*.tmp")), list(out.rglob("*.tmp"))  # no half-written file

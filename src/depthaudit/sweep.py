@@ -7,6 +7,7 @@ replace), so an interrupted sweep resumes and loses at most the runs in flight; 
 are skipped and reported as such. Imports go one way: sweep → executors → stores.
 """
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,6 +214,18 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
     except Interrupted:
         raise
     except KeyboardInterrupt:
+        # the pool is down here (run_groups stops every worker before the interrupt reaches this line): a worker
+        # that stored its run between the signal and its stop has its record on disk, so the count is read from
+        # the store, and its assembled file rebuilt from the records (walk 27 W3: one record more than said)
+        for s in specs:
+            if s.key not in results:
+                with contextlib.suppress(Exception):
+                    rec = store.get(s, quiet=True)
+                    if rec is not None:
+                        results[s.key] = rec
+        if hasattr(store, "assemble"):
+            with contextlib.suppress(Exception):
+                store.assemble()
         missing = len(specs) - len(results)  # (of this sweep: a command of several stages, e.g. probes' warm
         # start after its credit mix, has the later stages' runs to train as well)
         who = "every worker stopped" if opts.jobs > 1 or opts.executor != "local" else "the run in flight stopped"
