@@ -175,27 +175,38 @@ def _api_call(fn):
     return call
 
 
-def _fit_batch(cfg, data, progress: bool):
-    """``cfg`` as it trains on ``data``, so that what trains is what is stored (walk 24 W2, W3), said on stderr.
+def _fitted_recipe(n: int, batch: int, warmup, fraction: float, epochs) -> tuple[int, Any, float]:
+    """``(batch_size, warmup, warmup_fraction)`` as a split of ``n`` training examples trains them.
 
-    A batch above the split trains one full batch a step (stored as asked, the same run under 8000 and 100000
-    named two configurations that refused each other's folders); a warm-up whose fraction rounds to no step of
-    the budget is no warm-up.
+    The one rule for what trains is what is stored (walk 24 W2, W3), read by :func:`_fit_batch` before a run and
+    by :func:`same_audit` against a stored report: a batch above the split trains one full batch a step (the same
+    run under 8000 and 100000 named two configurations that refused each other's folders); a warm-up whose
+    fraction rounds to no step of the budget, as the loop counts steps, is no warm-up.
     """
+    batch = min(batch, n)
+    if warmup is not None and isinstance(epochs, int) and round(fraction * epochs * math.ceil(n / batch)) == 0:
+        warmup, fraction = None, 0.2
+    return batch, warmup, fraction
+
+
+def _fit_batch(cfg, data, progress: bool):
+    """``cfg`` as it trains on ``data`` (:func:`_fitted_recipe`), each change said on stderr."""
     n = data.x_train.shape[0] if hasattr(data, "x_train") else None
     if n is None or cfg.batch_size is None:
         return cfg
-    if cfg.batch_size > n:
+    warmup = getattr(cfg, "warmup", None)
+    batch, new_warmup, fraction = _fitted_recipe(n, cfg.batch_size, warmup, getattr(cfg, "warmup_fraction", 0.2),
+                                                 cfg.epochs)
+    if batch != cfg.batch_size:
         _log(progress)(f"depthaudit: note: batch size {cfg.batch_size} exceeds the {n} training examples: training "
                        f"(and recording) batch size {n}, one full batch a step")
-        cfg = replace(cfg, batch_size=n)
-    if getattr(cfg, "warmup", None) is not None and isinstance(cfg.epochs, int):  # the steps under it, as the loop
-        total = cfg.epochs * math.ceil(n / cfg.batch_size)  # counts them: none is no warm-up (walk 24 W3)
-        if round(cfg.warmup_fraction * total) == 0:
-            _log(progress)(f"depthaudit: note: --warmup {cfg.warmup} has no effect with --warmup-fraction "
-                           f"{cfg.warmup_fraction:g}: {cfg.warmup_fraction:g} × {total} steps rounds to no step "
-                           "under it; training (and recording) no warm-up")
-            cfg = replace(cfg, warmup=None, warmup_fraction=0.2)
+        cfg = replace(cfg, batch_size=batch)
+    if new_warmup != warmup:
+        total = cfg.epochs * math.ceil(n / batch)
+        _log(progress)(f"depthaudit: note: --warmup {warmup} has no effect with --warmup-fraction "
+                       f"{cfg.warmup_fraction:g}: {cfg.warmup_fraction:g} × {total} steps rounds to no step "
+                       "under it; training (and recording) no warm-up")
+        cfg = replace(cfg, warmup=None, warmup_fraction=fraction)
     return cfg
 
 
@@ -548,6 +559,7 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
 
     out = Path(out)
     check_output_dir(out, subdirs=("warm_start",))
+    other_kind(out, "probes")  # (an audit's, a train's or a ladder's folder: refused before any cell is listed)
     base, tag, log, argv = config.base, config.tag, _log(progress), argv or ["depthaudit.probes"]
     data = _data(base, data)
     config = replace(config, base=_fit_batch(base, data, progress))
@@ -900,13 +912,11 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
     new = json.loads(json.dumps(acfg.to_dict()))
     if not isinstance(old, dict) or replace_report:
         return
-    n = ((doc.get("provenance") or {}).get("data") or {}).get("n_train")  # a batch above the split trains (and is
-    b = new["base"]
-    if isinstance(n, int) and isinstance(b.get("batch_size"), int) and b["batch_size"] > n:
-        b["batch_size"] = n  # stored) as the split: compared so before the data is read (walk 24 W2)
-    if isinstance(n, int) and b.get("warmup") and isinstance(b.get("epochs"), int) and \
-            round(b["warmup_fraction"] * b["epochs"] * math.ceil(n / b["batch_size"])) == 0:
-        b["warmup"], b["warmup_fraction"] = None, 0.2  # a warm-up of no step is none (W3), as _fit_batch stores it
+    n = ((doc.get("provenance") or {}).get("data") or {}).get("n_train")  # compared as it would train (and be
+    b = new["base"]  # stored) on the split, before the data is read (walk 24 W2, W3)
+    if isinstance(n, int) and isinstance(b.get("batch_size"), int) and n > 0 and "warmup" in b:
+        b["batch_size"], b["warmup"], b["warmup_fraction"] = _fitted_recipe(
+            n, b["batch_size"], b["warmup"], b["warmup_fraction"], b.get("epochs"))
     # (the base's seed is the first of the seeds: the same seeds in another order are the same audit, walk 15 case 288)
     where = lambda d: {k: v for k, v in d.items() if k not in ("data_dir", "download", "seed")}  # noqa: E731
     old_base = _comparable_base(old.get("base") or {})

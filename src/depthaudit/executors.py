@@ -27,6 +27,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -77,6 +78,9 @@ class SweepOptions:
     slurm_cluster: str | None = arg(None, help="submitit's cluster", hidden=True)
     slurm_folder: str | None = None  # submitit's logs (default: <out>/slurm)
     remember: tuple | None = None  # (out, argv): write out/sweep.json once --cell is found (commands.args)
+    # the fields that say how runs train: given where nothing trains (--list-cells, --stored-only), each is said
+    # to have no effect (walk 24 case 110, walk 25 W5, walk 26 case 160)
+    TRAINS: ClassVar[tuple[str, ...]] = ("jobs", "batch_runs", "cuda_graphs", "log", "executor")
 
     def __post_init__(self):
         check_types(self)  # the Python API's path: jobs=0, executor='bogus', cell=0 are one line here, before a

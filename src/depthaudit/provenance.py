@@ -81,7 +81,8 @@ def plugin_modules(uses: dict) -> list[dict]:
     names a plug-in's method also names the code it ran (walk 24 case 152: the record held no trace of it). A
     plug-in's code is not part of a run's identity, as depthaudit's own is not: a changed plug-in shows here.
     """
-    import hashlib
+    from .data.base import sha256_file
+    from .errors import UsageError
 
     mods = {}
     for kind, (modname, attr) in _REGISTRIES.items():
@@ -98,8 +99,8 @@ def plugin_modules(uses: dict) -> list[dict]:
     out = []
     for mod, file in sorted(mods.items()):
         try:
-            digest = hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None
-        except OSError:
+            digest = sha256_file(Path(file)) if file else None
+        except (OSError, UsageError):  # (a module file gone, or not a regular file: no digest to give)
             digest = None
         out.append({"module": mod, "file": file, "sha256": digest})
     return out

@@ -595,6 +595,9 @@ class FileStore:
         """
         from .io import foreign_table_file
 
+        schema = str(self.schema or "")
+        other_kind(self.path.parent, "probes" if schema == "depthaudit.credit_mix.v1" else  # (before any lock file
+                   schema.split(".")[1] if "." in schema else "ladder")  # is made: walk 27 W4)
         foreign = foreign_table_file(self.path)
         if foreign is not None:  # a user's own file under the table's name: never written over (refused before
             raise UsageError(f"{foreign} exists and is not depthaudit's (this command writes its table there); "
@@ -912,9 +915,8 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
                          f"move it away or use another {flag}")
     with file_lock(folder / ".lock"):
         old = _read_claim(folder, name)
-        if old is not None and old.get("kind", kind) != kind:  # another command's folder: never taken over, not
-            raise UsageError(f"{folder} holds the results of another command ({old.get('kind', 'a sweep')}); "
-                             f"{kind} cannot write there: use another {flag}")  # even by --force/--replace-report
+        other_kind(folder, kind, flag)  # another command's folder: never taken over, not even by --force or
+        # --replace-report (and a folder of its own kind: the claim below decides)
         if old is not None and not take_over:
             was, now = _without_neutral(old.get("identity") or {}), _without_neutral(claim["identity"])
             diff = identity_diff(was, now)
@@ -947,17 +949,46 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
     return claim
 
 
-def other_kind(folder: Path, kind: str, flag: str = "--out") -> None:
-    """Refuse ``folder`` if another command's claim holds it (a train folder for an audit), whatever is asked.
+FOLDER_KINDS = ("audit", "intervene", "train", "probes")  # a folder holds one of these commands' results, alone
+# (``identity.json``, or ``probes_<method>.identity.json``); the file-layout sweeps (ladder, saturation, grow) share
+# a folder with each other, each store under its own configuration's file name
 
-    Checked before a sweep lists, trains or assembles its cells (``--cell``, ``--stored-only``): those claim the
-    folder only later, and without this a cell trained into a folder its report can never be written to (walk 25
-    W4: "cells are not finished; run them first", and the cells then ran into a train folder).
+
+def folder_holds(folder: Path) -> list[tuple[str, str]]:
+    """``(kind, file)`` for each command whose results ``folder`` holds: its claims and its file-layout stores."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    held = []
+    claim = _read_claim(folder)
+    if claim is not None:
+        held.append((str(claim.get("kind", "a sweep")), IDENTITY_FILE))
+    held += [("probes", p.name) for p in sorted(folder.glob("probes_*.identity.json"))[:1]]
+    for p in sorted(folder.glob("*.runs/identity.json")):
+        try:
+            schema = str((json.loads(p.read_text(encoding="utf-8")) or {}).get("schema", ""))
+        except (OSError, ValueError, AttributeError):
+            continue
+        kind = "probes" if schema == "depthaudit.credit_mix.v1" else schema.split(".")[1] if "." in schema else ""
+        if kind and kind not in {k for k, _ in held}:
+            held.append((kind, p.parent.with_suffix(".json").name))
+    return held
+
+
+def other_kind(folder: Path, kind: str, flag: str = "--out") -> None:
+    """Refuse ``folder`` if it holds another command's results that ``kind`` may not sit beside, whatever is asked.
+
+    A command of :data:`FOLDER_KINDS` writes only into a folder of its own kind (or a new one); a file-layout
+    sweep (ladder, saturation, grow) shares its folder with other file-layout sweeps, never with those (walk 27
+    cases 159, 167, 168: a train moved into a ladder folder and took its claim; an audit wrote into a probes
+    folder). Checked before a sweep lists, trains or assembles its cells, and again under the lock as it claims.
     """
-    old = _read_claim(Path(folder))
-    if old is not None and old.get("kind", kind) != kind:
-        raise UsageError(f"{folder} holds the results of another command ({old.get('kind', 'a sweep')}); "
-                         f"{kind} cannot write there: use another {flag}")
+    ok = {kind} if kind in FOLDER_KINDS else {"ladder", "saturation", "grow"}
+    for held, file in folder_holds(folder):
+        if held not in ok:
+            where = "" if file == IDENTITY_FILE else f": {file}"
+            raise UsageError(f"{folder} holds the results of another command ({held}{where}); "
+                             f"{kind} cannot write there: use another {flag}")
 
 
 def _forget_cells(folder: Path) -> None:

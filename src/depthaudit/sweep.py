@@ -76,7 +76,7 @@ def _hms(s: float) -> str:
 
 def changed_plugins(records) -> list[str]:
     """The plug-in files (``provenance.plugins``) whose sha256 now differs from what ``records`` were written with."""
-    import hashlib
+    from .data.base import sha256_file
 
     out, seen = [], {}
     for rec in records:
@@ -86,8 +86,8 @@ def changed_plugins(records) -> list[str]:
                 continue
             if f not in seen:
                 try:
-                    seen[f] = hashlib.sha256(Path(f).read_bytes()).hexdigest()
-                except OSError:
+                    seen[f] = sha256_file(Path(f))
+                except (OSError, UsageError):
                     seen[f] = None
             if seen[f] is not None and seen[f] != want:
                 out.append(f)

@@ -133,11 +133,8 @@ def sweep_options(a: argparse.Namespace, out, device: str):
     if getattr(a, "cell", None) is not None and (getattr(a, "jobs", None) or 1) > 1:
         _note("--jobs has no effect with --cell: one cell runs in this process")
     elif not trains(a):  # how runs would train, given where nothing trains (walk 24 case 110, walk 25 W5)
-        idle = [f for f, on in (("--jobs", (getattr(a, "jobs", None) or 1) > 1),
-                                ("--batch-runs", getattr(a, "batch_runs", None) is not None),
-                                ("--cuda-graphs", getattr(a, "cuda_graphs", None) is not None),
-                                ("--log", bool(getattr(a, "log", None))),
-                                ("--executor", (getattr(a, "executor", None) or "local") != "local")) if on]
+        idle = [f"--{f.replace('_', '-')}" for f in SweepOptions.TRAINS
+                if getattr(a, f, None) not in (None, (), [], SweepOptions.__dataclass_fields__[f].default)]
         if idle:
             _note(f"{', '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with "
                   f"--{'stored-only' if getattr(a, 'stored_only', False) else 'list-cells'}: nothing trains")
