@@ -466,7 +466,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
                        opts=opts, log=log, run_log=(lambda m: log("    " + m)) if verbose else None)
     if not status.complete:
         return Result.stopped_sweep(store.path, status)
-    md, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None)
+    md, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None, config.methods)
     doc = json.loads(store.path.read_text(encoding="utf-8"))  # (the record: the ladder JSON, every run in it)
     asked = {c.key for c in specs}
     beyond = sorted(k for k in (doc.get("runs") or {}) if k not in asked)

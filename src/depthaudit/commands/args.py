@@ -185,6 +185,15 @@ def out_arg(p, default, help_text: str = "output folder", shown: str = "--out", 
     p.add_argument(*[s for s in spellings if s != shown], dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
+def out_spelling(argv: list[str], shown: str = "--out") -> str:
+    """The output flag as the user typed it in ``argv`` (``--out`` for a ladder), else the help's ``shown``."""
+    for t in argv:
+        flag = t.split("=", 1)[0]
+        if flag in ("--out", "--output_dir", "--output-dir"):
+            return flag
+    return shown
+
+
 def probe_sizes(a: argparse.Namespace, cls) -> tuple[int, int]:
     """``(probe batches, probe batch size)``: given, else ``cls``' declared defaults."""
     return (a.probe_batches or field_default(cls, "probe_batches"),

@@ -10,7 +10,7 @@ from ..errors import UsageError
 from ..experiments.audit import AuditConfig
 from ..experiments.intervene import InterveneConfig
 from ..experiments.probes import ProbesConfig
-from ..io import check_output_dir, check_replaceable
+from ..io import REPORT_FILES, check_output_dir, check_replaceable
 from ..verdicts import Thresholds
 from . import COMMANDS
 from .args import (
@@ -57,7 +57,11 @@ def cmd_audit(a: argparse.Namespace, argv: list[str]) -> int:
     print(res.card)
     if res.stopped:
         return 0
-    print(f"\nwrote {out / 'report.md'}, {out / 'report.json'} and {len(res.figures)} figures")
+    drawn = {Path(f).name for f in res.figures}  # a figure with nothing measured to plot is not drawn: said
+    missing = [f for f in REPORT_FILES if f.endswith(".png") and f not in drawn]  # (walk 27 case 116)
+    why = (f" ({', '.join(missing)} not drawn: no run has a measurement to plot there, e.g. every run diverged)"
+           if missing else "")
+    print(f"\nwrote {out / 'report.md'}, {out / 'report.json'} and {len(res.figures)} figures{why}")
     return 0
 
 

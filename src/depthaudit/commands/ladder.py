@@ -46,6 +46,7 @@ from .args import (
     config_from_args,
     dedup_note,
     out_arg,
+    out_spelling,
     remember_sweep,
     shallow_args,
     shallow_blocks,
@@ -65,7 +66,7 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     a.methods = a.methods or list(LadderConfig.methods)
     a.seeds = a.seeds or list(LadderConfig.seeds)
     base = config_from_args(a)
-    check_output_dir(a.output_dir, "--output_dir")
+    check_output_dir(a.output_dir, out_spelling(argv, "--output_dir"))  # (the user's spelling: walk 27 case 109)
     if a.k_values is not None:
         dedup_note(a.k_values, "--k-values")
     dedup_note(a.seeds, "--seeds")

@@ -184,6 +184,7 @@ def _functional_summary(finals: list[dict], num_blocks: int) -> dict | None:
     return {"perturbation_correlation": per_layer(PerturbationCorrelation, "per_layer"),
             "nudging": per_layer(Nudging, "per_layer"),
             "fresh_b_null": None if refused or not any(fb) else {
+                "trained": per_layer(FreshBNull, "per_layer"),  # the trained Γ on the first probe batch: z's
                 "null_mean": per_layer(FreshBNull, "null_mean"), "null_std": per_layer(FreshBNull, "null_std"),
                 "z": per_layer(FreshBNull, "z")},
             "fresh_b_refused": refused or (None if any(fb) else "not measured")}
@@ -200,7 +201,11 @@ def _functional_rows(report: dict) -> list[list[str]]:
         rows.append([m["method"], "nudge Δℓ", *(fmt_ms(v, ".2e") for v in f["nudging"] or [])])
         fb = f.get("fresh_b_null")
         if fb:
+            if fb.get("trained"):  # z = (this − null mean) / null std, each shown (walk 27 case 156: z was not
+                rows.append([m["method"], "Γ, probe batch 1", *(fmt_ms(v) for v in fb["trained"])])  # checkable)
             rows.append([m["method"], "fresh-B null Γ", *(fmt_ms(v) for v in fb["null_mean"])])
+            if fb.get("null_std"):
+                rows.append([m["method"], "fresh-B null std", *(fmt_ms(v) for v in fb["null_std"])])
             rows.append([m["method"], "z vs null", *(fmt_ms(v, ".1f") for v in fb["z"])])
         else:
             rows.append([m["method"], "fresh-B null", f["fresh_b_refused"], *[""] * (L1 - 1)])

@@ -655,4 +655,4 @@ class PretrainedFamily(DepthFamily):
         return f"Depth saturation of pretrained causal LMs{rev} on {ident.get('data', '?')}{more}"
 
 def _how(run) -> str:
-    return f"grown at epochs {list(run.insert_at)}" if run.arm == "grown" else "from scratch"
+    return f"grown at the start of epochs {list(run.insert_at)}" if run.arm == "grown" else "from scratch"

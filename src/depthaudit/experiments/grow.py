@@ -55,7 +55,8 @@ class GrowConfig:
     family: str = like(SaturationConfig, "family", help=family_help(growable=True),
                        choices=family_names(growable=True))
     extra: int = arg(3, help="blocks to grow", lo=1)
-    insert_at: tuple[int, ...] | None = arg(None, help="epoch of each insertion", lo=1, metavar="E", repeats=True,
+    insert_at: tuple[int, ...] | None = arg(None, help="epoch at whose start each block is inserted (and trains on)",
+                                            lo=1, metavar="E", repeats=True,
                                             default_text="evenly over the first half")
     # the model (saturation's declarations)
     arch: str = like(SaturationConfig, "arch")

@@ -3,6 +3,7 @@
 import torch
 
 from ..errors import UsageError
+from ..models.adapter import _Delta
 from ..models.base import ResidualModel
 from ..models.functional import feedback_like
 from ..recipe import Trace
@@ -36,8 +37,9 @@ class FA(CreditMethod):
             missing = [m for m in ("feedback_weights", "fa_vjp") + (("forward_cached",) if where != "readout" else ())
                        if not hasattr(mod, m)]
             if missing:
-                raise UsageError(f"method {self.name or 'fa'} needs {', '.join(missing)} on {where} "
-                                 f"({type(mod).__name__}); use a method that reads states only (bp, dfa) or "
+                own = mod.block if isinstance(mod, _Delta) else mod  # (an adapter wraps a user block: theirs is
+                raise UsageError(f"method {self.name or 'fa'} needs {', '.join(missing)} on {where} "  # named, walk
+                                 f"({type(own).__name__}); use a method that reads states only (bp, dfa) or "
                                  "implement them (see depthaudit/models/base.py)")
         gen = torch.Generator().manual_seed(seed)
         self.feedback: dict[str, torch.Tensor] = {}

@@ -13,7 +13,12 @@ from .resmlp import MODELS, LinearReadout, LNReadout, MLPBlock, ResMLP, StudentN
 from .vit import ViTMini
 
 __all__ = ["MODELS", "ResidualAdapter", "ResidualModel", "ResMLP", "StudentNet", "MLPBlock", "LNReadout",
-           "LinearReadout", "ViTMini", "build_model"]
+           "LinearReadout", "ViTMini", "build_model", "has_variants"]
+
+
+def has_variants(arch: str) -> bool:
+    """Whether ``arch`` is built in variants (its factory takes ``variant``); True for one not registered here."""
+    return arch not in MODELS or "variant" in inspect.signature(MODELS.get(arch)).parameters
 
 
 def build_model(arch: str, input_shape, num_classes: int, d_hidden: int, num_blocks: int,

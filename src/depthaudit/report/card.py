@@ -10,6 +10,7 @@ from ..diagnostics import DIAGNOSTICS, INIT_MEASUREMENT_KEY, MEASUREMENT_KEY, re
 from ..experiments.families import budget_text
 from ..methods import METHODS
 from ..methods.options import declared
+from ..models import has_variants
 from ..verdicts import check_cells, fmt_ms
 from .published_audit import table1_md  # (a module of published figures; card.py imports it only here)
 
@@ -99,7 +100,10 @@ def _monitor_rows(report: dict) -> list[list[str]]:
 
 def _headers(report: dict) -> list[str]:
     th = report["thresholds"]
-    return ["method", "test acc", "cos Γ (standard)", "robust cos concat (ours)", f"D1 ρ (flag >{th['rho_max']:g})",
+    stat = report["config"].get("d1_stat", "median")  # (a mean-based ρ is told apart where it is read)
+    stat = "" if stat == "median" else f"{stat}, "
+    return ["method", "test acc", "cos Γ (standard)", "robust cos concat (ours)",
+            f"D1 ρ ({stat}flag >{th['rho_max']:g})",
             f"D2 ‖g_L‖ (flag <{th['ref_factor'] * th['eps']:.0e})", f"D3 gap pp (flag <{th['gap_min_pp']:g})",
             "verdict"]
 
@@ -122,8 +126,11 @@ def _title(report: dict) -> str:
     probe = (f"probe {c['probe_batches']}×{c['probe_batch_size']}" if "probe_batches" in c
              else f"probe batch {c.get('probe_size')}")
     fam = [_row_options(r["method"]) for r in report.get("methods") or []]  # each row's own, never the base's
-    return (f"depthaudit audit — {b['dataset']} (augment {b.get('augment', 'none')}), {b['arch']} "
-            f"({b.get('variant', 'v0.1')}) d={b['d_hidden']} L={b['num_blocks']}, {ep}, seeds {c['seeds']}, {probe}"
+    variant = f" ({b.get('variant', 'v0.1')})" if has_variants(b["arch"]) else ""  # (a user's model has none:
+    # "ref" is the published protocol's model, walk 27 case 129)
+    d1 = f"; D1 statistic {c['d1_stat']}" if c.get("d1_stat", "median") != "median" else ""  # (walk 27 case 153)
+    return (f"depthaudit audit — {b['dataset']} (augment {b.get('augment', 'none')}), {b['arch']}{variant} "
+            f"d={b['d_hidden']} L={b['num_blocks']}, {ep}, seeds {c['seeds']}, {probe}{d1}"
             + "".join(f"; {f}" for f in fam if f))
 
 

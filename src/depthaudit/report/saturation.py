@@ -89,7 +89,7 @@ def grow_title(doc: dict) -> str:
     """The growth table's title from its file alone."""
     ident = doc["identity"]
     return (f"Growth vs scratch: {_grow_what(ident)} on {ident.get('dataset', '?')}, "
-            f"{budget_text(ident)}, insertions at epochs {ident.get('insert_at', '?')}")
+            f"{budget_text(ident)}, insertions at the start of epochs {ident.get('insert_at', '?')}")
 
 
 def _grow_what(ident: dict) -> str:
