@@ -175,3 +175,19 @@ def test_an_audit_says_which_figure_it_did_not_draw(tmp_path, capsys):
     print(last)
     assert last.endswith("and 3 figures (per_sample_cosine.png not drawn: no run has a measurement to plot there, "
                          "e.g. every run diverged)")
+
+
+def test_a_cross_check_against_an_audit_of_another_recipe_says_so(tmp_path, capsys):
+    """Case 53: `report L --audit-dir G` (G at another --lr) read "not in audit" for every run, as if runs were
+    missing; now the ladder's markdown says the audit is of another recipe and where it differs."""
+    lad, aud = str(tmp_path / "l"), str(tmp_path / "a")
+    assert main(["ladder", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--out", lad]) == 0
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--lr", "0.003", "--out", aud]) == 0
+    assert main(["report", lad, "--audit-dir", aud]) == 0
+    md = (tmp_path / "l" / "ladder_d8_L1_mnist1d.md").read_text()
+    print(md.partition("## Cross-check with the audit")[2])
+    assert f"The audit in `{aud}` is of another recipe (differs in: lr)" in md
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--out", aud + "2"]) == 0
+    assert main(["report", lad, "--audit-dir", aud + "2"]) == 0  # the same recipe: rows compared, no such line
+    md = (tmp_path / "l" / "ladder_d8_L1_mnist1d.md").read_text()
+    assert "another recipe" not in md and "| yes |" in md

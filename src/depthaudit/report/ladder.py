@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ..config import TrainConfig  # noqa: E402
+from ..errors import UsageError  # noqa: E402
 from ..experiments.families import budget_text  # noqa: E402
 from ..experiments.ladder import aggregate  # noqa: E402
 from ..io import save_figure  # noqa: E402
@@ -110,7 +111,25 @@ def cross_check_md(doc: dict, audit_dir: Path | None) -> str:
         b = found["final"]["test_acc"] if found else None
         rows.append(f"| {key} | {a:.4f} | {'not in audit' if b is None else f'{b:.4f}'} | "
                     f"{'—' if b is None else ('yes' if a == b else 'NO')} |")
-    return "\n".join(lines + rows)
+    return "\n".join(lines + rows + _other_recipe(doc, audit_dir, rows))
+
+
+def _other_recipe(doc: dict, audit_dir: Path, rows: list[str]) -> list[str]:
+    """A line saying the audit is of another recipe than the ladder, and where they differ.
+
+    (Walk 27 case 53: every row read "not in audit", as if runs were missing.)
+    """
+    if not any("not in audit" in r for r in rows):
+        return []
+    try:
+        audit = json.loads((Path(audit_dir) / "report.json").read_text(encoding="utf-8"))["config"]["base"]
+        a, b = TrainConfig.from_dict(audit).to_dict(), TrainConfig.from_dict(doc["identity"]).to_dict()
+    except (OSError, ValueError, KeyError, TypeError, UsageError):
+        return []
+    skip = {"method", "method_options", "train_blocks", "seed", "device", "data_dir", "download"}
+    diff = sorted(k for k in set(a) | set(b) if k not in skip and a.get(k) != b.get(k))
+    return ["", f"The audit in `{audit_dir}` is of another recipe (differs in: {', '.join(diff)}): its runs are "
+            "not this ladder's, so none is compared."] if diff else []
 
 
 def ladder_figure(agg: dict, path: Path, title: str, published: dict | None = None) -> None:
