@@ -191,3 +191,21 @@ def test_a_cross_check_against_an_audit_of_another_recipe_says_so(tmp_path, caps
     assert main(["report", lad, "--audit-dir", aud + "2"]) == 0  # the same recipe: rows compared, no such line
     md = (tmp_path / "l" / "ladder_d8_L1_mnist1d.md").read_text()
     assert "another recipe" not in md and "| yes |" in md
+
+
+def test_a_folder_mixed_before_the_rule_stays_its_commands_to_rerun_and_report(tmp_path, capsys):
+    """A folder that already holds a train's and a ladder's results (written before folders were one command's):
+    each command reruns and `report` renders, as before; a third kind is still refused."""
+    out = tmp_path / "m"
+    lad = ["ladder", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--out", str(out)]
+    assert main(lad) == 0
+    t = tmp_path / "t"
+    assert main(["train", *C, "--out", str(t)]) == 0
+    for name in ("result.json", "identity.json"):  # as walk 27 made it: a train's result beside the ladder's
+        (out / name).write_bytes((t / name).read_bytes())
+    capsys.readouterr()
+    assert main(lad) == 0
+    assert "runs already finished" in capsys.readouterr().err
+    assert main(["report", str(out)]) == 0
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", *SMALL, "--out", str(out)]) == 2
+    assert "holds the results of another command (train)" in capsys.readouterr().err

@@ -597,7 +597,8 @@ class FileStore:
 
         schema = str(self.schema or "")
         other_kind(self.path.parent, "probes" if schema == "depthaudit.credit_mix.v1" else  # (before any lock file
-                   schema.split(".")[1] if "." in schema else "ladder")  # is made: walk 27 W4)
+                   schema.split(".")[1] if "." in schema else "ladder",  # is made: walk 27 W4)
+                   own=self.path.exists() or self.runs_dir.is_dir())
         foreign = foreign_table_file(self.path)
         if foreign is not None:  # a user's own file under the table's name: never written over (refused before
             raise UsageError(f"{foreign} exists and is not depthaudit's (this command writes its table there); "
@@ -975,7 +976,7 @@ def folder_holds(folder: Path) -> list[tuple[str, str]]:
     return held
 
 
-def other_kind(folder: Path, kind: str, flag: str = "--out") -> None:
+def other_kind(folder: Path, kind: str, flag: str = "--out", own: bool = False) -> None:
     """Refuse ``folder`` if it holds another command's results that ``kind`` may not sit beside, whatever is asked.
 
     A command of :data:`FOLDER_KINDS` writes only into a folder of its own kind (or a new one); a file-layout
@@ -984,10 +985,13 @@ def other_kind(folder: Path, kind: str, flag: str = "--out") -> None:
     folder). Checked before a sweep lists, trains or assembles its cells, and again under the lock as it claims.
     """
     ok = {kind} if kind in FOLDER_KINDS else {"ladder", "saturation", "grow"}
-    for held, file in folder_holds(folder):
-        if held not in ok:
+    holds = folder_holds(folder)
+    if own or (kind in FOLDER_KINDS and any(k == kind for k, _ in holds)):  # this command's results are there
+        return  # already (a folder mixed before this rule): they stay its own to rerun and report
+    for other, file in holds:
+        if other not in ok:
             where = "" if file == IDENTITY_FILE else f": {file}"
-            raise UsageError(f"{folder} holds the results of another command ({held}{where}); "
+            raise UsageError(f"{folder} holds the results of another command ({other}{where}); "
                              f"{kind} cannot write there: use another {flag}")
 
 
