@@ -2,6 +2,7 @@
 
 import contextlib
 import errno
+import hashlib
 import io
 import json
 import math
@@ -17,6 +18,27 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+
+
+def regular_file(path) -> Path:
+    """``path``, refused in one line when it is a FIFO, device or socket (opening one would wait forever)."""
+    p = Path(path)
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:
+        return p  # (missing or unreadable: the open that follows names it)
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise UsageError(f"{p} is not a regular file (a FIFO, device or socket); give the data file itself")
+    return p
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    """Content hash of one file (a FIFO or device is refused, never waited on)."""
+    h = hashlib.sha256()
+    with open(regular_file(path), "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _current_umask() -> int:

@@ -81,8 +81,8 @@ def plugin_modules(uses: dict) -> list[dict]:
     names a plug-in's method also names the code it ran (walk 24 case 152: the record held no trace of it). A
     plug-in's code is not part of a run's identity, as depthaudit's own is not: a changed plug-in shows here.
     """
-    from .data.base import sha256_file
     from .errors import UsageError
+    from .io import sha256_file
 
     mods = {}
     for kind, (modname, attr) in _REGISTRIES.items():

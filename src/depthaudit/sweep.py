@@ -76,7 +76,7 @@ def _hms(s: float) -> str:
 
 def changed_plugins(records) -> list[str]:
     """The plug-in files (``provenance.plugins``) whose sha256 now differs from what ``records`` were written with."""
-    from .data.base import sha256_file
+    from .io import sha256_file
 
     out, seen = [], {}
     for rec in records:

@@ -2,7 +2,6 @@
 
 import hashlib
 import os
-import stat
 import sys
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..io import regular_file, sha256_file  # noqa: F401 (the data's own names for them)
 from ..registry import Registry
 
 
@@ -96,29 +96,6 @@ class DataBundle:
 def cache_dir() -> Path:
     """``$DEPTHAUDIT_CACHE_DIR``, else ``~/.cache/depthaudit``."""
     return Path(os.environ.get("DEPTHAUDIT_CACHE_DIR") or Path.home() / ".cache" / "depthaudit")
-
-
-def regular_file(path) -> Path:
-    """``path``, refused in one line when it is a FIFO, device or socket (opening one would wait forever)."""
-    p = Path(path)
-    try:
-        mode = os.stat(p).st_mode
-    except OSError:
-        return p  # (missing or unreadable: the open that follows names it)
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        from ..errors import UsageError
-
-        raise UsageError(f"{p} is not a regular file (a FIFO, device or socket); give the data file itself")
-    return p
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    """Content hash of one file (a FIFO or device is refused, never waited on)."""
-    h = hashlib.sha256()
-    with open(regular_file(path), "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def sha256_files(paths: list[Path], root: Path) -> str:
