@@ -69,6 +69,7 @@ from .io import (
 )
 from .loop import Stepper, build, check_fits, read_checkpoint
 from .loop import train as train_run
+from .plugins import os_exit_guarded
 from .progress import bars, say
 from .provenance import provenance
 from .report import audit_markdown, audit_terminal, fmt_ms
@@ -164,7 +165,8 @@ def _api_call(fn):
         idle = getattr(sweep, "list_cells", False) or getattr(sweep, "stored_only", False)  # (a wrong type: _sweep)
         token = LISTING_ONLY.set(bool(getattr(sweep, "list_cells", False)))
         try:
-            with bars(kwargs.get("progress", True)), nothing_trains() if idle else contextlib.nullcontext():
+            with bars(kwargs.get("progress", True)), nothing_trains() if idle else contextlib.nullcontext(), \
+                    os_exit_guarded():  # (a plug-in's os._exit: named, not the process gone without a word)
                 return fn(*args, **kwargs)
         finally:
             LISTING_ONLY.reset(token)

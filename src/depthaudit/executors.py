@@ -37,7 +37,7 @@ from .config import TrainConfig
 from .errors import Interrupted, UsageError
 from .fields import arg, check_choices, check_ranges, check_types, refuse
 from .io import remove_in_flight
-from .plugins import import_plugin, plugin_error
+from .plugins import guard_os_exit, import_plugin, plugin_error
 from .runlog import make_watch
 from .runner import run_recipe, run_recipe_stacked
 from .stores import RunSpec
@@ -275,6 +275,7 @@ def _worker_init(threads: int, parent: int) -> None:
     signal.signal(signal.SIGTERM, _worker_term)
     torch.set_num_threads(threads)
     _die_with_parent(parent)
+    guard_os_exit()  # a plug-in's os._exit(n) in a worker: named as the plug-in's, not a worker "killed" (walk 28 W1)
     import_env_plugins()
 
 
@@ -504,6 +505,7 @@ def _local_pool(groups, store, opts: SweepOptions, argv, log):
                 except BrokenProcessPool:  # a worker died while groups were still being handed out
                     broken = True
                     break
+            procs = list((getattr(pool, "_processes", None) or {}).values())  # (how a dead one ended: its exitcode)
             pending = set(futs)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -522,12 +524,28 @@ def _local_pool(groups, store, opts: SweepOptions, argv, log):
         remaining = [g for i, g in enumerate(remaining) if i not in finished]
         if broken:
             time.sleep(0.5)  # a signal to the whole group killed the worker: let the driver's own arrive first
+            how, fix = _how_died(procs)
             if retried:
-                raise UsageError("a worker process died again (killed, or out of memory?); the finished runs are "
-                                 "stored: rerun the same command with fewer --jobs to train what is missing")
+                raise UsageError(f"a worker process died again ({how}); the finished runs are stored: {fix}")
             retried = True
-            log(f"a worker process died (killed, or out of memory?); the {len(remaining)} unfinished group(s) "
-                "start again in a fresh pool")
+            log(f"a worker process died ({how}); the {len(remaining)} unfinished group(s) start again in a fresh pool")
+
+
+def _how_died(procs) -> tuple[str, str]:
+    """How a pool's dead worker ended (from its exit code) and what to do, for the driver's line."""
+    codes = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+    fewer = "rerun the same command with fewer --jobs to train what is missing"
+    if any(c > 0 for c in codes):  # it ended itself: not a kill (walk 28 W1 was blamed on memory)
+        c = next(c for c in codes if c > 0)
+        return (f"it exited with status {c}, not killed: code it ran ended the process (a compiled library's "
+                "crash or abort?)", "rerun with --jobs 1 to see the error in this process")
+    if codes:
+        try:
+            name = signal.Signals(-codes[0]).name
+        except ValueError:
+            name = f"signal {-codes[0]}"
+        return f"killed by {name}: out of memory, or a kill?", fewer
+    return "killed, or out of memory?", fewer
 
 
 def _ray(groups, store, opts: SweepOptions, argv, log):

@@ -4,7 +4,9 @@ import importlib
 import inspect
 import os
 import sys
+import sysconfig
 import traceback
+from contextlib import contextmanager
 
 from .errors import UsageError
 
@@ -140,6 +142,42 @@ def _example_of(cls: type) -> str:
     return ""
 
 
+_REAL_EXIT = os._exit
+_OURS = (os.path.dirname(os.path.abspath(__file__)) + os.sep,
+         os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep)  # depthaudit's and Python's own callers
+
+
+def _exit_raises(code: int = 0) -> None:
+    """``os._exit`` while depthaudit runs: a plug-in's call raises :class:`SystemExit` where it was made.
+
+    A plug-in that ends the process with ``os._exit(n)`` (no cleanup, no line) would lose the run in flight
+    without a word, and a ``--jobs`` worker's death read as "killed, or out of memory?" (walk 28 W1); raised, it
+    is named as the plug-in's like ``sys.exit`` (:func:`plugin_ended`). depthaudit's and Python's own calls exit.
+    """
+    caller = os.path.abspath(sys._getframe(1).f_code.co_filename)
+    if caller.startswith(_OURS):
+        _REAL_EXIT(code)
+    exc = SystemExit(code)
+    exc.os_exit = True  # (the line says which exit it was)
+    raise exc
+
+
+def guard_os_exit() -> None:
+    """Install :func:`_exit_raises` for the rest of the process (a worker's life)."""
+    os._exit = _exit_raises
+
+
+@contextmanager
+def os_exit_guarded():
+    """:func:`_exit_raises` for the duration of a command (the caller's ``os._exit`` is back afterwards)."""
+    before = os._exit
+    os._exit = _exit_raises
+    try:
+        yield
+    finally:
+        os._exit = before
+
+
 def plugin_ended(exc: BaseException) -> str | None:
     """One line when a plug-in's own code raised ``SystemExit`` or ``KeyboardInterrupt``; else None.
 
@@ -149,7 +187,8 @@ def plugin_ended(exc: BaseException) -> str | None:
     while seen is not None:
         line = plugin_blame(seen, own_code=True)
         if line is not None:
-            what = f"called sys.exit({seen.code})" if isinstance(seen, SystemExit) else "raised KeyboardInterrupt"
+            what = (f"called {'os._exit' if getattr(seen, 'os_exit', False) else 'sys.exit'}({seen.code})"
+                    if isinstance(seen, SystemExit) else "raised KeyboardInterrupt")
             return (f"{line.split(' raised ')[0]} {what} at {line.split(' at ', 1)[1].split(';')[0]}; a plug-in must "
                     "not end or interrupt the command: raise an exception instead; fix the plug-in")
         seen = seen.__context__

@@ -1,0 +1,65 @@
+"""Walk 28's wrong cases, each reproduced as the walker did it (docs/walks/walk28_*.txt), as real processes."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+C = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1", "--probe-batches", "1",
+     "--probe-batch-size", "32"]
+
+PLUGIN = '''
+import ctypes, os
+from depthaudit.methods import METHODS
+from depthaudit.methods.dfa import DFA
+
+HOW = os.environ.get("W28", "")
+calls = [0]
+
+@METHODS.register("w28")
+class W28(DFA):
+    def credits(self, model, tr, e):
+        calls[0] += 1
+        if calls[0] >= 3:
+            if HOW == "os_exit":
+                os._exit(7)
+            if HOW == "libc_exit":
+                ctypes.CDLL(None)._exit(5)  # below Python: nothing can name it but its exit status
+        return super().credits(model, tr, e)
+'''
+
+
+def _run(tmp_path, how, jobs, out):
+    (tmp_path / "w28plug.py").write_text(PLUGIN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path)]), "W28": how,
+           "OMP_NUM_THREADS": "1", "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", "w28plug", "audit", *C, "--methods", "bp",
+                           "w28", "--seeds", "1", "2", "--jobs", str(jobs), "--out", str(tmp_path / out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_plugins_os_exit_is_named_as_the_plugins(tmp_path, jobs):
+    """W1 (cases 55, 56): a plug-in's os._exit(7) in credits() was "a worker process died (killed, or out of
+    memory?)" and "died again … rerun with fewer --jobs", and with --jobs 1 exit 7 with no line at all."""
+    p = _run(tmp_path, "os_exit", jobs, "o")
+    last = p.stderr.strip().splitlines()[-1]
+    print(p.returncode, last)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert last.startswith("depthaudit: error: plug-in w28plug called os._exit(7) at ") and "w28plug.py:" in last
+    assert "Traceback" not in p.stderr and "worker process died" not in p.stderr
+    assert not list((tmp_path / "o").rglob("*.tmp*"))  # nothing half-written
+
+
+def test_a_worker_that_exits_below_python_says_its_status_not_memory(tmp_path):
+    """W1: a worker that ended itself (libc _exit(5), below any Python handler) is said to have exited with its
+    status, and the advice is to see the error with --jobs 1 — not "killed, or out of memory?"."""
+    p = _run(tmp_path, "libc_exit", 2, "o")
+    print(p.returncode, p.stderr[-600:])
+    assert p.returncode == 2
+    assert "a worker process died (it exited with status 5, not killed" in p.stderr
+    assert p.stderr.strip().splitlines()[-1].endswith("rerun with --jobs 1 to see the error in this process")
+    assert "out of memory" not in p.stderr and "Traceback" not in p.stderr
