@@ -63,3 +63,33 @@ def test_a_worker_that_exits_below_python_says_its_status_not_memory(tmp_path):
     assert "a worker process died (it exited with status 5, not killed" in p.stderr
     assert p.stderr.strip().splitlines()[-1].endswith("rerun with --jobs 1 to see the error in this process")
     assert "out of memory" not in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "set_grad_enabled"])
+def test_the_api_trains_whatever_the_callers_grad_mode(tmp_path, mode):
+    """W2 (cases 97, 98, 103, 104): da.train / da.audit called under torch.no_grad(), inference_mode() or
+    set_grad_enabled(False) (a notebook's state) failed inside the training step with a RuntimeError and its
+    traceback; they train as they would otherwise, bit for bit, and the caller's mode is as it was."""
+    import contextlib
+
+    import torch
+
+    import depthaudit as da
+
+    base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+    ref = da.train(base, tmp_path / "ref", progress=False).record["final"]
+    ctx = {"no_grad": torch.no_grad(), "inference_mode": torch.inference_mode()}.get(mode, contextlib.nullcontext())
+    before = torch.is_grad_enabled()
+    try:
+        if mode == "set_grad_enabled":
+            torch.set_grad_enabled(False)
+        with ctx:
+            got = da.train(base, tmp_path / "m", progress=False).record["final"]
+            assert not torch.is_grad_enabled()  # the caller's mode, untouched after the call
+            acfg = da.AuditConfig(base=base, methods=("bp",), seeds=(1,), probe_batches=1, probe_batch_size=32)
+            rep = da.audit(acfg, tmp_path / "a", progress=False).record
+    finally:
+        torch.set_grad_enabled(before)
+    print(ref["test_acc"], got["test_acc"], rep["methods"][0]["trained_test_acc"])
+    assert got["test_acc"] == ref["test_acc"] and got["test_loss"] == ref["test_loss"]
+    assert rep["methods"][0]["trained_test_acc"]["mean"] is not None and rep["methods"][0]["checks"]["D1"]["value"] > 0

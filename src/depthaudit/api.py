@@ -166,7 +166,9 @@ def _api_call(fn):
         token = LISTING_ONLY.set(bool(getattr(sweep, "list_cells", False)))
         try:
             with bars(kwargs.get("progress", True)), nothing_trains() if idle else contextlib.nullcontext(), \
-                    os_exit_guarded():  # (a plug-in's os._exit: named, not the process gone without a word)
+                    os_exit_guarded(), torch.inference_mode(False), torch.enable_grad():  # (a plug-in's os._exit:
+                # named, not the process gone without a word; a caller's no_grad, inference_mode or
+                # set_grad_enabled(False) is the notebook's, not the training's: walk 28 W2)
                 return fn(*args, **kwargs)
         finally:
             LISTING_ONLY.reset(token)
