@@ -25,6 +25,7 @@ import functools
 import html
 import inspect
 import json
+import logging
 import math
 import os
 import sys
@@ -164,6 +165,9 @@ def _api_call(fn):
         sweep = kwargs.get("sweep")  # a sweep that trains nothing: its configs may name a device this machine lacks
         idle = getattr(sweep, "list_cells", False) or getattr(sweep, "stored_only", False)  # (a wrong type: _sweep)
         token = LISTING_ONLY.set(bool(getattr(sweep, "list_cells", False)))
+        fonts = logging.getLogger("matplotlib.font_manager")  # its font fallbacks ("findfont: Font family … not
+        level = fonts.level  # found", a line per font) are not the figures' news: quiet during the call, as the
+        fonts.setLevel(logging.ERROR)  # CLI keeps it
         try:
             with bars(kwargs.get("progress", True)), nothing_trains() if idle else contextlib.nullcontext(), \
                     os_exit_guarded(), torch.inference_mode(False), torch.enable_grad():  # (a plug-in's os._exit:
@@ -171,6 +175,7 @@ def _api_call(fn):
                 # set_grad_enabled(False) is the notebook's, not the training's: walk 28 W2)
                 return fn(*args, **kwargs)
         finally:
+            fonts.setLevel(level)
             LISTING_ONLY.reset(token)
             torch.set_rng_state(cpu)
             if cuda is not None:
