@@ -13,6 +13,7 @@ C = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs",
 
 PLUGIN = '''
 import ctypes, os
+import torch
 from depthaudit.methods import METHODS
 from depthaudit.methods.dfa import DFA
 
@@ -28,6 +29,12 @@ class W28(DFA):
                 os._exit(7)
             if HOW == "libc_exit":
                 ctypes.CDLL(None)._exit(5)  # below Python: nothing can name it but its exit status
+            if HOW == "inplace":
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.mul_(0.5)
+            if HOW == "gradoff":
+                torch.set_grad_enabled(False)
         return super().credits(model, tr, e)
 '''
 
@@ -93,3 +100,18 @@ def test_the_api_trains_whatever_the_callers_grad_mode(tmp_path, mode):
     print(ref["test_acc"], got["test_acc"], rep["methods"][0]["trained_test_acc"])
     assert got["test_acc"] == ref["test_acc"] and got["test_loss"] == ref["test_loss"]
     assert rep["methods"][0]["trained_test_acc"]["mean"] is not None and rep["methods"][0]["checks"]["D1"]["value"] > 0
+
+
+
+@pytest.mark.parametrize("how,said", [
+    ("inplace", "W28.credits() changed the model's parameters in place; credits() must only read the model"),
+    ("gradoff", "W28.credits() switched autograd off (torch.set_grad_enabled) and left it so"),
+])
+def test_a_plugin_credits_that_touches_the_model_or_grad_mode_is_named(tmp_path, how, said):
+    """A plug-in whose credits() scaled the weights in place ended in torch's "modified by an inplace operation"
+    traceback as an internal error; one that switched autograd off, in a line about what it returned."""
+    p = _run(tmp_path, how, 1, "o")
+    last = p.stderr.strip().splitlines()[-1]
+    print(p.returncode, last)
+    assert p.returncode == 2 and said in last and last.startswith("depthaudit: error: plug-in w28plug")
+    assert "internal error" not in p.stderr and "Traceback" not in p.stderr

@@ -534,16 +534,19 @@ def _local_pool(groups, store, opts: SweepOptions, argv, log):
 def _how_died(procs) -> tuple[str, str]:
     """How a pool's dead worker ended (from its exit code) and what to do, for the driver's line."""
     codes = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+    term = 128 + signal.SIGTERM  # a worker's SIGTERM handler (_worker_term) exits so: a kill, not its own end
+    own = [c for c in codes if c > 0 and c != term]  # the others stopped when the pool broke (by SIGTERM)
     fewer = "rerun the same command with fewer --jobs to train what is missing"
-    if any(c > 0 for c in codes):  # it ended itself: not a kill (walk 28 W1 was blamed on memory)
-        c = next(c for c in codes if c > 0)
-        return (f"it exited with status {c}, not killed: code it ran ended the process (a compiled library's "
+    if own:  # it ended itself: not a kill (walk 28 W1 was blamed on memory)
+        return (f"it exited with status {own[0]}, not killed: code it ran ended the process (a compiled library's "
                 "crash or abort?)", "rerun with --jobs 1 to see the error in this process")
-    if codes:
+    sigs = [-c if c < 0 else signal.SIGTERM for c in codes]
+    if sigs:
+        sig = next((x for x in sigs if x != signal.SIGTERM), sigs[0])
         try:
-            name = signal.Signals(-codes[0]).name
+            name = signal.Signals(sig).name
         except ValueError:
-            name = f"signal {-codes[0]}"
+            name = f"signal {sig}"
         return f"killed by {name}: out of memory, or a kill?", fewer
     return "killed, or out of memory?", fewer
 

@@ -78,7 +78,18 @@ class CreditMethod:
         Every caller takes credits through here, so a method (a user's plug-in) that returns the wrong number
         or shape of credits is named where it happened, not by a zip deep inside a diagnostic.
         """
+        users = not type(self).__module__.startswith("depthaudit.")  # a plug-in's method: what it may not touch is
+        if users:  # checked too (walk 28: a grad mode switched off, weights changed in place, surfaced later as
+            grad, versions = torch.is_grad_enabled(), [p._version for p in model.parameters()]  # torch's errors)
         cs = self.credits(model, tr, e)
+        if users and torch.is_grad_enabled() != grad:
+            torch.set_grad_enabled(grad)
+            raise ValueError(f"{type(self).__name__}.credits() switched autograd {'off' if grad else 'on'} "
+                             "(torch.set_grad_enabled) and left it so; leave torch's grad mode as you found it "
+                             "(use `with torch.no_grad():` inside)")
+        if users and [p._version for p in model.parameters()] != versions:
+            raise ValueError(f"{type(self).__name__}.credits() changed the model's parameters in place; credits() "
+                             "must only read the model (the recipe's optimizer updates it from the credits)")
         n = len(tr.states)
         if not isinstance(cs, list | tuple) or len(cs) != n:
             got = f"{len(cs)} credits" if isinstance(cs, list | tuple) else f"a {type(cs).__name__}"
