@@ -962,8 +962,8 @@ def folder_holds(folder: Path) -> list[tuple[str, str]]:
         return []
     held = []
     claim = _read_claim(folder)
-    if claim is not None:
-        held.append((str(claim.get("kind", "a sweep")), IDENTITY_FILE))
+    if claim is not None and "kind" in claim and not foreign_claim(folder / IDENTITY_FILE):  # (a user's own
+        held.append((str(claim["kind"]), IDENTITY_FILE))  # identity.json is named by the claim, as it always was)
     held += [("probes", p.name) for p in sorted(folder.glob("probes_*.identity.json"))[:1]]
     for p in sorted(folder.glob("*.runs/identity.json")):
         try:
