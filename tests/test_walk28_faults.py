@@ -115,3 +115,41 @@ def test_a_plugin_credits_that_touches_the_model_or_grad_mode_is_named(tmp_path,
     print(p.returncode, last)
     assert p.returncode == 2 and said in last and last.startswith("depthaudit: error: plug-in w28plug")
     assert "internal error" not in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("cmd", [["train"], ["audit", "--methods", "bp", "--seeds", "1"],
+                                 ["ladder", "--methods", "bp", "--seeds", "1"],
+                                 ["probes", "--method", "fa", "--seeds", "1", "--pre-epochs", "0"],
+                                 ["intervene", "--methods", "bp", "--seeds", "1", "--penalty", "0.1"]])
+def test_an_out_below_a_loop_of_links_is_one_line(tmp_path, capsys, cmd):
+    """W3 (cases 139, 141, 151): --out LOOPA/x (LOOPA → LOOPB → LOOPA) was pathlib's "Symlink loop" traceback, an
+    internal error; --out LOOPA itself was already one line."""
+    from depthaudit.cli import main
+
+    (tmp_path / "LOOPA").symlink_to(tmp_path / "LOOPB")
+    (tmp_path / "LOOPB").symlink_to(tmp_path / "LOOPA")
+    out = tmp_path / "LOOPA" / "x"
+    c = C[:8] if cmd[0] == "train" else C  # (train measures nothing: no probe flags)
+    assert main([cmd[0], *c, *cmd[1:], "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    print(err)
+    assert err == (f"depthaudit: error: --out {out}: {tmp_path / 'LOOPA'} is a loop of symbolic links "
+                   f"({tmp_path / 'LOOPA'} → {tmp_path / 'LOOPB'} → …); remove one of the links, or choose another "
+                   "--out")
+
+
+def test_a_home_below_a_loop_of_links_does_not_stop_the_figures(tmp_path):
+    """A HOME under a loop of links made matplotlib's import raise (its config folder cannot be resolved): the
+    command now gives matplotlib a private folder; what remains is the data cache's one line, with its fix."""
+    (tmp_path / "LOOPA").symlink_to(tmp_path / "LOOPB")
+    (tmp_path / "LOOPB").symlink_to(tmp_path / "LOOPA")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HOME": str(tmp_path / "LOOPA" / "x"),
+           "OMP_NUM_THREADS": "1", "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("MPLCONFIGDIR", None)
+    env.pop("XDG_CONFIG_HOME", None)
+    env.pop("XDG_CACHE_HOME", None)
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "audit", *C, "--methods", "bp", "--seeds", "1", "--out",
+                        str(tmp_path / "a")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    print(p.returncode, p.stderr[-500:])
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+    assert (tmp_path / "a" / "cosine_heatmap.png").is_file()

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 
 from .commands import build_parser
 from .errors import UsageError, cli_message
@@ -117,6 +118,31 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
+def _matplotlib_dirs() -> None:
+    """A private MPLCONFIGDIR where matplotlib's own folders under HOME cannot even be resolved (a loop of links).
+
+    Matplotlib falls back to a temporary folder for an unwritable HOME, but a HOME under a loop of symbolic links
+    raised from its import (pathlib's "Symlink loop"): every command that draws or generates MNIST-1D ended in
+    that traceback. The figures do not depend on it; the folder goes when the command ends.
+    """
+    if "MPLCONFIGDIR" in os.environ or "matplotlib" in sys.modules:
+        return
+    home = os.path.expanduser("~")
+    for base in (os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"),
+                 os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")):
+        try:
+            Path(base, "matplotlib").resolve()
+        except (RuntimeError, OSError):
+            import atexit
+            import shutil
+            import tempfile
+
+            tmp = tempfile.mkdtemp(prefix="depthaudit-matplotlib-")
+            atexit.register(shutil.rmtree, tmp, True)
+            os.environ["MPLCONFIGDIR"] = tmp  # (workers inherit it)
+            return
+
+
 def _entry(argv: list[str] | None) -> int:
     """:func:`main`'s work: the command, its errors as one line each, its signals."""
     argv_given, argv = argv, list(sys.argv[1:] if argv is None else argv)
@@ -128,6 +154,7 @@ def _entry(argv: list[str] | None) -> int:
     # an unwritable HOME (HOME=/proc) makes matplotlib warn twice on import before using a temporary folder, which
     # works: the command's own line about what it could not write is the one that matters
     logging.getLogger("matplotlib").setLevel(logging.ERROR)
+    _matplotlib_dirs()
     if "matplotlib" not in sys.modules:  # the commands draw into files only: the file backend, whatever MPLBACKEND
         os.environ["MPLBACKEND"] = "Agg"  # says (a value matplotlib does not know would stop its import); workers
     plain_terminal()  # inherit it

@@ -373,6 +373,14 @@ def _sweep_records(runs: Path) -> bool:
         return False
 
 
+def _eloop(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -> None:
     """Refuse, before any work, an output folder that cannot be made or written (one line, the fix named).
 
@@ -402,6 +410,13 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
                                  f"the links, or choose another {flag}") from None
         raise UsageError(f"{flag} {p} is a symbolic link to {os.readlink(p)}, which does not exist; make that folder, "
                          f"or choose another {flag}")
+    try:
+        p.resolve()
+    except (RuntimeError, OSError):  # a loop of links above it (walk 28 W3: LOOPA/x was pathlib's traceback)
+        loop = next((q for q in (Path(*p.parts[:i + 1]) for i in range(len(p.parts))) if q.is_symlink() and
+                     _eloop(q)), p)
+        raise UsageError(f"{flag} {p}: {loop} is a loop of symbolic links ({loop} → {os.readlink(loop)} → …); "
+                         f"remove one of the links, or choose another {flag}") from None
     if p.resolve().name == "warm_start" and p.is_dir() and any(p.resolve().parent.glob("probes_*.identity.json")):
         raise UsageError(f"{flag} {p}: it is the BP warm-start store of the probes in {p.resolve().parent} (their "
                          f"warm_start/ folder); choose another {flag}")  # (walk 26 W: an audit reused its runs there)
