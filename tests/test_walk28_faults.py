@@ -153,3 +153,35 @@ def test_a_home_below_a_loop_of_links_does_not_stop_the_figures(tmp_path):
     print(p.returncode, p.stderr[-500:])
     assert p.returncode == 0 and "Traceback" not in p.stderr
     assert (tmp_path / "a" / "cosine_heatmap.png").is_file()
+
+
+HOLD = ("import fcntl, sys, time\nf = open(sys.argv[1], 'a')\nfcntl.flock(f, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\ntime.sleep(float(sys.argv[2]))\n")
+
+
+@pytest.mark.parametrize("cmd,lock", [(["audit", "--methods", "bp", "--seeds", "1"], ".lock"),
+                                      (["intervene", "--methods", "bp", "--seeds", "1", "--penalty", "0.1"], ".lock"),
+                                      (["ladder", "--methods", "bp", "--seeds", "1"], "ladder_d8_L1_mnist1d.lock")])
+def test_report_renders_under_the_lock_its_command_writes_under(tmp_path, cmd, lock):
+    """W4 (cases 176–178, 181, 182): `depthaudit report DIR` run while an audit (or intervene) wrote DIR rewrote
+    report.json from the copy it had read before, over the report the audit had just written. It now reads and
+    writes under the folder's lock (a ladder's: its store's lock), the lock the command writes its report under:
+    while another process holds it, report waits, then renders what is there."""
+    from depthaudit.cli import main
+
+    out = tmp_path / "d"
+    assert main([cmd[0], *C, *cmd[1:], "--out", str(out)]) == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1",
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out / lock), "8"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    rep = subprocess.Popen([sys.executable, "-m", "depthaudit", "report", str(out)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            rep.wait(timeout=5)  # (it imports torch in about 2 s, then waits for the lock)
+    finally:
+        holder.wait(timeout=60)
+    o, e = rep.communicate(timeout=300)
+    print(rep.returncode, e[-300:])
+    assert rep.returncode == 0 and "Traceback" not in e

@@ -475,7 +475,8 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
                        opts=opts, log=log, run_log=(lambda m: log("    " + m)) if verbose else None)
     if not status.complete:
         return Result.stopped_sweep(store.path, status)
-    md, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None, config.methods)
+    with file_lock(store.path.with_suffix(".lock")):  # (`depthaudit report` renders under it too: walk 28 W4)
+        md, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None, config.methods)
     doc = json.loads(store.path.read_text(encoding="utf-8"))  # (the record: the ladder JSON, every run in it)
     asked = {c.key for c in specs}
     beyond = sorted(k for k in (doc.get("runs") or {}) if k not in asked)
@@ -753,14 +754,16 @@ def _depth_result(store, kind: str, low_signal: float = 5e-3) -> Result:
 
     store.assemble()  # with --jobs N the runs were stored by worker processes: this process's doc had none of them
     png = store.path.with_suffix(".png")  # (walk 19 cases 138, 139, 199: an empty table, card and figure)
-    if kind == "grow":
-        table, title = grow_md(store.doc), grow_title(store.doc)
-        grow_figure(store.doc, png)
-    else:
-        table, title = saturation_md(store.doc), saturation_title(store.doc)
-        saturation_figure(store.doc, png, low_signal)
-    md = f"# {title}\n\n{table}\n\n![{kind}]({png.name})\n"
-    write_text(store.path.with_suffix(".md"), md)
+    with file_lock(store.path.with_suffix(".lock")):  # rendered from the JSON as it is under the lock that
+        store.assemble_locked()  # assembles it and that `depthaudit report` renders under (walk 28 W4)
+        if kind == "grow":
+            table, title = grow_md(store.doc), grow_title(store.doc)
+            grow_figure(store.doc, png)
+        else:
+            table, title = saturation_md(store.doc), saturation_title(store.doc)
+            saturation_figure(store.doc, png, low_signal)
+        md = f"# {title}\n\n{table}\n\n![{kind}]({png.name})\n"
+        write_text(store.path.with_suffix(".md"), md)
     return Result(store.path, _as_written(store.path, store.doc), table, md, [png])
 
 

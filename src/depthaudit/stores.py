@@ -739,11 +739,15 @@ class FileStore:
     def assemble(self) -> None:
         """Rewrite the JSON from what is on disk: its intact runs plus every intact record file (which win)."""
         with file_lock(self.path.with_suffix(".lock")):
-            try:
-                doc, _ = self._read_owner()
-            except UsageError:
-                doc = None  # a damaged JSON is derived data: rebuilt from the records
-            self._assemble_locked(self._trusted(doc))
+            self.assemble_locked()
+
+    def assemble_locked(self) -> None:
+        """:meth:`assemble` where the caller holds the store's lock (to render what it assembled under it)."""
+        try:
+            doc, _ = self._read_owner()
+        except UsageError:
+            doc = None  # a damaged JSON is derived data: rebuilt from the records
+        self._assemble_locked(self._trusted(doc))
 
     def _assemble_locked(self, doc: dict | None) -> None:
         self.damaged = {}

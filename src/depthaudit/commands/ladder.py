@@ -31,6 +31,7 @@ from ..report.verified import (
 from ..stores import (
     SEAL,
     FileStore,
+    file_lock,
     identity_diff,
     orphan_problem,
     rebuild_file_store,
@@ -335,17 +336,18 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         check_ladder_doc(path, read_json_doc(path))
         if _nothing_yet(path, read_json_doc(path)):
             continue
-        with rendering(path):
-            _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)
+        with file_lock(path.with_suffix(".lock")), rendering(path):  # (as the ladder renders it: never an older
+            _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)  # JSON's over a newer one)
         print(f"{path.name}\n{table}\n")
         found += 1
     if (d / "report.json").exists():
-        report = verified_report(d)
         foreign = foreign_report_file(d)
         if foreign is not None:  # a user's own report.md or picture among the report's files: never written over
             raise UsageError(f"{foreign} exists and is not depthaudit's (report rewrites the audit's files there); "
                              "move it away and rerun")
-        with rendering(d / "report.json"), staged(d) as tmp:  # figures, JSON and markdown: all of them or none
+        with file_lock(d / ".lock"), rendering(d / "report.json"), staged(d) as tmp:  # read and written under the
+            # lock the audit writes its report under: never an older report over the one it just wrote (walk 28 W4)
+            report = verified_report(d)  # (figures, JSON and markdown: all of them or none)
             figures = audit_figures(report, tmp)
             md, text = audit_markdown(report, figures), audit_terminal(report)
             report["figures"] = figures
@@ -362,11 +364,13 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         _mine(path)
         read_json_doc(path, runs=True)
         assembled(path, "saturation")
-        doc = read_json_doc(path, runs=True)
+        with file_lock(path.with_suffix(".lock")):  # (the JSON read and rendered as the sweep renders it)
+            doc = read_json_doc(path, runs=True)
         runs_intact(path, doc, "saturation")
         if _nothing_yet(path, doc):
             continue
-        with rendering(path), staged(d) as tmp:
+        with file_lock(path.with_suffix(".lock")), rendering(path), staged(d) as tmp:
+            doc = read_json_doc(path, runs=True)
             low = min((r["config"].get("low_signal", 5e-3) for r in doc["runs"].values()), default=5e-3)
             saturation_figure(doc, tmp / path.with_suffix(".png").name, low)
             table = saturation_md(doc)
@@ -378,8 +382,8 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         from ..report.intervene import intervention_doc, intervention_figure, intervention_md
 
         _mine(d / "intervention.json", [d / "intervention.md", d / "intervention.png"])
-        res = verified_intervention(d)
-        with rendering(d / "intervention.json"), staged(d) as tmp:
+        with file_lock(d / ".lock"), rendering(d / "intervention.json"), staged(d) as tmp:  # (as report.json's)
+            res = verified_intervention(d)
             intervention_figure(res, tmp / "intervention.png")
             table = intervention_md(res)
             write_text(tmp / "intervention.md", intervention_doc(res, table))
@@ -389,11 +393,13 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         _mine(path)
         read_json_doc(path, runs=True)
         assembled(path, "grow")
-        doc = read_json_doc(path, runs=True)
+        with file_lock(path.with_suffix(".lock")):  # (the JSON read and rendered as the sweep renders it)
+            doc = read_json_doc(path, runs=True)
         runs_intact(path, doc, "grow")
         if _nothing_yet(path, doc):
             continue
-        with rendering(path), staged(d) as tmp:
+        with file_lock(path.with_suffix(".lock")), rendering(path), staged(d) as tmp:
+            doc = read_json_doc(path, runs=True)
             grow_figure(doc, tmp / path.with_suffix(".png").name)
             table = grow_md(doc)
             write_text(tmp / path.with_suffix(".md").name, f"# {grow_title(doc)}\n\n{table}\n\n"
