@@ -35,6 +35,10 @@ class W28(DFA):
                         p.mul_(0.5)
             if HOW == "gradoff":
                 torch.set_grad_enabled(False)
+            if HOW == "oserr":
+                raise OSError(28, "No space left on device", "/plug/scratch.bin")
+            if HOW == "memerr":
+                raise MemoryError()
         return super().credits(model, tr, e)
 '''
 
@@ -185,3 +189,19 @@ def test_report_renders_under_the_lock_its_command_writes_under(tmp_path, cmd, l
     o, e = rep.communicate(timeout=300)
     print(rep.returncode, e[-300:])
     assert rep.returncode == 0 and "Traceback" not in e
+
+
+@pytest.mark.parametrize("how,said", [
+    ("oserr", "raised OSError: [Errno 28] No space left on device: '/plug/scratch.bin'"),
+    ("memerr", "raised MemoryError at ")])
+def test_a_plugins_os_or_memory_error_is_the_plugins_with_any_jobs(tmp_path, how, said):
+    """W5 (cases 189–191): the same exception from the same plug-in line was the plug-in's in a --jobs 2 worker
+    and a full disk or exhausted memory (advice: a smaller model) with --jobs 1."""
+    lines = []
+    for jobs in (1, 2):
+        p = _run(tmp_path, how, jobs, f"o{jobs}")
+        lines.append(p.stderr.strip().splitlines()[-1])
+        print(p.returncode, lines[-1])
+        assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert lines[0] == lines[1]
+    assert lines[0].startswith(f"depthaudit: error: plug-in w28plug {said}") and "w28plug.py:" in lines[0]

@@ -328,9 +328,9 @@ def _main(argv: list[str]) -> int:
     except BrokenPipeError:
         raise  # the reader went away (`| head`): main ends quietly
     except Exception as exc:
-        line = stdout_error(exc) or environment_error(exc) or _out_of_memory(exc) or _size_overflow(exc) \
-            or plugin_blame(exc) \
-            or path_error(exc)
+        line = plugin_blame(exc, own_code=True) or stdout_error(exc) or environment_error(exc) \
+            or _out_of_memory(exc) or _size_overflow(exc) or plugin_blame(exc) or path_error(exc)  # (a plug-in's
+        # own line raised it: the plug-in's, whatever it is, as a --jobs worker names it: walk 28 W5)
         if line is not None and isinstance(exc, OSError) and exc.filename is not None:
             from .data.base import cache_dir  # here: the error path loads no torch unless it names the cache
 

@@ -106,7 +106,7 @@ def plugin_blame(exc: BaseException, own_code: bool = False) -> str | None:
     while tb is not None:
         frames.append((tb.tb_frame, tb.tb_lineno))
         tb = tb.tb_next
-    what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+    what = type(exc).__name__ + (f": {str(exc).strip().splitlines()[0][:160]}" if str(exc).strip() else "")
     for frame, lineno in reversed(frames):  # the innermost line of the plug-in's own code
         name = files.get(os.path.abspath(frame.f_code.co_filename))
         if name:
@@ -201,7 +201,11 @@ def plugin_error(exc: BaseException) -> UsageError | None:
     A worker process (``--jobs N``, a Ray or SLURM task) calls it where the error arose, while the traceback
     still holds the plug-in's frames: what reaches the driver is this line, not a traceback-less copy.
     """
-    line = plugin_ended(exc) if isinstance(exc, SystemExit | KeyboardInterrupt) else plugin_blame(exc)
+    if isinstance(exc, SystemExit | KeyboardInterrupt):
+        line = plugin_ended(exc)
+    else:  # as the command's own process ranks them (cli): the plug-in's own code first; a machine's error (disk,
+        line = plugin_blame(exc, own_code=True) or (  # memory) raised by depthaudit goes back as it is (walk 28 W5)
+            None if isinstance(exc, OSError | MemoryError) else plugin_blame(exc))
     return UsageError(f"{line} {HALF_WRITTEN}") if line is not None else None
 
 
