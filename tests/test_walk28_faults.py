@@ -205,3 +205,18 @@ def test_a_plugins_os_or_memory_error_is_the_plugins_with_any_jobs(tmp_path, how
         assert p.returncode == 2 and "Traceback" not in p.stderr
     assert lines[0] == lines[1]
     assert lines[0].startswith(f"depthaudit: error: plug-in w28plug {said}") and "w28plug.py:" in lines[0]
+
+
+def test_intervene_refuses_a_second_grid_beside_its_config(tmp_path):
+    """W6 (cases 208, 211): da.intervene(InterveneConfig(…, lambdas=A), out, lambdas=B) trained A and dropped B
+    without a word; two grids are now refused before anything is read or written."""
+    import depthaudit as da
+
+    base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+    ac = da.AuditConfig(base=base, methods=("bp",), seeds=(1,))
+    for cfg in (da.InterveneConfig(audit=ac, lambdas=(0, 0.1)), da.InterveneConfig(audit=ac, penalty=0.1)):
+        with pytest.raises(da.ConfigError) as e:
+            da.intervene(cfg, tmp_path / "i", lambdas=(0, 0.01), progress=False)
+        print(e.value)
+        assert str(e.value).startswith("lambdas (0, 0.01) beside an InterveneConfig, which has its own grid (0.0, 0.1)")
+    assert not (tmp_path / "i").exists()

@@ -501,6 +501,10 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
 
     if not isinstance(config, InterveneConfig):
         config = InterveneConfig(audit=config, lambdas=lambdas)
+    elif lambdas is not None:  # two grids, one of them silently dropped (walk 28 W6): refused, as penalty beside
+        raise ConfigError(f"{{lambdas}} {lambdas!r} beside an InterveneConfig, which has its own grid "  # lambdas is
+                          f"{tuple(config.lambdas)!r}; give the grid once: InterveneConfig(..., lambdas=...), or "
+                          "pass an AuditConfig with lambdas=")
     form, reduction = config.penalty_form, config.penalty_reduction
     config, lambdas = config.audit, list(config.lambdas)
     out = Path(out)
