@@ -60,15 +60,17 @@ def test_the_file_layout_sweeps_share_a_folder(tmp_path, capsys):
     assert {"ladder_d8_L1_mnist1d.json", "saturation_resmlp_bp_mnist1d.json"} <= names, names
 
 
-def test_ladder_columns_follow_the_methods_given(tmp_path, capsys):
-    """Case 124: the ladder's table ordered its columns bp, dfa, fa for --methods bp fa dfa."""
-    assert main(["ladder", *C, "--methods", "fa", "bp", "dfa", "--seeds", "1", *SMALL,
-                 "--out", str(tmp_path / "l")]) == 0
+def test_ladder_columns_are_the_files_whatever_renders_them(tmp_path, capsys):
+    """Case 124 (walk 29 case 6): the ladder command rendered --methods' order, and `report` then rewrote the file's
+    table in another; a ladder file gathers several commands' methods, so both render its order (by name)."""
+    out = tmp_path / "l"
+    assert main(["ladder", *C, "--methods", "fa", "bp", "dfa", "--seeds", "1", *SMALL, "--out", str(out)]) == 0
     head = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| k"))
     print(head)
-    assert head.endswith("| fa | bp | dfa |")
-    md = (tmp_path / "l" / "ladder_d8_L1_mnist1d.md").read_text()
-    assert "| k (last blocks trained) | fa | bp | dfa |" in md
+    assert head.endswith("| bp | dfa | fa |")
+    md = (out / "ladder_d8_L1_mnist1d.md").read_text()
+    assert main(["report", str(out)]) == 0
+    assert (out / "ladder_d8_L1_mnist1d.md").read_text() == md
 
 
 def test_the_ladders_folder_refusal_names_the_spelling_typed(tmp_path, capsys):

@@ -476,7 +476,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
     if not status.complete:
         return Result.stopped_sweep(store.path, status)
     with file_lock(store.path.with_suffix(".lock")):  # (`depthaudit report` renders under it too: walk 28 W4)
-        md, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None, config.methods)
+        md, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None)
     doc = json.loads(store.path.read_text(encoding="utf-8"))  # (the record: the ladder JSON, every run in it)
     asked = {c.key for c in specs}
     beyond = sorted(k for k in (doc.get("runs") or {}) if k not in asked)

@@ -141,13 +141,13 @@ def _final_measurement(rec: dict) -> dict:
     return {}
 
 
-def aggregate(doc: dict, order: list[str] | tuple[str, ...] = ()) -> dict:
+def aggregate(doc: dict) -> dict:
     """From a ladder file's ``runs``: per (method, k) accuracy mean ± std (ddof 1) and n, plus helpers.
 
-    Methods come in ``order`` (the command's ``--methods``, walk 27 case 124), then any other the file holds.
+    Methods come in the file's order (by name): a ladder file gathers the methods of every command that wrote
+    it, so the ladder command and ``depthaudit report`` render one table (walk 29: the command's ``--methods``
+    order was undone by the next report).
     """
-    rank = {m: i for i, m in enumerate(order)}
-    doc = {**doc, "runs": dict(sorted(doc["runs"].items(), key=lambda kv: rank.get(kv[0].split("/")[0], len(rank))))}
     cells: dict[str, dict[int, list]] = {}
     extra: dict[str, dict[int, dict[str, list]]] = {}
     L = doc["identity"]["num_blocks"]

@@ -177,14 +177,11 @@ def ladder_figure(agg: dict, path: Path, title: str, published: dict | None = No
     plt.close(fig)
 
 
-def ladder_report(path: Path, audit_dir: Path | None = None, order: tuple[str, ...] = ()) -> tuple[str, str]:
-    """Write ``<stem>.md`` and ``<stem>.png`` beside a ladder JSON; return (markdown, table).
-
-    ``order``: the methods' columns in the order the command gave them (the others the file holds after).
-    """
+def ladder_report(path: Path, audit_dir: Path | None = None) -> tuple[str, str]:
+    """Write ``<stem>.md`` and ``<stem>.png`` beside a ladder JSON; return (markdown, table)."""
     path = Path(path)
     doc = json.loads(path.read_text(encoding="utf-8"))
-    agg = aggregate(doc, order)
+    agg = aggregate(doc)
     ident = doc["identity"]
     title = (f"Depth-utility ladder — {ident['dataset']}, {ident['arch']} d={ident['d_hidden']} "
              f"L={ident['num_blocks']}, {budget_text(ident)}")
