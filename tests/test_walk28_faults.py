@@ -108,7 +108,7 @@ def test_the_api_trains_whatever_the_callers_grad_mode(tmp_path, mode):
 
 
 @pytest.mark.parametrize("how,said", [
-    ("inplace", "W28.credits() changed the model's parameters in place; credits() must only read the model"),
+    ("inplace", "W28.credits() changed the model's parameters or their .grad in place; credits() must only read"),
     ("gradoff", "W28.credits() switched autograd off (torch.set_grad_enabled) and left it so"),
 ])
 def test_a_plugin_credits_that_touches_the_model_or_grad_mode_is_named(tmp_path, how, said):

@@ -405,6 +405,18 @@ def train(cfg: TrainConfig, data: DataBundle, log=None, tracker=None, monitor=No
     stepper)`` runs before each epoch's shuffle (growth inserts blocks there: it may replace ``stepper.method``
     and add optimizer groups; the returned model and method are the stepper's at the end).
     """
+    import os
+
+    from .plugins import back_to
+
+    cwd = os.getcwd()  # a plug-in's code (a method's credits, a diagnostic) that moves the process: undone and said
+    try:  # before anything is written, so a relative --out stays where the command said (walk 29 W2)
+        return _train(cfg, data, log, tracker, monitor, watch, on_epoch_start)
+    finally:
+        back_to(cwd, f"code run in training (--method {cfg.method}'s, or a plug-in's)")
+
+
+def _train(cfg: TrainConfig, data: DataBundle, log, tracker, monitor, watch, on_epoch_start) -> RunOutput:
     log = log or progress.say
     model, method = build(cfg, data)
     stepper = Stepper(cfg, data, model, method)

@@ -26,6 +26,11 @@ def _shift(key: str, position: int) -> str:
     return f"{m.group(1)}{int(m.group(2)) + 1}{m.group(3) or ''}"
 
 
+def _versions(model) -> list:
+    """Each parameter's and its ``.grad``'s in-place version (and which ``.grad``): what credits() leaves alone."""
+    return [(p._version, None if p.grad is None else (id(p.grad), p.grad._version)) for p in model.parameters()]
+
+
 class CreditMethod:
     """Base class. Subclasses implement :meth:`credits`; the recipe around it is shared.
 
@@ -80,16 +85,17 @@ class CreditMethod:
         """
         users = not type(self).__module__.startswith("depthaudit.")  # a plug-in's method: what it may not touch is
         if users:  # checked too (walk 28: a grad mode switched off, weights changed in place, surfaced later as
-            grad, versions = torch.is_grad_enabled(), [p._version for p in model.parameters()]  # torch's errors)
+            grad, versions = torch.is_grad_enabled(), _versions(model)  # torch's errors, or a result quietly changed)
         cs = self.credits(model, tr, e)
         if users and torch.is_grad_enabled() != grad:
             torch.set_grad_enabled(grad)
             raise ValueError(f"{type(self).__name__}.credits() switched autograd {'off' if grad else 'on'} "
                              "(torch.set_grad_enabled) and left it so; leave torch's grad mode as you found it "
                              "(use `with torch.no_grad():` inside)")
-        if users and [p._version for p in model.parameters()] != versions:
-            raise ValueError(f"{type(self).__name__}.credits() changed the model's parameters in place; credits() "
-                             "must only read the model (the recipe's optimizer updates it from the credits)")
+        if users and _versions(model) != versions:
+            raise ValueError(f"{type(self).__name__}.credits() changed the model's parameters or their .grad in "
+                             "place; credits() must only read the model (the recipe turns the credits into "
+                             "gradients and the optimizer updates it)")
         n = len(tr.states)
         if not isinstance(cs, list | tuple) or len(cs) != n:
             got = f"{len(cs)} credits" if isinstance(cs, list | tuple) else f"a {type(cs).__name__}"
