@@ -220,3 +220,24 @@ def test_intervene_refuses_a_second_grid_beside_its_config(tmp_path):
         print(e.value)
         assert str(e.value).startswith("lambdas (0, 0.01) beside an InterveneConfig, which has its own grid (0.0, 0.1)")
     assert not (tmp_path / "i").exists()
+
+
+@pytest.mark.parametrize("name,cmd", [("result.json", "train"), ("checkpoint.pt", "train"), ("identity.json", "train"),
+                                      ("identity.json", "audit")])
+def test_a_fifo_where_a_command_writes_is_refused_before_anything(tmp_path, capsys, name, cmd):
+    """W8 (cases 226–237): a FIFO result.json was "already exists; pass --force" (which then trained the whole run
+    and refused at the write); a FIFO checkpoint.pt was found after training; a FIFO identity.json was refused
+    after the lock files were made. Each is now refused first, and the folder is left as it was."""
+    from depthaudit.cli import main
+
+    out = tmp_path / "t"
+    out.mkdir()
+    os.mkfifo(out / name)
+    extra = ["--methods", "bp", "--seeds", "1"] if cmd == "audit" else []
+    for force in ([], ["--force"]) if cmd == "train" else ([],):
+        assert main([cmd, *(C if cmd == "audit" else C[:8]), *extra, *force, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        print(err)
+        assert err == (f"depthaudit: error: {out / name} is a FIFO (named pipe), not a file depthaudit writes; it is "
+                       "left as it is: give a file path (or a folder) that is free, or move it away")
+        assert sorted(p.name for p in out.iterdir()) == [name]

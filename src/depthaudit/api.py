@@ -280,6 +280,9 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
     out = Path(out)
     usable_device(config.device)
     check_output_dir(out)
+    for name in ("result.json", "identity.json", ".lock", ".train.lock", *(("checkpoint.pt",) if checkpoint else ())):
+        check_replaceable(out / name)  # a FIFO or device where train writes: refused before anything is made or
+        # trained (walk 28 W8: a FIFO result.json was "already exists; pass --force", which trained and lost the run)
     _own_training_files(out)
     data = _data(config, data)
     config = _fit_batch(config, data, progress)  # (before the record beside is compared: what trains is stored)

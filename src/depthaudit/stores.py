@@ -26,7 +26,7 @@ from urllib.parse import quote, unquote
 
 from .config import NAME_NEUTRAL, TrainConfig, nothing_trains
 from .errors import UsageError
-from .io import finite_json, not_a_file, write_json
+from .io import check_replaceable, finite_json, not_a_file, write_json
 
 IDENTITY_FILE = "identity.json"  # in a FileStore's ``.runs`` folder, and in an audit's --out folder
 STATUSES = ("ok", "diverged", "stopped_flagged")
@@ -915,6 +915,8 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
     claim = {"schema": "depthaudit.identity.v1", "kind": kind, "identity": _jsonable(identity)}
     if name != IDENTITY_FILE:
         claim["file"] = name
+    for f in (name, ".lock"):  # a FIFO or device there: refused before the lock file is made (walk 28 W8)
+        check_replaceable(folder / f)
     if foreign_claim(folder / name):  # a user's own file of that name: never taken for a claim, never replaced
         raise UsageError(f"{folder / name} exists and is not depthaudit's (the folder's claim is written there); "
                          f"move it away or use another {flag}")
