@@ -241,3 +241,39 @@ def test_a_fifo_where_a_command_writes_is_refused_before_anything(tmp_path, caps
         assert err == (f"depthaudit: error: {out / name} is a FIFO (named pipe), not a file depthaudit writes; it is "
                        "left as it is: give a file path (or a folder) that is free, or move it away")
         assert sorted(p.name for p in out.iterdir()) == [name]
+
+
+def test_a_plugin_that_fails_to_import_in_the_workers_only_is_one_line(tmp_path):
+    """W9 (cases 261, 262): a plug-in whose import fails in the --jobs workers only printed an "Exception in
+    initializer" traceback per worker and ended "a worker process died again (killed, or out of memory?)"."""
+    (tmp_path / "w28child.py").write_text(
+        "import multiprocessing\nfrom depthaudit.methods import METHODS\nfrom depthaudit.methods.dfa import DFA\n"
+        "if multiprocessing.current_process().name != 'MainProcess':\n"
+        "    raise ImportError('the licence server is unreachable from workers')\n"
+        "@METHODS.register('w28c')\nclass W28C(DFA):\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path)]), "OMP_NUM_THREADS": "1",
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", "w28child", "audit", *C, "--methods", "bp",
+                        "w28c", "--seeds", "1", "--jobs", "2", "--out", str(tmp_path / "o")], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    print(p.returncode, p.stderr[-700:])
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "died" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1] == (
+        "depthaudit: error: --plugin w28child: importing it raised ImportError: the licence server is unreachable "
+        f"from workers at {tmp_path / 'w28child.py'}:5")
+
+
+def test_a_sweep_past_the_open_file_limit_is_one_line(tmp_path):
+    """W7 (cases 218, 219): `ulimit -n 12` and --jobs 2 was an internal error at os.pipe() (Too many open files)."""
+    import resource
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1",
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "audit", *C, "--methods", "bp", "fa", "--seeds", "1",
+                        "--jobs", "2", "--out", str(tmp_path / "o")], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=600,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (12, 12)))
+    print(p.returncode, p.stderr[-500:])
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "Too many open files; the process hit its open-file limit: raise it (`ulimit -n 1024`), or use fewer " \
+        "--jobs" in p.stderr.strip().splitlines()[-1]

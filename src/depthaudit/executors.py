@@ -276,7 +276,15 @@ def _worker_init(threads: int, parent: int) -> None:
     torch.set_num_threads(threads)
     _die_with_parent(parent)
     guard_os_exit()  # a plug-in's os._exit(n) in a worker: named as the plug-in's, not a worker "killed" (walk 28 W1)
-    import_env_plugins()
+    global _INIT_ERROR
+    try:
+        import_env_plugins()
+    except UsageError as exc:  # (a plug-in that fails to import only here): raised by the worker's first task, so
+        _INIT_ERROR = exc  # the driver prints its one line; raised from an initializer, it was a traceback per
+        # worker and a pool "killed, or out of memory?" (walk 28 W9)
+
+
+_INIT_ERROR: UsageError | None = None  # a worker's plug-in import that failed (_worker_init), for its tasks
 
 
 def _worker_term(signum, frame) -> None:
@@ -339,6 +347,8 @@ def _pool_task(group, store, argv, executor: str, opts: SweepOptions, beat: bool
     driver arrives without them. So a plug-in's error leaves the worker as the same one line (a
     :class:`UsageError`) that ``--jobs 1`` prints; any other error goes back as it is.
     """
+    if _INIT_ERROR is not None:
+        raise _INIT_ERROR
     try:
         return run_and_store(group, store, None, heartbeat(group) if beat else None, argv, executor, opts)
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # (a worker ignores SIGINT: a KeyboardInterrupt here

@@ -67,7 +67,9 @@ _ENV_ERRNOS = {errno.ENOSPC: "free space on that disk, or write elsewhere",
                errno.EEXIST: "something that is not a folder stands where a folder must be: move it, or choose "
                              "another location",
                errno.ELOOP: "the path loops through symbolic links: choose another location",
-               errno.EIO: "the disk reported an I/O error: check it, or write elsewhere"}
+               errno.EIO: "the disk reported an I/O error: check it, or write elsewhere",
+               errno.EMFILE: "the process hit its open-file limit: raise it (`ulimit -n 1024`), or use fewer --jobs",
+               errno.ENFILE: "the system hit its open-file limit: close other programs, or use fewer --jobs"}
 
 
 def environment_error(exc: BaseException) -> str | None:
@@ -76,7 +78,8 @@ def environment_error(exc: BaseException) -> str | None:
         return None
     # a rename (os.replace) that failed names its destination second: that is the path the user knows
     where = exc.filename2 if getattr(exc, "filename2", None) is not None else \
-        exc.filename if exc.filename is not None else "a file (or the standard output)"
+        exc.filename if exc.filename is not None else \
+        "opening a file or pipe" if exc.errno in (errno.EMFILE, errno.ENFILE) else "a file (or the standard output)"
     return f"{where}: {exc.strerror or os.strerror(exc.errno)}; {_ENV_ERRNOS[exc.errno]}"
 
 
