@@ -341,12 +341,13 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         print(f"{path.name}\n{table}\n")
         found += 1
     if (d / "report.json").exists():
+        verified_report(d)  # (checked first: a refusal writes nothing, not even the lock file)
         foreign = foreign_report_file(d)
         if foreign is not None:  # a user's own report.md or picture among the report's files: never written over
             raise UsageError(f"{foreign} exists and is not depthaudit's (report rewrites the audit's files there); "
                              "move it away and rerun")
-        with file_lock(d / ".lock"), rendering(d / "report.json"), staged(d) as tmp:  # read and written under the
-            # lock the audit writes its report under: never an older report over the one it just wrote (walk 28 W4)
+        with file_lock(d / ".lock"), rendering(d / "report.json"), staged(d) as tmp:  # read again and written under
+            # the lock the audit writes its report under: never an older report over one just written (walk 28 W4)
             report = verified_report(d)  # (figures, JSON and markdown: all of them or none)
             figures = audit_figures(report, tmp)
             md, text = audit_markdown(report, figures), audit_terminal(report)
@@ -364,8 +365,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         _mine(path)
         read_json_doc(path, runs=True)
         assembled(path, "saturation")
-        with file_lock(path.with_suffix(".lock")):  # (the JSON read and rendered as the sweep renders it)
-            doc = read_json_doc(path, runs=True)
+        doc = read_json_doc(path, runs=True)  # (checked first: a refusal writes nothing, not even the lock file)
         runs_intact(path, doc, "saturation")
         if _nothing_yet(path, doc):
             continue
@@ -382,6 +382,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         from ..report.intervene import intervention_doc, intervention_figure, intervention_md
 
         _mine(d / "intervention.json", [d / "intervention.md", d / "intervention.png"])
+        verified_intervention(d)  # (a refusal first, writing nothing)
         with file_lock(d / ".lock"), rendering(d / "intervention.json"), staged(d) as tmp:  # (as report.json's)
             res = verified_intervention(d)
             intervention_figure(res, tmp / "intervention.png")
@@ -393,8 +394,7 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         _mine(path)
         read_json_doc(path, runs=True)
         assembled(path, "grow")
-        with file_lock(path.with_suffix(".lock")):  # (the JSON read and rendered as the sweep renders it)
-            doc = read_json_doc(path, runs=True)
+        doc = read_json_doc(path, runs=True)  # (checked first: a refusal writes nothing, not even the lock file)
         runs_intact(path, doc, "grow")
         if _nothing_yet(path, doc):
             continue
