@@ -98,7 +98,9 @@ def cross_check_md(doc: dict, audit_dir: Path | None) -> str:
         return "\n".join(lines + ["", "(pass `--audit-dir` to compare with a stored audit.)"])
     # every intact audit record, matched by its training config alone: the audit measures on another schedule and
     # with its monitor (tracking), which does not touch training (the k=L run was missed for that)
-    stored = [r for r in (read_record(p)[0] for p in sorted((Path(audit_dir) / "runs").glob("*/result.json"))) if r]
+    read = [(p, *read_record(p)) for p in sorted((Path(audit_dir) / "runs").glob("*/result.json"))]
+    stored = [r for _, r, _ in read if r]
+    damaged = [f"`{p.relative_to(audit_dir)}` ({bad})" for p, _, bad in read if bad]  # named, never compared
     rows = ["", "| run | ladder acc | audit acc | equal |", "|---|---|---|---|"]
     for key, rec in sorted(doc["runs"].items()):
         m, k, s = key.split("/")
@@ -111,7 +113,10 @@ def cross_check_md(doc: dict, audit_dir: Path | None) -> str:
         b = found["final"]["test_acc"] if found else None
         rows.append(f"| {key} | {a:.4f} | {'not in audit' if b is None else f'{b:.4f}'} | "
                     f"{'—' if b is None else ('yes' if a == b else 'NO')} |")
-    return "\n".join(lines + rows + _other_recipe(doc, audit_dir, rows))
+    note = ["", f"{len(damaged)} record(s) of the audit cannot be trusted, so none is compared (a row of theirs "
+            "reads \"not in audit\"): " + "; ".join(damaged) + ". Rerun the audit into its folder to train them "
+            "again."] if damaged else []  # (walk 29 W4: an edited or linked record was "not in audit", unsaid)
+    return "\n".join(lines + rows + note + _other_recipe(doc, audit_dir, rows))
 
 
 def _other_recipe(doc: dict, audit_dir: Path, rows: list[str]) -> list[str]:
