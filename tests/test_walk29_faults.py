@@ -6,8 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from depthaudit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,3 +30,25 @@ def test_a_damaged_audit_record_is_named_in_the_ladders_cross_check(tmp_path, ca
     print(cross)
     assert "1 record(s) of the audit cannot be trusted, so none is compared" in cross
     assert str(trained.relative_to(aud)) in cross and "0.5" not in cross.split("record(s)")[0]
+
+
+def test_a_default_device_of_meta_is_restored_from_a_plugin_and_refused_from_the_caller(tmp_path):
+    """W3 (cases 43, 44): torch.set_default_device("meta") by a plug-in at import was an internal error (torch's
+    "Cannot copy out of meta tensor"), and by the Python caller torch's NotImplementedError."""
+    (tmp_path / "devplug.py").write_text("import torch\ntorch.set_default_device('meta')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path)]), "OMP_NUM_THREADS": "1",
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", "devplug", "train", *C[:8], "--out",
+                        str(tmp_path / "t")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    print(p.returncode, p.stderr[-400:])
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+    assert "depthaudit: note: a plug-in set torch's default device to meta at import; restored to cpu" in p.stderr
+    code = ("import torch, depthaudit as da\ntorch.set_default_device('meta')\n"
+            "try:\n    da.train(da.TrainConfig(dataset='mnist1d', d_hidden=8, num_blocks=1, epochs=1), 'py')\n"
+            "except da.UsageError as e:\n    print(e)\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=600)
+    print(p.stdout, p.stderr[-300:])
+    assert p.stdout.strip() == ("torch's default device is meta (set by a plug-in or your code); depthaudit builds "
+                                "models with real weights: torch.set_default_device(None) before the call")
+    assert not (tmp_path / "py").exists()

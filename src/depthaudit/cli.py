@@ -238,10 +238,16 @@ class _Tolerant:
 def _handlers() -> dict | None:
     """SIGINT's and SIGTERM's handlers now (main thread only), and torch's defaults where torch is imported."""
     torch = sys.modules.get("torch")  # (and torch's defaults, when something imported it already)
-    state = {"torch": (str(torch.get_default_dtype()), torch.is_grad_enabled())} if torch is not None else {}
+    state = {"torch": (str(torch.get_default_dtype()), torch.is_grad_enabled(), _default_device(torch))} \
+        if torch is not None else {}
     if threading.current_thread() is not threading.main_thread():
         return state
     return {**state, **{s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}}
+
+
+def _default_device(torch) -> str:
+    get = getattr(torch, "get_default_device", None)  # (torch >= 2.3)
+    return str(get()) if get is not None else "cpu"
 
 
 def _restore_handlers(before: dict | None) -> None:
@@ -251,7 +257,7 @@ def _restore_handlers(before: dict | None) -> None:
     gradients on).
     """
     torch = sys.modules.get("torch")  # (imported by the plug-in, if at all: not by this check)
-    was = (before or {}).get("torch", ("torch.float32", True))  # what it was before the plug-ins were imported
+    was = (before or {}).get("torch", ("torch.float32", True, "cpu"))  # what it was before the plug-ins came
     if torch is not None and torch.get_default_dtype() != torch.float32 and was[0] == "torch.float32":
         print(f"depthaudit: note: a plug-in set torch's default dtype to {torch.get_default_dtype()} at import; "
               "restored to float32 (depthaudit trains in float32)", file=sys.stderr)
@@ -260,6 +266,10 @@ def _restore_handlers(before: dict | None) -> None:
         print("depthaudit: note: a plug-in turned torch's gradients off at import; turned back on (training needs "
               "them)", file=sys.stderr)
         torch.set_grad_enabled(True)
+    if torch is not None and _default_device(torch) != was[2]:  # (walk 29 W3: "meta" ended in torch's traceback)
+        print(f"depthaudit: note: a plug-in set torch's default device to {_default_device(torch)} at import; "
+              f"restored to {was[2]} (each command puts its models on its --device)", file=sys.stderr)
+        torch.set_default_device(None if was[2] == "cpu" else was[2])
     for sig, handler in ((k, v) for k, v in (before or {}).items() if k != "torch"):
         if signal.getsignal(sig) != handler:
             signal.signal(sig, handler)

@@ -201,6 +201,10 @@ def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMeth
     if torch.get_default_dtype() != torch.float32:  # (your code's torch.set_default_dtype: the models would be
         raise UsageError(f"torch's default dtype is {torch.get_default_dtype()} (set by a plug-in or your code); "
                          "depthaudit trains in float32: leave the default dtype alone")  # float64, the data not)
+    default = getattr(torch, "get_default_device", lambda: torch.device("cpu"))()
+    if default.type == "meta":  # (your code's torch.set_default_device("meta"): weights without data, walk 29 W3)
+        raise UsageError("torch's default device is meta (set by a plug-in or your code); depthaudit builds models "
+                         "with real weights: torch.set_default_device(None) before the call")
     check_fits(cfg, data)
     model = build_model(cfg.arch, data.input_shape, data.num_classes, cfg.d_hidden, cfg.num_blocks,
                         cfg.mlp_ratio, cfg.seed, cfg.variant).to(cfg.device)
