@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from depthaudit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,3 +54,47 @@ def test_a_default_device_of_meta_is_restored_from_a_plugin_and_refused_from_the
     assert p.stdout.strip() == ("torch's default device is meta (set by a plug-in or your code); depthaudit builds "
                                 "models with real weights: torch.set_default_device(None) before the call")
     assert not (tmp_path / "py").exists()
+
+
+SCRIPT = '''import sys
+import depthaudit as da
+from depthaudit.methods import METHODS
+from depthaudit.methods.dfa import DFA
+
+def register():
+    @METHODS.register("g29")
+    class G29(DFA):
+        pass
+
+if {top}:
+    register()
+
+if __name__ == "__main__":
+    if not {top}:
+        register()
+    base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+    cfg = da.AuditConfig(base=base, methods=("bp", "g29"), seeds=(1,), probe_batches=1, probe_batch_size=32)
+    try:
+        r = da.audit(cfg, sys.argv[1], sweep=da.SweepOptions(jobs=2), progress=False)
+        print("OK", [m["method"] for m in r.record["methods"]])
+    except da.UsageError as e:
+        print("REFUSED", e)
+'''
+
+
+@pytest.mark.parametrize("top", [False, True])
+def test_a_name_the_jobs_workers_cannot_see_is_refused_before_the_claim(tmp_path, top):
+    """W5 (cases 79, 80): a method registered under the script's main guard failed in a worker as "unknown method
+    'g29'; choose one of: bp, …" after the folder was claimed and a run trained; registered at the top level, the
+    same sweep runs."""
+    (tmp_path / "s.py").write_text(SCRIPT.format(top=top))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1",
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, str(tmp_path / "s.py"), str(tmp_path / "o")], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    print(p.stdout, p.stderr[-500:])
+    if top:
+        assert p.stdout.strip() == "OK ['bp', 'g29']"
+    else:
+        assert p.stdout.startswith("REFUSED method 'g29' is registered in this process but not in the --jobs worker")
+        assert not (tmp_path / "o").exists()

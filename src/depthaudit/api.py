@@ -41,6 +41,7 @@ from .data import load_data
 from .data.base import DATASETS, unchanged_data
 from .diagnostics.identity import identity_over_seeds
 from .errors import ConfigError, UsageError
+from .executors import workers_know
 from .experiments.audit import AuditConfig, audit_specs, identity_summary, run_audit
 from .experiments.families import FAMILIES, budget_text
 from .experiments.grow import run_arm
@@ -250,15 +251,18 @@ def _arms(config, data) -> list:
     return cfgs
 
 
-def _buildable(cfgs, data) -> None:
+def _buildable(cfgs, data, opts=None) -> None:
     """Refuse, before any folder is claimed, a run this data cannot train: built once on the CPU, then dropped.
 
-    (An image augmentation on vectors, a ViT width not divisible by its heads: one line, nothing written.)
+    (An image augmentation on vectors, a ViT width not divisible by its heads: one line, nothing written.) With
+    the sweep's ``opts``: a name its ``jobs`` workers will not know is refused too (:func:`workers_know`).
     """
     for cfg in cfgs:
         c = replace(cfg, device="cpu", warm_start=None)
         model, method = build(c, data)
         Stepper(c, data, model, method)
+    if opts is not None:
+        workers_know(cfgs, opts)
 
 
 def _sweep(sweep, out: Path, device: str):
@@ -422,7 +426,7 @@ def audit(config: AuditConfig, out: str | Path, *, data=None, sweep=None, progre
     opts = _sweep(sweep, out, base.device)
     if opts.cell is not None:
         pick_cell(audit_specs(config, data), opts.cell)
-    _buildable(_arms(config, data), data)
+    _buildable(_arms(config, data), data, opts)
     log = _log(progress)
     claim = None
     if not opts.list_cells and not opts.stored_only:  # the folder's report belongs to one audit: claimed before
@@ -466,7 +470,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
     specs = ladder_specs(config, data)
     if opts.cell is not None:
         pick_cell(specs, opts.cell)
-    _buildable(_arms(config, data), data)
+    _buildable(_arms(config, data), data, opts)
     store = open_store(out, config, data.sha256)  # refuses a file of another configuration
     log = _log(progress)
     if not opts.list_cells and not opts.stored_only:  # (--stored-only: run_sweep claims once every cell is found)
@@ -518,7 +522,7 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
     check_probe_fits(config.probe_batch_size, data)
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     opts = _sweep(sweep, out, config.base.device)
-    _buildable(_arms(config, data), data)
+    _buildable(_arms(config, data), data, opts)
     _not_foreign(out / "intervention.json", [out / "intervention.md", out / "intervention.png"])
     claim = None
     ident = {**audit_identity(config, data.sha256), **({"penalty_form": form} if form != "abs" else {}),
@@ -585,7 +589,7 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
     opts = _sweep(sweep, out, base.device)
     plan = (fitted_probe_batches(data, config.probe_batches, config.probe_batch_size), config.probe_batch_size)
     ident = config.identity(plan, data.sha256)
-    _buildable([base], data)
+    _buildable([base], data, opts)
     _not_foreign(out / f"probes_{tag}.json", [out / f"probes_{tag}.md", out / f"credit_mix_{tag}.png"])
     # the α sweep's store holds one configuration whatever the report's claim says: another one is refused here,
     # before the claim is taken over (walk 26 case 70: --replace-report was advised, then this store refused it)

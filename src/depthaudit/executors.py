@@ -492,6 +492,52 @@ def spawnable(groups) -> None:
                                  "--plugin MODULE), or use jobs=1")
 
 
+def _unknown_here(wanted: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """In a worker: which ``(registry, name)`` pairs its imports did not register."""
+    from .data import DATASETS
+    from .methods import METHODS
+    from .models import MODELS
+
+    if _INIT_ERROR is not None:
+        raise _INIT_ERROR
+    regs = {"method": METHODS, "model": MODELS, "dataset": DATASETS}
+    return [(kind, name) for kind, name in wanted if name not in regs[kind]]
+
+
+def workers_know(cfgs, opts: SweepOptions) -> None:
+    """Refuse, before any folder is claimed, a ``jobs > 1`` sweep whose workers will not know a name it uses.
+
+    A spawned worker imports the main script as a module and the ``DEPTHAUDIT_PLUGINS``: what the script registers
+    under ``if __name__ == "__main__":`` (or in a module it imports only there) is unknown to it, and the sweep
+    failed in a worker, after a run had trained, as an "unknown method" (walk 29 W5). Asked of one worker, started
+    only where a run names something registered outside depthaudit and the plug-ins the workers import.
+    """
+    if opts.executor != "local" or (opts.jobs or 1) <= 1 or opts.list_cells or opts.stored_only \
+            or opts.cell is not None or getattr(sys.modules.get("__main__"), "__file__", None) is None:
+        return  # (an interactive __main__ is spawnable()'s to refuse)
+    from .data import DATASETS
+    from .methods import METHODS
+    from .models import MODELS
+
+    plugins = [n for n in os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",") if n]
+    theirs = lambda mod: mod.startswith("depthaudit") or any(mod == n or mod.startswith(n + ".")  # noqa: E731
+                                                           for n in plugins)
+    wanted = sorted({(kind, name) for c in cfgs for kind, reg, name in (
+        ("method", METHODS, c.method), ("model", MODELS, c.arch), ("dataset", DATASETS, c.dataset))
+        if name in reg and not theirs(getattr(reg.get(name), "__module__", "") or "")})
+    if not wanted:
+        return
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_worker_init,
+                             initargs=(1, os.getpid())) as pool:
+        missing = pool.submit(_unknown_here, wanted).result()
+    if missing:
+        kind, name = missing[0]
+        raise UsageError(f"{kind} {name!r} is registered in this process but not in the --jobs worker processes (they "
+                         "import the script as a module: what it registers under `if __name__ == \"__main__\":`, "
+                         "or in a module it imports only there, is unknown to them); register it at the script's "
+                         "top level or in a module imported there (on the CLI: --plugin MODULE), or use jobs=1")
+
+
 def _local_pool(groups, store, opts: SweepOptions, argv, log):
     """``opts.jobs`` spawned worker processes; a dead worker's pool is replaced once.
 
