@@ -90,7 +90,7 @@ def test_config_mismatch_is_refused(tmp_path, capsys):
 
 def test_bad_ladder_input(tmp_path, capsys):
     assert main([*LADDER[:9], "--k_values", "0", "5", "--output_dir", str(tmp_path / "x")]) == 2
-    assert "--k_values 5:" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    assert "--k-values 5:" in capsys.readouterr().err and not (tmp_path / "x").exists()
     # the seed harness's verbatim command parses; without CUDA it fails in one clear line
     code = main(["ladder", "--d_hidden", "256", "--num_blocks", "4", "--methods", "bp", "fa", "dfa", "--k_values",
                  "0", "1", "2", "3", "4", "--seeds", "42", "123", "456", "--epochs", "100", "--gpu", "0",

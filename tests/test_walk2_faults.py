@@ -103,7 +103,7 @@ def test_a_rule_is_said_once_and_messages_hold_no_python_reprs(tmp_path, capsys)
     assert "is not a number (float > 0)" in capsys.readouterr().err  # a type error: the rule is not yet said
     assert main(["ladder", "--num-blocks", "2", "--k-values", "5", "--list-cells", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "--k_values 5: each k must be in 0..2" in err and "[" not in err, err
+    assert "--k-values 5: each k must be in 0..2" in err and "[" not in err, err
 
 
 def test_identity_on_a_full_disk_does_not_speak_of_stored_runs(tmp_path, monkeypatch, capsys):

@@ -84,9 +84,20 @@ def out_of_range(value, meta) -> str | None:
 INT64_MAX = 2**63 - 1
 
 
+def shown_flag(f) -> str:
+    """The flag as the help lists it, and as refusals name it.
+
+    A declared underscore spelling with a dashed alias (``--k_values``, ``--k-values``) is the dashed one (walk
+    28 case 16: a refusal named the spelling the help hides).
+    """
+    flag = flag_name(f)
+    dashed = flag.replace("_", "-")
+    return dashed if dashed != flag and dashed in f.metadata.get("aliases", ()) else flag
+
+
 def refuse(obj, template: str):
     """A :class:`ConfigError` of ``template`` whose ``{field}`` names take ``obj``'s declared flags on the CLI."""
-    flags = {f.name: flag_name(f) for f in fields(obj) if f.metadata.get("flag")}
+    flags = {f.name: shown_flag(f) for f in fields(obj) if f.metadata.get("flag")}
     return ConfigError(template, flags)
 
 
