@@ -277,3 +277,38 @@ def test_a_sweep_past_the_open_file_limit_is_one_line(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "Too many open files; the process hit its open-file limit: raise it (`ulimit -n 1024`), or use fewer " \
         "--jobs" in p.stderr.strip().splitlines()[-1]
+
+
+def test_paths_through_a_dangling_link_or_a_loop_are_named(tmp_path, capsys):
+    """Unclear cases 143, 144: `report LOOPA` said only "not a folder"; --out DANG/x (DANG → nowhere) was "DANG: File
+    exists; something that is not a folder stands where a folder must be"."""
+    from depthaudit.cli import main
+
+    (tmp_path / "LOOPA").symlink_to(tmp_path / "LOOPB")
+    (tmp_path / "LOOPB").symlink_to(tmp_path / "LOOPA")
+    (tmp_path / "DANG").symlink_to(tmp_path / "nowhere")
+    assert main(["report", str(tmp_path / "LOOPA" / "x")]) == 2
+    assert f"is not a folder ({tmp_path / 'LOOPA'} is a loop of symbolic links)" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "DANG")]) == 2
+    assert f"({tmp_path / 'DANG'} is a symbolic link to {tmp_path / 'nowhere'}, which does not exist)" in \
+        capsys.readouterr().err
+    assert main(["train", *C[:8], "--out", str(tmp_path / "DANG" / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    print(err)
+    assert err == (f"depthaudit: error: --out {tmp_path / 'DANG' / 'x'}: {tmp_path / 'DANG'} is a symbolic link to "
+                   f"{tmp_path / 'nowhere'}, which does not exist; make that folder, or choose another --out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DANG", "LOOPA", "LOOPB"]
+
+
+def test_a_fifo_where_a_ladder_writes_its_table_is_refused_before_a_run(tmp_path, capsys):
+    """Unclear case 240: a FIFO at ladder_….md was refused only after every run had trained (the .json and .png
+    written beside it)."""
+    from depthaudit.cli import main
+
+    out = tmp_path / "l"
+    out.mkdir()
+    os.mkfifo(out / "ladder_d8_L1_mnist1d.md")
+    assert main(["ladder", *C, "--methods", "bp", "--seeds", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "ladder_d8_L1_mnist1d.md is a FIFO (named pipe)" in err and "epoch" not in err
+    assert [p.name for p in out.iterdir()] == ["ladder_d8_L1_mnist1d.md"]

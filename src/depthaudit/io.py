@@ -413,6 +413,11 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
                                  f"the links, or choose another {flag}") from None
         raise UsageError(f"{flag} {p} is a symbolic link to {os.readlink(p)}, which does not exist; make that folder, "
                          f"or choose another {flag}")
+    dangling = next((q for q in (Path(*p.parts[:i + 1]) for i in range(len(p.parts) - 1))
+                     if q.is_symlink() and not q.exists() and not _eloop(q)), None)
+    if dangling is not None:  # a link to nowhere above it (walk 28 case 144: "DANG: File exists")
+        raise UsageError(f"{flag} {p}: {dangling} is a symbolic link to {os.readlink(dangling)}, which does not "
+                         f"exist; make that folder, or choose another {flag}")
     try:
         p.resolve()
     except (RuntimeError, OSError):  # a loop of links above it (walk 28 W3: LOOPA/x was pathlib's traceback)

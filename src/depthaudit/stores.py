@@ -599,6 +599,8 @@ class FileStore:
         other_kind(self.path.parent, "probes" if schema == "depthaudit.credit_mix.v1" else  # (before any lock file
                    schema.split(".")[1] if "." in schema else "ladder",  # is made: walk 27 W4)
                    own=self.path.exists() or self.runs_dir.is_dir())
+        for ext in (".json", ".md", ".png", ".lock"):  # a FIFO or device where the table goes: refused before a run
+            check_replaceable(self.path.with_suffix(ext))  # trains (walk 28 case 240: after all of them had)
         foreign = foreign_table_file(self.path)
         if foreign is not None:  # a user's own file under the table's name: never written over (refused before
             raise UsageError(f"{foreign} exists and is not depthaudit's (this command writes its table there); "
