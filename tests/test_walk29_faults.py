@@ -98,3 +98,12 @@ def test_a_name_the_jobs_workers_cannot_see_is_refused_before_the_claim(tmp_path
     else:
         assert p.stdout.startswith("REFUSED method 'g29' is registered in this process but not in the --jobs worker")
         assert not (tmp_path / "o").exists()
+
+
+def test_identity_out_dash_is_said_to_be_a_file(tmp_path, monkeypatch, capsys):
+    """W6 (case 117): `identity --out -` noted "a folder named '-'" and wrote a file named '-'."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["identity", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--seeds", "1",
+                 "--probe-batches", "1", "--probe-batch-size", "32", "--out", "-"]) == 0
+    assert "--out - is a file named '-' here, not standard output" in capsys.readouterr().err
+    assert (tmp_path / "-").is_file()

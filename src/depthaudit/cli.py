@@ -300,8 +300,9 @@ def _main(argv: list[str]) -> int:
             print(f"depthaudit: note: --out {out!r} begins with '~', which no shell expanded (it was quoted): it is "
                   f"a new folder named {out.split('/')[0]!r} here; for the home folder write $HOME or its path",
                   file=sys.stderr)
-        elif out == "-" and not os.path.exists(out):  # (walk 23 case 141)
-            print("depthaudit: note: --out - is a folder named '-' here, not standard output (results are files)",
+        elif out == "-" and not os.path.exists(out):  # (walk 23 case 141; identity writes one file: walk 29 W6)
+            what = "a file" if getattr(args, "command", None) == "identity" else "a folder"
+            print(f"depthaudit: note: --out - is {what} named '-' here, not standard output (results are files)",
                   file=sys.stderr)
         token = LISTING_ONLY.set(bool(getattr(args, "list_cells", False)))
         try:
