@@ -107,3 +107,25 @@ def test_identity_out_dash_is_said_to_be_a_file(tmp_path, monkeypatch, capsys):
                  "--probe-batches", "1", "--probe-batch-size", "32", "--out", "-"]) == 0
     assert "--out - is a file named '-' here, not standard output" in capsys.readouterr().err
     assert (tmp_path / "-").is_file()
+
+
+@pytest.mark.parametrize("code", [
+    "import os\nos.makedirs('CHD', exist_ok=True)\nos.chdir('CHD')\n",
+    "import torch\ntorch.set_default_dtype(torch.float64)\n",
+    "import torch\ntorch.set_grad_enabled(False)\n",
+])
+def test_what_a_plugin_changes_at_import_is_undone_in_the_workers_too(tmp_path, code):
+    """W8 (cases 145–149): the driver undid a plug-in's chdir, float64 default dtype or gradients-off at import,
+    the --jobs 2 workers did not: runs landed in the plug-in's folder, a worker refused float64, a gradient-less
+    worker was an internal error."""
+    (tmp_path / "chplug.py").write_text(code)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path)]), "OMP_NUM_THREADS": "1",
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", "chplug", "audit", *C, "--methods", "bp", "fa",
+                        "--seeds", "1", "--jobs", "2", "--out", "o"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=600)
+    print(p.returncode, p.stderr[-600:])
+    assert p.returncode == 0 and "Traceback" not in p.stderr and "missing" not in p.stderr
+    assert p.stderr.count("depthaudit: note: a plug-in") == 1  # said once, by the driver
+    assert len(list((tmp_path / "o" / "runs").glob("*/result.json"))) == 4
+    assert not (tmp_path / "CHD" / "o").exists()

@@ -21,7 +21,7 @@ from pathlib import Path
 from .commands import build_parser
 from .errors import UsageError, cli_message
 from .io import LISTING_ONLY, environment_error, reader_gone, remove_in_flight, silence_stdout, stdout_error
-from .plugins import HALF_WRITTEN, import_plugins_in, plugin_blame, plugin_ended
+from .plugins import HALF_WRITTEN, import_plugins_in, plugin_blame, plugin_ended, process_state, restore_process_state
 
 # what a report prints that an ASCII (or Latin-1, …) terminal cannot: the closest plain spelling
 ASCII_FALLBACK = {"±": "+/-", "×": "x", "→": "->", "←": "<-", "—": "-", "–": "-", "≤": "<=", "≥": ">=", "≈": "~",
@@ -235,48 +235,6 @@ class _Tolerant:
         return getattr(self._stream, name)
 
 
-def _handlers() -> dict | None:
-    """SIGINT's and SIGTERM's handlers now (main thread only), and torch's defaults where torch is imported."""
-    torch = sys.modules.get("torch")  # (and torch's defaults, when something imported it already)
-    state = {"torch": (str(torch.get_default_dtype()), torch.is_grad_enabled(), _default_device(torch))} \
-        if torch is not None else {}
-    if threading.current_thread() is not threading.main_thread():
-        return state
-    return {**state, **{s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}}
-
-
-def _default_device(torch) -> str:
-    get = getattr(torch, "get_default_device", None)  # (torch >= 2.3)
-    return str(get()) if get is not None else "cpu"
-
-
-def _restore_handlers(before: dict | None) -> None:
-    """Undo what a plug-in changed at import that the command relies on, each said on stderr.
-
-    SIGINT/SIGTERM (Ctrl-C and SIGTERM must still stop the command) and torch's process-wide defaults (float32,
-    gradients on).
-    """
-    torch = sys.modules.get("torch")  # (imported by the plug-in, if at all: not by this check)
-    was = (before or {}).get("torch", ("torch.float32", True, "cpu"))  # what it was before the plug-ins came
-    if torch is not None and torch.get_default_dtype() != torch.float32 and was[0] == "torch.float32":
-        print(f"depthaudit: note: a plug-in set torch's default dtype to {torch.get_default_dtype()} at import; "
-              "restored to float32 (depthaudit trains in float32)", file=sys.stderr)
-        torch.set_default_dtype(torch.float32)
-    if torch is not None and not torch.is_grad_enabled() and was[1]:
-        print("depthaudit: note: a plug-in turned torch's gradients off at import; turned back on (training needs "
-              "them)", file=sys.stderr)
-        torch.set_grad_enabled(True)
-    if torch is not None and _default_device(torch) != was[2]:  # (walk 29 W3: "meta" ended in torch's traceback)
-        print(f"depthaudit: note: a plug-in set torch's default device to {_default_device(torch)} at import; "
-              f"restored to {was[2]} (each command puts its models on its --device)", file=sys.stderr)
-        torch.set_default_device(None if was[2] == "cpu" else was[2])
-    for sig, handler in ((k, v) for k, v in (before or {}).items() if k != "torch"):
-        if signal.getsignal(sig) != handler:
-            signal.signal(sig, handler)
-            print(f"depthaudit: note: a plug-in changed the {sig.name} handler at import; restored (Ctrl-C and "
-                  "SIGTERM still stop the command)", file=sys.stderr)
-
-
 def _main(argv: list[str]) -> int:
     try:
         try:
@@ -284,9 +242,9 @@ def _main(argv: list[str]) -> int:
         except FileNotFoundError:
             raise UsageError("the current folder no longer exists (removed while this shell stood in it); cd to an "
                              "existing folder and rerun") from None
-        before = _handlers()
+        before = process_state()
         import_plugins_in(argv)
-        _restore_handlers(before)
+        restore_process_state(before)
         try:
             args = build_parser(argv).parse_args(argv)
         except SystemExit as exc:  # the parser's refusal (one line, 2) or --help/--version (0): a return code

@@ -37,7 +37,7 @@ from .config import TrainConfig
 from .errors import Interrupted, UsageError
 from .fields import arg, check_choices, check_ranges, check_types, refuse
 from .io import remove_in_flight
-from .plugins import guard_os_exit, import_plugin, plugin_error
+from .plugins import guard_os_exit, import_plugin, plugin_error, process_state, restore_process_state
 from .runlog import make_watch
 from .runner import run_recipe, run_recipe_stacked
 from .stores import RunSpec
@@ -242,9 +242,19 @@ def _busy(group: list[RunSpec], store) -> bool:
 
 
 def import_env_plugins() -> None:
-    """Import the plug-ins the driver imported (``DEPTHAUDIT_PLUGINS``), so their names resolve here too."""
-    for name in filter(None, os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",")):
-        import_plugin(name)
+    """Import the plug-ins the driver imported (``DEPTHAUDIT_PLUGINS``), so their names resolve here too.
+
+    What an import changed in the process (working folder, torch's defaults, signal handlers) is undone as the
+    driver undid it, unsaid (the driver said it): a worker trains as the driver would (walk 29 W8).
+    """
+    cwd, before = os.getcwd(), process_state()
+    try:
+        for name in filter(None, os.environ.get("DEPTHAUDIT_PLUGINS", "").split(",")):
+            import_plugin(name)
+    finally:
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
+        restore_process_state(before, quiet=True)
 
 
 def _tracker_ignoring_hangup() -> None:

@@ -3,8 +3,10 @@
 import importlib
 import inspect
 import os
+import signal
 import sys
 import sysconfig
+import threading
 import traceback
 from contextlib import contextmanager
 
@@ -176,6 +178,50 @@ def os_exit_guarded():
         yield
     finally:
         os._exit = before
+
+
+def process_state() -> dict:
+    """SIGINT's and SIGTERM's handlers now (main thread only), and torch's defaults where torch is imported."""
+    torch = sys.modules.get("torch")  # (and torch's defaults, when something imported it already)
+    state = {"torch": (str(torch.get_default_dtype()), torch.is_grad_enabled(), _default_device(torch))} \
+        if torch is not None else {}
+    if threading.current_thread() is not threading.main_thread():
+        return state
+    return {**state, **{s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}}
+
+
+def _default_device(torch) -> str:
+    get = getattr(torch, "get_default_device", None)  # (torch >= 2.3)
+    return str(get()) if get is not None else "cpu"
+
+
+def restore_process_state(before: dict | None, quiet: bool = False) -> None:
+    """Undo what a plug-in changed at import that the command relies on, each said on stderr.
+
+    SIGINT/SIGTERM (Ctrl-C and SIGTERM must still stop the command) and torch's process-wide defaults (float32,
+    gradients on, the CPU). ``quiet``: undone unsaid — a ``--jobs`` worker, whose driver said it already (walk 29
+    W8: the workers kept what the driver undid).
+    """
+    say = (lambda m: None) if quiet else (lambda m: print(m, file=sys.stderr))  # noqa: E731
+    torch = sys.modules.get("torch")  # (imported by the plug-in, if at all: not by this check)
+    was = (before or {}).get("torch", ("torch.float32", True, "cpu"))  # what it was before the plug-ins came
+    if torch is not None and torch.get_default_dtype() != torch.float32 and was[0] == "torch.float32":
+        say(f"depthaudit: note: a plug-in set torch's default dtype to {torch.get_default_dtype()} at import; "
+              "restored to float32 (depthaudit trains in float32)")
+        torch.set_default_dtype(torch.float32)
+    if torch is not None and not torch.is_grad_enabled() and was[1]:
+        say("depthaudit: note: a plug-in turned torch's gradients off at import; turned back on (training needs "
+              "them)")
+        torch.set_grad_enabled(True)
+    if torch is not None and _default_device(torch) != was[2]:  # (walk 29 W3: "meta" ended in torch's traceback)
+        say(f"depthaudit: note: a plug-in set torch's default device to {_default_device(torch)} at import; "
+              f"restored to {was[2]} (each command puts its models on its --device)")
+        torch.set_default_device(None if was[2] == "cpu" else was[2])
+    for sig, handler in ((k, v) for k, v in (before or {}).items() if k != "torch"):
+        if signal.getsignal(sig) != handler:
+            signal.signal(sig, handler)
+            say(f"depthaudit: note: a plug-in changed the {sig.name} handler at import; restored (Ctrl-C and "
+                  "SIGTERM still stop the command)")
 
 
 def plugin_ended(exc: BaseException) -> str | None:
