@@ -129,3 +129,24 @@ def test_what_a_plugin_changes_at_import_is_undone_in_the_workers_too(tmp_path, 
     assert p.stderr.count("depthaudit: note: a plug-in") == 1  # said once, by the driver
     assert len(list((tmp_path / "o" / "runs").glob("*/result.json"))) == 4
     assert not (tmp_path / "CHD" / "o").exists()
+
+
+def test_a_foreign_record_over_a_stores_first_record_is_named_not_the_claim(tmp_path, capsys):
+    """W7 (cases 134–142): a sealed record of an --lr 0.003 ladder copied over the --lr 0.001 ladder's first record
+    (bp/k0/s1) made identity.json "edited" (and its advice ended in "move … away", every good record with it); over
+    any later record it was named and retrained. Now the first is as any other."""
+    lad, other = tmp_path / "l", tmp_path / "o"
+    args = ["ladder", *C, "--methods", "bp", "fa", "--seeds", "1"]
+    assert main([*args, "--out", str(lad)]) == 0
+    assert main(["ladder", *C, "--methods", "bp", "--seeds", "1", "--lr", "0.003", "--out", str(other)]) == 0
+    name = "ladder_d8_L1_mnist1d.runs/bp%2Fk0%2Fs1.json"
+    (lad / name).write_bytes((other / name).read_bytes())
+    capsys.readouterr()
+    assert main(["report", str(lad)]) == 2
+    err = capsys.readouterr().err
+    print(err)
+    assert f"{lad / name} was stored in a results file of another configuration (differs in: lr)" in err
+    assert "identity.json differs" not in err
+    assert main([*args, "--out", str(lad)]) == 0
+    assert "3 of 4 runs already finished" in capsys.readouterr().err
+    assert json.loads((lad / name).read_text())["config"]["lr"] == 0.001

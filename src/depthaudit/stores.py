@@ -101,11 +101,14 @@ def seal_problem(doc: dict) -> str | None:
 
 
 def records_claim(runs_dir: Path) -> dict | None:
-    """``{"schema", "identity"}`` the sealed records in a ``.runs`` folder were written under (the first intact one).
+    """``{"schema", "identity"}`` the sealed records in a ``.runs`` folder were written under (most of them).
 
     A record's place is sealed with it (:data:`STORED_IN`), so this outranks the folder's unsealed ``identity.json``
-    and the derived JSON: None when the folder holds no such record.
+    and the derived JSON: None when the folder holds no such record. Most records, not the first: one record copied
+    in from another store (walk 29 W7: over the alphabetically first, ``bp/k0/s1``) is that record's fault, named
+    and retrained where it stands, never the claim's (which was then called edited). On a tie, the first.
     """
+    votes: dict[str, list] = {}
     for p in sorted(Path(runs_dir).glob("*.json")) if Path(runs_dir).is_dir() else []:
         if p.name == IDENTITY_FILE:
             continue
@@ -113,8 +116,11 @@ def records_claim(runs_dir: Path) -> dict | None:
         where = (rec or {}).get(STORED_IN)
         if rec is not None and SEAL in rec and seal_problem(rec) is None and isinstance(where, dict) \
                 and isinstance(where.get("identity"), dict) and "schema" in where:
-            return {"schema": where["schema"], "identity": where["identity"]}
-    return None
+            claim = {"schema": where["schema"], "identity": where["identity"]}
+            votes.setdefault(json.dumps(claim, sort_keys=True, default=str), [claim, 0])[1] += 1
+    if not votes:
+        return None
+    return max(votes.values(), key=lambda cv: cv[1])[0]  # (max keeps the first of a tie: dicts keep their order)
 
 
 def orphan_problem(doc: Any) -> str | None:
