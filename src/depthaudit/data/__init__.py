@@ -73,6 +73,13 @@ def check_arrays(name: str, a) -> None:
         if not numeric:
             raise UsageError(f"--dataset {name}: its {split} inputs are of dtype {x.dtype}; give numbers (float32, "
                              "or uint8 images)")
+        if x.dtype == np.uint8 and (x.ndim != 4 or x.shape[3] not in (1, 3)):  # uint8 is read as images, channels
+            # last (walk 30 W1: flat or grayscale uint8 was an IndexError as an internal error)
+            hint = (" (channels first? give x.transpose(0, 2, 3, 1))" if x.ndim == 4 and x.shape[1] in (1, 3) else
+                    " (grayscale? give x[..., None])" if x.ndim == 3 else "")
+            raise UsageError(f"--dataset {name}: its {split} inputs are uint8 of shape {tuple(x.shape)}; uint8 "
+                             f"inputs are read as images (N, H, W, C) with C 1 or 3{hint}; for features give "
+                             "x.astype(np.float32)")
     for split, x, y in (("train", a.x_train, a.y_train), ("test", a.x_test, a.y_test)):
         if len(x) != len(y) or len(y) == 0:
             raise UsageError(f"--dataset {name}: its {split} split has {len(x)} inputs and {len(y)} labels; "

@@ -1,0 +1,43 @@
+"""Walk 30's wrong cases, each reproduced as the walker did it (docs/walks/walk30_*.txt)."""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from depthaudit.cli import main
+from depthaudit.data import DATASETS, ArrayData
+
+
+def _register(name, shape):
+    def load(data_dir=None, download=False):
+        rng = np.random.default_rng(0)
+        x = rng.integers(0, 255, (300, *shape)).astype(np.uint8)
+        xt = rng.integers(0, 255, (100, *shape)).astype(np.uint8)
+        return ArrayData(x, rng.integers(0, 3, 300), xt, rng.integers(0, 3, 100), num_classes=3,
+                         source=f"w30 {shape}", sha256=hashlib.sha256(repr(shape).encode()).hexdigest())
+    DATASETS.register(name, epochs=1)(load)
+
+
+@pytest.mark.parametrize("shape,hint", [((8,), ""), ((8, 8), " (grayscale? give x[..., None])"),
+                                        ((3, 8, 8), " (channels first? give x.transpose(0, 2, 3, 1))"),
+                                        ((8, 8, 1), None), ((8, 8, 3), None)])
+def test_uint8_inputs_that_are_not_images_are_one_line(tmp_path, capsys, shape, hint):
+    """W1 (case 50): a plug-in dataset of uint8 inputs that are not (N, H, W, C) images — flat (N, 8) or grayscale
+    (N, 8, 8) — was an IndexError inside the image conversion, an internal error."""
+    name = "w30u" + "x".join(map(str, shape))
+    _register(name, shape)
+    try:
+        rc = main(["train", "--dataset", name, "--d-hidden", "8", "--num-blocks", "1", "--out", str(tmp_path / "t")])
+    finally:
+        DATASETS._items.pop(name, None)
+        DATASETS._meta.pop(name, None)
+    err = capsys.readouterr().err.strip().splitlines()
+    print(rc, err[-1])
+    if hint is None:  # images, channels last: trained
+        assert rc == 0
+        return
+    assert rc == 2 and "Traceback" not in "\n".join(err)
+    assert err[-1].endswith(f"its train inputs are uint8 of shape {(300, *shape)}; uint8 inputs are read as images "
+                            f"(N, H, W, C) with C 1 or 3{hint}; for features give x.astype(np.float32)")
+    assert not (tmp_path / "t").exists()
