@@ -62,6 +62,7 @@ from .io import (
     foreign_json,
     foreign_report_file,
     foreign_table_file,
+    link_loops,
     not_ours_why,
     our_doc,
     staged,
@@ -826,22 +827,13 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
 IDENTITY_SCHEMA = "depthaudit.identity_check.v1"
 
 
-def _loops(p: Path) -> bool:
-    """Whether the symbolic link ``p`` leads into a loop."""
-    try:
-        os.stat(p)
-    except OSError as exc:
-        return exc.errno == errno.ELOOP
-    return False
-
-
 def _check_identity_target(out: Path) -> dict | None:
     """``out`` may be replaced only when absent or an identity check's own JSON (of this schema or none older).
 
     Returns the check ``out`` holds (None: none), so that replacing one of another configuration is said.
     """
     if out.is_symlink() and not out.exists():  # (walk 20 W3: a link loop, or a link to nothing, was replaced
-        loop = _loops(out)  # by a file: the link was lost)
+        loop = link_loops(out)  # by a file: the link was lost)
         raise ConfigError(f"{{out}} {out} is " + (f"a loop of symbolic links ({out} → {os.readlink(out)} → …); remove "
                           "one of the links" if loop else f"a symbolic link to {os.readlink(out)}, which does not "
                           "exist; give the file's own path") + ", or choose another {out}")

@@ -376,7 +376,8 @@ def _sweep_records(runs: Path) -> bool:
         return False
 
 
-def _eloop(path: Path) -> bool:
+def link_loops(path: Path) -> bool:
+    """Whether ``path`` leads into a loop of symbolic links."""
     try:
         os.stat(path)
     except OSError as exc:
@@ -414,7 +415,7 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
         raise UsageError(f"{flag} {p} is a symbolic link to {os.readlink(p)}, which does not exist; make that folder, "
                          f"or choose another {flag}")
     dangling = next((q for q in (Path(*p.parts[:i + 1]) for i in range(len(p.parts) - 1))
-                     if q.is_symlink() and not q.exists() and not _eloop(q)), None)
+                     if q.is_symlink() and not q.exists() and not link_loops(q)), None)
     if dangling is not None:  # a link to nowhere above it (walk 28 case 144: "DANG: File exists")
         raise UsageError(f"{flag} {p}: {dangling} is a symbolic link to {os.readlink(dangling)}, which does not "
                          f"exist; make that folder, or choose another {flag}")
@@ -422,7 +423,7 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
         p.resolve()
     except (RuntimeError, OSError):  # a loop of links above it (walk 28 W3: LOOPA/x was pathlib's traceback)
         loop = next((q for q in (Path(*p.parts[:i + 1]) for i in range(len(p.parts))) if q.is_symlink() and
-                     _eloop(q)), p)
+                     link_loops(q)), p)
         raise UsageError(f"{flag} {p}: {loop} is a loop of symbolic links ({loop} → {os.readlink(loop)} → …); "
                          f"remove one of the links, or choose another {flag}") from None
     if p.resolve().name == "warm_start" and p.is_dir() and any(p.resolve().parent.glob("probes_*.identity.json")):

@@ -2,7 +2,6 @@
 
 # imports inside functions: torch/matplotlib modules where used (`--help` loads neither); jsonschema: test extra
 import argparse
-import errno
 import json
 import os
 import sys
@@ -17,6 +16,7 @@ from ..io import (
     foreign_json,
     foreign_report_file,
     foreign_table_file,
+    link_loops,
     our_doc,
     staged,
     write_json,
@@ -87,21 +87,13 @@ def cmd_ladder(a: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def _loops(q: Path) -> bool:
-    try:
-        os.stat(q)
-    except OSError as exc:
-        return exc.errno == errno.ELOOP
-    return False
-
-
 def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
     """Rebuild every table and figure in DIR and in its subfolders from their saved JSON, without training."""
     d = Path(a.dir)
     if not d.is_dir():
         links = [q for q in (Path(*d.parts[:i + 1]) for i in range(len(d.parts))) if q.is_symlink() and not q.exists()]
         why = None if d.exists() or not links else (  # (walk 28 case 143: a loop or dangling link was unsaid)
-            f"{links[0]} is a loop of symbolic links" if _loops(links[0]) else
+            f"{links[0]} is a loop of symbolic links" if link_loops(links[0]) else
             f"{links[0]} is a symbolic link to {os.readlink(links[0])}, which does not exist")
         raise UsageError(f"{d} is not a folder{f' ({why})' if why else ''}; pass the --out/--output_dir of an audit "
                          "or ladder")
