@@ -150,3 +150,40 @@ def test_a_foreign_record_over_a_stores_first_record_is_named_not_the_claim(tmp_
     assert main([*args, "--out", str(lad)]) == 0
     assert "3 of 4 runs already finished" in capsys.readouterr().err
     assert json.loads((lad / name).read_text())["config"]["lr"] == 0.001
+
+
+def test_a_dangling_runs_link_or_a_file_at_runs_is_refused_before_the_claim(tmp_path, capsys):
+    """W9 (cases 153, 154): OUT/runs a link to nowhere was refused after the audit's claim, which then refused
+    another audit as "another audit"; a ladder's .runs a regular file, after its lock file was made."""
+    a, lad = tmp_path / "a", tmp_path / "l"
+    a.mkdir()
+    lad.mkdir()
+    (a / "runs").symlink_to(tmp_path / "nowhere" / "runs")
+    (lad / "ladder_d8_L1_mnist1d.runs").write_text("")
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", "--out", str(a)]) == 2
+    assert f"{a / 'runs'} is a symbolic link to {tmp_path / 'nowhere' / 'runs'}, which does not exist" in \
+        capsys.readouterr().err
+    assert main(["ladder", *C, "--methods", "bp", "--seeds", "1", "--out", str(lad)]) == 2
+    assert f"{lad / 'ladder_d8_L1_mnist1d.runs'} is not a folder" in capsys.readouterr().err
+    assert [p.name for p in a.iterdir()] == ["runs"]
+    assert [p.name for p in lad.iterdir()] == ["ladder_d8_L1_mnist1d.runs"]
+
+
+@pytest.mark.parametrize("make,field", [
+    (lambda da: da.SaturationConfig(family="gpt", method="fa", extra=(0,)), "method"),
+    (lambda da: da.GrowConfig(family="resnet", method="fa", extra=1), "method"),
+    (lambda da: da.saturation(da.SaturationConfig(family="resnet", dataset="mnist1d", epochs=1, extra=(0,)),
+                              "never", progress=False), "dataset"),
+])
+def test_the_depth_configs_refuse_in_keywords_from_python(tmp_path, monkeypatch, make, field):
+    """W10 (cases 165, 166): "use saturation --family resmlp --method fa" and "(--family resmlp takes any dataset)"
+    were said to Python callers; the CLI says the same with its flags."""
+    import depthaudit as da
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(da.ConfigError) as exc:
+        make(da)
+    print(exc.value, "|", exc.value.render(cli=True))
+    assert exc.value.field == field and "--" not in str(exc.value) and "family=resmlp" in str(exc.value)
+    assert "--family resmlp" in exc.value.render(cli=True)
+    assert not (tmp_path / "never").exists()

@@ -443,6 +443,9 @@ def check_output_dir(path, flag: str = "--out", subdirs: tuple[str, ...] = ()) -
             raise UsageError(f"{flag} {p}: it lies in {anc}, the run store of the results in {anc.parent}; "
                              f"choose another {flag}")
     for q in (p, *(p / s for s in subdirs)):
+        if q.is_symlink() and not q.exists():  # (walk 29 W9: OUT/runs a link to nowhere was refused after the claim)
+            raise UsageError(f"{flag} {p}: {q} is a symbolic link to {os.readlink(q)}, which does not exist; make "
+                             f"that folder, or move the link away, or choose another {flag}")
         if q.exists() and not q.is_dir():
             raise UsageError(f"{flag} {p}: {q} exists and is not a folder; move it or choose another {flag}")
     anc = p

@@ -607,6 +607,10 @@ class FileStore:
                    own=self.path.exists() or self.runs_dir.is_dir())
         for ext in (".json", ".md", ".png", ".lock"):  # a FIFO or device where the table goes: refused before a run
             check_replaceable(self.path.with_suffix(ext))  # trains (walk 28 case 240: after all of them had)
+        if (self.runs_dir.exists() or self.runs_dir.is_symlink()) and not self.runs_dir.is_dir():  # (walk 29 W9:
+            raise UsageError(f"{self.runs_dir} is not a folder (a file or a dangling link stands where "  # after the
+                             f"{self.path.name}'s run records go); move it away, or choose another output "  # lock)
+                             "folder")
         foreign = foreign_table_file(self.path)
         if foreign is not None:  # a user's own file under the table's name: never written over (refused before
             raise UsageError(f"{foreign} exists and is not depthaudit's (this command writes its table there); "

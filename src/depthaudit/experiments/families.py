@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import ConfigError, UsageError
 from ..io import why_not_a_file
 from ..registry import Registry
 from ..seeds import derive_seed
@@ -172,8 +172,8 @@ class DepthFamily:
         """The canonical method spec the family trains under (None: plain backprop)."""
         if not self.under_method:
             if method is not None:
-                raise UsageError(f"--method {method}: the {self.name} family trains with plain backprop (a credit "
-                                 f"method needs one residual stream); use {command} --family resmlp --method {method}")
+                raise ConfigError(f"{{method={method}}}: the {self.name} family trains with plain backprop (a credit "
+                                  f"method needs one residual stream); use {{family=resmlp}} with {{method={method}}}")
             return None
         from ..methods import METHODS, parse_spec
 
@@ -198,6 +198,8 @@ class DepthFamily:
 
         try:
             self.method_spec(cfg.method, command)
+        except ConfigError as exc:  # the family's own refusal, already in the config's fields (walk 29 W10)
+            raise refuse(cfg, exc.template) from None
         except UsageError as exc:  # "--method X: …" (family), "unknown method 'X' …" (registry), an option's own
             msg = str(exc).removeprefix("method_options: ")
             raise refuse(cfg, "{method} " + msg[len("--method "):] if msg.startswith("--method ")
@@ -374,8 +376,8 @@ class ResNetFamily(DepthFamily):
 
     def check_data(self, cfg, data, command: str) -> None:
         if len(data.input_shape) != 3:
-            raise UsageError(f"{command} trains ResNet-CIFAR on images; {cfg.dataset} is not an image dataset "
-                             "(--family resmlp takes any dataset)")
+            raise ConfigError(f"{command} trains ResNet-CIFAR on images; {{dataset={cfg.dataset}}} is not an image "
+                              "dataset ({family=resmlp} takes any dataset)")  # (keywords from Python: walk 29 W10)
 
     def saturation_identity(self, cfg) -> dict:
         return {"base_width": cfg.base_width} if cfg.base_width != 16 else {}  # (absent at the default: same file)
