@@ -187,3 +187,67 @@ def test_the_depth_configs_refuse_in_keywords_from_python(tmp_path, monkeypatch,
     assert exc.value.field == field and "--" not in str(exc.value) and "family=resmlp" in str(exc.value)
     assert "--family resmlp" in exc.value.render(cli=True)
     assert not (tmp_path / "never").exists()
+
+
+NET = '''import torch
+from torch import nn
+from depthaudit.models import MODELS, ResidualAdapter
+
+class Blk(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, h):
+        return h + self.lin(h)
+
+class Net(nn.Module):
+    def __init__(self, din, d, L, C):
+        super().__init__()
+        self.stem, self.head = nn.Linear(din, d), nn.Linear(d, C)
+        self.layers = nn.ModuleList([Blk(d) for _ in range(L)])
+
+    def forward(self, x):
+        h = self.stem(x.flatten(1))
+        for b in self.layers:
+            h = b(h)
+        return self.head(h)
+
+@MODELS.register("w29net")
+def w29net(input_shape, num_classes, d_hidden=16, num_blocks=2, mlp_ratio=1, seed=0):
+    torch.manual_seed(seed)
+    net = Net(int(torch.tensor(input_shape).prod()), d_hidden, num_blocks, num_classes)
+    return ResidualAdapter(net, embed="stem", blocks="layers", readout="head", block_includes_residual=True)
+'''
+
+FAMILY = '''from torch import nn
+from depthaudit.experiments.families import FAMILIES, DepthFamily
+
+@FAMILIES.register("w29fam")
+class W29Fam(DepthFamily):
+    help = "walk 29 family"
+
+    def build(self, run, data, device):
+        return nn.Linear(40, 10).to(device)
+'''
+
+
+@pytest.mark.parametrize("plugin,args,said", [
+    ("w29netplug", ["--family", "resmlp", "--arch", "w29net", "--d-hidden", "8"],
+     "--arch w29net: saturation measures AG and V in a zero block's tangent space [ψ, 1]"),
+    ("w29famplug", ["--family", "w29fam"], "--family w29fam ("),
+])
+def test_a_depth_sweep_a_plugin_cannot_measure_is_refused_before_any_run(tmp_path, plugin, args, said):
+    """W11 (cases 173, 174): saturation of a plug-in model without a ResMLP block trained a depth, then was an
+    internal error ("'_Delta' object has no attribute 'fc1'") and lost it; W13 (cases 184, 185): a plug-in family
+    whose build() returned a Linear was refused after the store's claim, which then refused the next sweep."""
+    (tmp_path / f"{plugin}.py").write_text(NET if plugin == "w29netplug" else FAMILY)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path)]), "OMP_NUM_THREADS": "1",
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", plugin, "saturation", *args, "--dataset",
+                        "mnist1d", "--epochs", "1", "--extra", "0", "--out", "o"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    print(p.returncode, p.stderr[-500:])
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "epoch" not in p.stderr
+    assert said in p.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "o").exists()

@@ -234,7 +234,18 @@ class DepthFamily:
         """Refuse data the family cannot train on."""
 
     def check_recipe(self, run, data) -> None:
-        """Refuse, before any training, a run the family cannot build (e.g. an incompatible model and method)."""
+        """Refuse, before any training, a run the family cannot build (e.g. an incompatible model and method).
+
+        Default: a plug-in family with a :meth:`build` of its own builds the run on the CPU and checks it
+        (:meth:`built`) — before the sweep's store is claimed (walk 29 W13: the refusal came after, and its claim
+        then refused the next sweep into the folder).
+        """
+        if type(self).__module__.startswith("depthaudit.") or type(self).build is DepthFamily.build \
+                or self.pretrained or data is None:  # (the built-in families check their own)
+            return
+        import torch
+
+        self.built(self.build(run, data, torch.device("cpu")), data)
 
     def sweep_data(self, data):
         """What the sweep hands its runners in process (None: each run loads its own)."""
@@ -519,7 +530,19 @@ class ResMLPFamily(DepthFamily):
     def check_recipe(self, run, data) -> None:
         from ..loop import build
 
-        build(replace(run.recipe(), device="cpu"), data)  # reads only the data's shapes: refused before training
+        model, _ = build(replace(run.recipe(), device="cpu"), data)  # reads only the data's shapes: refused before
+        if hasattr(run, "arm") or type(self).tangent is not DepthFamily.tangent:  # training; a sweep's AG and V
+            return  # need the zero block's tangent space (grow does not)
+        from ..depth.insert import zero_block
+        from ..models.adapter import _Delta
+
+        blk = zero_block(model, 0)
+        if not hasattr(blk, "tangent_features") and not hasattr(blk, "fc1"):  # (walk 29 W11: after training, a
+            own = blk.block if isinstance(blk, _Delta) else blk  # traceback: "'_Delta' has no attribute 'fc1'")
+            raise UsageError(f"--arch {run.arch}: saturation measures AG and V in a zero block's tangent space "
+                             f"[ψ, 1], read from the block's tangent_features(h) or its ln/fc1 (a ResMLP block); "
+                             f"its blocks ({type(own).__name__}) have neither: give them tangent_features(h) "
+                             "(docs/extending.md), or use grow, which needs no tangent space")
 
     def check(self, cfg, command: str) -> None:
         if getattr(cfg, "text", None) is not None:  # (walk 15 cases 90, 93: taken without a word, even a missing
