@@ -251,3 +251,50 @@ def test_a_depth_sweep_a_plugin_cannot_measure_is_refused_before_any_run(tmp_pat
     assert p.returncode == 2 and "Traceback" not in p.stderr and "epoch" not in p.stderr
     assert said in p.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "o").exists()
+
+
+OPTS = '''import os
+from depthaudit.methods import METHODS, Option
+from depthaudit.methods.dfa import DFA
+
+if os.environ.get("W29OPT") == "mode":
+    @METHODS.register("o29")
+    class O29(DFA):
+        options = {"mode": Option("plain", "mode", choices=("plain", "sign"))}
+
+        def __init__(self, model, seed, mode="plain"):
+            super().__init__(model, seed)
+else:
+    @METHODS.register("o29")
+    class O29(DFA):
+        options = {"k": Option(2, "an int option", lo=1)}
+
+        def __init__(self, model, seed, k=2):
+            super().__init__(model, seed)
+'''
+
+
+def test_a_plugin_whose_options_changed_since_its_runs_is_named(tmp_path):
+    """W12 (cases 181, 182): after a plug-in method's options changed, `report` said the runs hold "a config this
+    version cannot read; rerun the command" (refused by the new plug-in), and a smaller audit advised naming specs
+    the loaded plug-in refuses."""
+    (tmp_path / "w29opt.py").write_text(OPTS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path)]), "OMP_NUM_THREADS": "1",
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(mode, *args):
+        return subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", "w29opt", *args], cwd=tmp_path,
+                              env={**env, "W29OPT": mode}, capture_output=True, text=True, timeout=600)
+
+    assert run("mode", "audit", *C, "--methods", "o29:mode=sign", "--seeds", "1", "--out", "a").returncode == 0
+    p = run("k", "report", "a")
+    last = p.stderr.strip().splitlines()[-1]
+    print(last)
+    assert p.returncode == 2 and "was trained by method 'o29' with options {'mode': 'sign'}, which the loaded " \
+        f"plug-in w29opt ({tmp_path / 'w29opt.py'}) no longer takes (o29 has no option 'mode'" in last
+    assert last.endswith("its code changed since; load the version that trained it, or write to a new --out")
+    p = run("k", "audit", *C, "--methods", "o29", "--seeds", "1", "--out", "a")
+    last = p.stderr.strip().splitlines()[-1]
+    print(last)
+    assert p.returncode == 2 and "it holds methods the loaded plug-ins no longer take as they were trained " \
+        "(o29:mode=sign: o29 has no option 'mode'" in last and "name everything" not in last

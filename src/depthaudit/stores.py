@@ -872,11 +872,23 @@ def folder_placement(rec: dict, slug: str, sealed_store: bool) -> str | None:
                                  "the plug-in that registers it before the command (depthaudit --plugin MODULE …)")
         try:
             own = run_slug(TrainConfig.from_dict(rec.get("config") or {}), rec.get("tracking"))
-        except (TypeError, ValueError, UsageError):
+        except (TypeError, ValueError, UsageError) as exc:
+            name = cfg.get("method")
+            mod = getattr(METHODS._items.get(name), "__module__", "") if isinstance(name, str) else ""
+            if mod and not mod.startswith("depthaudit."):  # a plug-in's method whose options changed since it
+                raise UsageError(  # trained this run (walk 29 W12: "this version cannot read; rerun", which failed)
+                    f"its run {slug} was trained by method {name!r} with options {cfg.get('method_options') or {}}, "
+                    f"which the loaded plug-in {mod} ({_plugin_file(mod)}) no longer takes "
+                    f"({str(exc).removeprefix('method_options: ').split(';')[0]}): its code "
+                    "changed since; load the version that trained it, or write to a new --out") from None
             return "holds a config this version cannot read"
         if own.rsplit("_", 1)[0] != slug.rsplit("_", 1)[0]:
             bad = f"holds the run {own.rsplit('_', 1)[0]!r}, not the one its folder names (moved or swapped on disk)"
     return bad
+
+
+def _plugin_file(mod: str) -> str:
+    return getattr(sys.modules.get(mod), "__file__", None) or mod
 
 
 def check_folder_records(root: Path, slugs: list[str], named_by: Path | None = None) -> None:
@@ -1055,11 +1067,31 @@ def add_hint(diff: list[str], was: dict, now: dict) -> str:
     for k in diff:
         held, asked = [str(x) for x in was.get(k) or []], [str(x) for x in now.get(k) or []]
         if k == "methods":
+            stale = _untakeable(held)
+            if stale:  # a plug-in changed since those rows trained: no list covers both (walk 29 W12)
+                return (f"; it holds methods the loaded plug-ins no longer take as they were trained ({stale}), so "
+                        "no command adds to it")
             held = [_explicit(h, asked) for h in held]
         if k == "alphas":  # (a grid is sorted: written as the flag takes it, 0 0.5, not 0.0 0.5)
             held, asked = [f"{float(x):g}" for x in was.get(k) or []], [f"{float(x):g}" for x in now.get(k) or []]
         parts.append(f"{k} {' '.join(dict.fromkeys([*held, *asked]))}")
     return "; to add to it, name everything it holds too (" + "; ".join(parts) + ")"
+
+
+def _untakeable(specs: list[str]) -> str | None:
+    """``"spec: why"`` for the first of ``specs`` whose method is registered here but refuses it; else None."""
+    from .config import TrainConfig
+    from .methods import METHODS, parse_method_spec
+    from .methods.specs import parse_spec
+
+    for spec in specs:
+        try:
+            if parse_spec(spec).name in METHODS:
+                parse_method_spec(spec, TrainConfig())
+        except UsageError as exc:
+            why = str(exc).removeprefix("method_options: ").removeprefix(f"method spec {spec!r}: ")
+            return f"{spec}: {why.split(';')[0]}"
+    return None
 
 
 def _explicit(label: str, asked: list[str]) -> str:
