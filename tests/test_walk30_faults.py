@@ -41,3 +41,24 @@ def test_uint8_inputs_that_are_not_images_are_one_line(tmp_path, capsys, shape, 
     assert err[-1].endswith(f"its train inputs are uint8 of shape {(300, *shape)}; uint8 inputs are read as images "
                             f"(N, H, W, C) with C 1 or 3{hint}; for features give x.astype(np.float32)")
     assert not (tmp_path / "t").exists()
+
+
+def test_an_intervene_cell_claims_its_folder_as_an_audit_cell_does(tmp_path, capsys):
+    """W2 (cases 82, 83): `intervene --cell` claimed nothing: another recipe's cells and a ladder's trained into
+    its folder and replaced its sweep.json, stranding its cells."""
+    out = str(tmp_path / "i")
+    c = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1", "--probe-batches", "1",
+         "--probe-batch-size", "32"]
+    grid = ["intervene", *c, "--methods", "bp", "--seeds", "1", "--lambdas", "0", "0.1", "--out", out]
+    assert main([*grid, "--cell", "0"]) == 0
+    assert (tmp_path / "i" / "identity.json").is_file()
+    sweep = (tmp_path / "i" / "sweep.json").read_text()
+    assert main([*grid, "--lr", "0.002", "--cell", "1"]) == 2
+    assert "belongs to another intervene (differs in base.lr)" in capsys.readouterr().err
+    assert main(["ladder", *c, "--methods", "bp", "--seeds", "1", "--out", out, "--cell", "0"]) == 2
+    assert "holds the results of another command (intervene); ladder cannot write there" in capsys.readouterr().err
+    assert (tmp_path / "i" / "sweep.json").read_text() == sweep
+    for cell in ("1", "2", "3"):
+        assert main([*grid, "--cell", cell]) == 0
+    assert main(["report", out]) == 0
+    assert (tmp_path / "i" / "intervention.json").is_file()

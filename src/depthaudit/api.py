@@ -528,9 +528,10 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
     claim = None
     ident = {**audit_identity(config, data.sha256), **({"penalty_form": form} if form != "abs" else {}),
              **({"penalty_reduction": reduction} if reduction != "example" else {})}  # (the defaults: as before)
-    if not opts.list_cells and opts.cell is None and not opts.stored_only:  # the report belongs to one
-        # configuration: claimed before training (a λ grid of the same configuration may replace the report: its
-        # runs are shared, none is lost); --stored-only trains nothing and claims once every cell is found
+    if not opts.list_cells and not opts.stored_only:  # the report belongs to one configuration: claimed before
+        # training, a --cell's too, as the audit's cells claim (walk 30 W2: unclaimed, another recipe's cells and a
+        # ladder trained into the folder); a λ grid of the same configuration may replace the report (its runs are
+        # shared, none is lost); --stored-only trains nothing and claims once every cell is found
         claim = claim_folder(out, "intervene", ident, take_over_flag=None)
     res = run_intervention(config, lambdas, data, out, log=_log(progress), argv=argv or ["depthaudit.intervene"],
                            opts=opts, form=form, reduction=reduction)
