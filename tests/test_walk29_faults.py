@@ -298,3 +298,28 @@ def test_a_plugin_whose_options_changed_since_its_runs_is_named(tmp_path):
     print(last)
     assert p.returncode == 2 and "it holds methods the loaded plug-ins no longer take as they were trained " \
         "(o29:mode=sign: o29 has no option 'mode'" in last and "name everything" not in last
+
+
+def test_a_ladder_of_one_device_at_two_thread_counts_is_one_kind_of_device():
+    """Unclear case 130: runs of 1 and 2 CPU threads were "more than one kind of device … two samples"."""
+    from depthaudit.report.ladder import devices_md
+
+    def run(threads):
+        return {"provenance": {"device": f"cpu ({threads} thread{'s' * (threads > 1)}, x86_64)", "torch": "2.13.0"}}
+
+    md = devices_md({"runs": {"bp/k0/s1": run(1), "bp/k1/s1": run(2)}})
+    print(md)
+    assert md.startswith("The runs trained on one kind of device with different thread counts")
+    md = devices_md({"runs": {"bp/k0/s1": run(1), "bp/k1/s1": {"provenance": {"device": "cuda:0 (NVIDIA H100)",
+                                                                               "torch": "2.13.0"}}}})
+    assert md.startswith("The runs trained on more than one kind of device")
+
+
+def test_one_fresh_b_draw_has_no_spread_and_no_warning(tmp_path, recwarn):
+    """Unclear case 189: --fresh-b-draws 1 leaked torch's degrees-of-freedom warning onto stderr."""
+    assert main(["audit", *C, "--methods", "fa", "--seeds", "1", "--functional", "--fresh-b-draws", "1",
+                 "--out", str(tmp_path / "a")]) == 0
+    assert not [w for w in recwarn if "degrees of freedom" in str(w.message)]
+    fb = json.loads((tmp_path / "a" / "report.json").read_text())["methods"][0]["functional"]["fresh_b_null"]
+    print(fb["null_std"])
+    assert all(v["mean"] is None for v in fb["null_std"])

@@ -164,7 +164,9 @@ class FreshBNull(Diagnostic):
             cs = [c.detach().float() for c in fresh.checked_credits(snap.model, tr, output_error(tr.logits, y))]
             null.append(standard_cosines(cs, ref, bp, snap.eps))
         t = torch.tensor(null, dtype=torch.float64)  # (draws, L+1)
-        mean, std = t.mean(0), t.std(0)
+        mean = t.mean(0)
+        std = t.std(0) if self.draws > 1 else torch.full_like(mean, math.nan)  # (one draw has no spread: said
+        # as "—", without torch's degrees-of-freedom warning on stderr: walk 29 case 189)
         z = [(m - a) / s if s > 0 else math.nan for m, a, s in zip(mine, mean.tolist(), std.tolist(), strict=True)]
         return {"per_layer": mine, "null_mean": mean.tolist(), "null_std": std.tolist(), "z": z, "draws": self.draws}
 

@@ -1,6 +1,7 @@
 """Ladder tables, interpretation helpers, cross-checks and figure — rebuilt from the JSON alone."""
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -79,8 +80,11 @@ def devices_md(doc: dict) -> str:
     if len(where) == 1:
         (place, by), = where.items()
         return f"Every run ({sum(map(len, by.values()))}) trained on {place}."
-    lines = ["The runs trained on more than one kind of device. A CPU and a GPU draw different data orders and "
-             "crops from one seed, so two devices' runs of one seed are two samples:", ""]
+    kinds = {re.sub(r" \(\d+ threads?, ", " (", p) for p in where}  # a thread count is not another kind of device
+    lines = (["The runs trained on one kind of device with different thread counts (the same numbers):", ""]
+             if len(kinds) == 1 else  # (walk 29 case 130: 1- and 2-thread CPU runs read as two kinds)
+             ["The runs trained on more than one kind of device. A CPU and a GPU draw different data orders and "
+              "crops from one seed, so two devices' runs of one seed are two samples:", ""])
     for place, by in where.items():
         runs = "; ".join(f"{m} {', '.join(ks)}" for m, ks in sorted(by.items()))
         lines.append(f"- {place} ({sum(map(len, by.values()))} runs): {runs}")
