@@ -62,3 +62,21 @@ def test_an_intervene_cell_claims_its_folder_as_an_audit_cell_does(tmp_path, cap
         assert main([*grid, "--cell", cell]) == 0
     assert main(["report", out]) == 0
     assert (tmp_path / "i" / "intervention.json").is_file()
+
+
+def test_a_train_that_meets_anothers_result_under_the_lock_says_whose_it_is(tmp_path):
+    """W3 (cases 132, 133): a train whose folder another train (started just before) finished into was refused
+    under the folder's lock with an unqualified "already exists; pass --force"; sequentially the same refusal
+    says whose run it is. Both now come from one place."""
+    import depthaudit as da
+    from depthaudit.api import claim_training
+
+    out = tmp_path / "t"
+    base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+    da.train(da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1, lr=0.002), out, progress=False)
+    with pytest.raises(da.UsageError) as e:
+        with claim_training(out, base, False):
+            pass
+    print(e.value)
+    assert str(e.value) == (f"{out}/result.json already exists (a run of another configuration: differs in lr); "
+                            "pass --force (force=True) to overwrite or choose another output folder")

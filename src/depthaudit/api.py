@@ -292,17 +292,7 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
     data = _data(config, data)
     config = _fit_batch(config, data, progress)  # (before the record beside is compared: what trains is stored)
     if (out / "result.json").exists() and not force:
-        held = _held_run(out, config)
-        if held == " (this configuration's)":  # (walk 19 case 118: a record edited after it was written was called
-            rec = _as_written(out / "result.json", {}).get("config")  # this configuration's run, unsaid)
-            now = json.loads(json.dumps(config.identity_dict(), default=str))
-            both = [k for k in now if k in rec] if isinstance(rec, dict) else []  # (options: flat in the claim)
-            diff = identity_diff({k: rec[k] for k in both}, {k: now[k] for k in both}) if both else ["config"]
-            if diff:
-                held = (f" and its config differs from the folder's claim (identity.json) in {', '.join(diff[:6])}: "
-                        "edited after it was written?")
-        raise UsageError(f"{out}/result.json already exists{held}; pass --force (force=True) to "
-                         "overwrite or choose another output folder")
+        raise _result_exists(out, config)
     if config.warm_start:  # a damaged checkpoint is refused before any work
         read_checkpoint(config.warm_start)
         beside = Path(config.warm_start).parent / "result.json"
@@ -335,6 +325,25 @@ def _as_written(path: Path, record: dict) -> dict:
     except (OSError, ValueError):
         return record
     return doc if isinstance(doc, dict) else record
+
+
+def _result_exists(out: Path, config: TrainConfig) -> UsageError:
+    """The refusal of a train into a folder whose ``result.json`` exists: whose run it is, and --force.
+
+    One line wherever it is found: before the claim, or under the folder's lock when another train finished in
+    between (walk 30 W3: that one was unqualified, so --force was offered without saying whose run it replaces).
+    """
+    held = _held_run(out, config)
+    if held == " (this configuration's)":  # (walk 19 case 118: a record edited after it was written was called
+        rec = _as_written(out / "result.json", {}).get("config")  # this configuration's run, unsaid)
+        now = json.loads(json.dumps(config.identity_dict(), default=str))
+        both = [k for k in now if k in rec] if isinstance(rec, dict) else []  # (options: flat in the claim)
+        diff = identity_diff({k: rec[k] for k in both}, {k: now[k] for k in both}) if both else ["config"]
+        if diff:
+            held = (f" and its config differs from the folder's claim (identity.json) in {', '.join(diff[:6])}: "
+                    "edited after it was written?")
+    return UsageError(f"{out}/result.json already exists{held}; pass --force (force=True) to overwrite or choose "
+                      "another output folder")
 
 
 def _held_run(out: Path, config: TrainConfig) -> str:
@@ -388,8 +397,7 @@ def claim_training(out: Path, config: TrainConfig, force: bool):
             raise UsageError(f"{out} is being written by another depthaudit train right now; wait for it to end, "
                              "or choose another --out")
         if (out / "result.json").exists() and not force:
-            raise UsageError(f"{out}/result.json already exists; pass --force (force=True) to overwrite or choose "
-                             "another output folder")
+            raise _result_exists(out, config)
         had_claim = (out / "identity.json").exists()
         before = (out / "identity.json").read_bytes() if had_claim and (out / "identity.json").is_file() else None
         claim_folder(out, "train", config.identity_dict(), take_over=force,
