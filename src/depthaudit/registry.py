@@ -11,6 +11,9 @@ _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # (".." cannot start a name)
 T = TypeVar("T")
 
 
+MAX_NAME = 64  # a registered name's length: a run's file name holds it beside the rest of its config (255 at most)
+
+
 class Registry(Generic[T]):
     """A named table of factories; the CLI's choices are its keys.
 
@@ -33,6 +36,9 @@ class Registry(Generic[T]):
         if not isinstance(name, str) or not _SAFE.fullmatch(name):  # it names files and folders of results
             raise ValueError(f"{self.kind} name {name!r}: use letters, digits and . _ + - only (no '/', no '..'), "
                              "starting with a letter or digit")
+        if len(name) > MAX_NAME:  # (walk 31 W1: a 241-character method made run file names too long for the disk,
+            raise ValueError(f"{self.kind} name {name[:40]!r}… is {len(name)} characters long; use at most "  # after
+                             f"{MAX_NAME}: it is part of every result's file name")  # the folder was claimed)
 
         if self.check_meta is not None:  # (walk 18 cases 143, 144: epochs=-1 was refused later as if typed)
             self.check_meta(name, meta)

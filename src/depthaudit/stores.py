@@ -1086,8 +1086,13 @@ def _untakeable(specs: list[str]) -> str | None:
 
     for spec in specs:
         try:
-            if parse_spec(spec).name in METHODS:
-                parse_method_spec(spec, TrainConfig())
+            name = parse_spec(spec).name
+        except UsageError:
+            continue  # (not a spec this version reads: nothing said about plug-ins)
+        if name not in METHODS:
+            continue  # (a plug-in not loaded here: named elsewhere, as missing)
+        try:
+            parse_method_spec(spec, TrainConfig())
         except UsageError as exc:
             why = str(exc).removeprefix("method_options: ").removeprefix(f"method spec {spec!r}: ")
             return f"{spec}: {why.split(';')[0]}"
