@@ -26,3 +26,31 @@ def test_a_name_too_long_for_a_file_name_is_refused_where_it_is_registered(reg):
     finally:
         reg._items.pop(ok, None)
         reg._meta.pop(ok, None)
+
+
+@pytest.mark.parametrize("cmd", [
+    ["saturation", "--family", "resmlp", "--method", "fa", "--extra", "0", "1", "--cell", "1"],
+    ["grow", "--family", "resmlp", "--method", "fa", "--extra", "1", "--cell", "0"],
+    ["saturation", "--family", "resmlp", "--extra", "0", "--list-cells"],
+    ["grow", "--family", "resmlp", "--extra", "1", "--list-cells"],
+    ["ladder", "--methods", "bp", "--seeds", "1", "--num-blocks", "1", "--list-cells"],
+])
+def test_a_file_layout_sweep_is_refused_in_another_commands_folder_before_it_lists_or_remembers(tmp_path, capsys,
+                                                                                                 cmd):
+    """W2 (cases 71, 72): a refused saturation/grow --cell wrote sweep.json into an audit's folder, and `report`
+    then ran it; W3 (cases 74, 75): --list-cells listed their grid there as pending."""
+    from depthaudit.cli import main
+
+    out = tmp_path / "a"
+    assert main(["audit", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1",
+                 "--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32",
+                 "--out", str(out)]) == 0
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    assert main([cmd[0], "--dataset", "mnist1d", "--d-hidden", "8", "--epochs", "1", *cmd[1:],
+                 "--out", str(out)]) == 2
+    o = capsys.readouterr()
+    assert o.err.strip() == (f"depthaudit: error: {out} holds the results of another command (audit); {cmd[0]} "
+                             "cannot write there: use another --out") and "pending" not in o.out
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert main(["report", str(out)]) == 0

@@ -470,6 +470,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
     base = config.base  # (resolved when built: k-values 0..L by default, each checked)
     out = Path(out)
     check_output_dir(out, "--output_dir")
+    other_kind(out, "ladder")  # another command's folder: refused before a cell is listed, trained or remembered
     opts = _sweep(sweep, out, base.device)
     data = _data(base, data)
     config = replace(config, base=_fit_batch(base, data, progress))
@@ -675,6 +676,7 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     family = FAMILIES.get(config.family)
     out = Path(out)
     check_output_dir(out)
+    other_kind(out, "saturation")  # (walk 31 W2, W3: a --cell wrote sweep.json, --list-cells listed, there)
     config = _family_check(family, config, "saturation", family.resolve)  # (its budget and rules: the config)
     _family_check(family, config, "saturation")
     data, name, sha = family.load(config, "saturation", data)
@@ -722,6 +724,7 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
     family = FAMILIES.get(config.family)  # (the config resolved its budget and schedule and checked its rules)
     out = Path(out)
     check_output_dir(out)
+    other_kind(out, "grow")  # (walk 31 W2, W3: a --cell wrote sweep.json, --list-cells listed, there)
     sched = config.schedule()
     config = _family_check(family, config, "grow", family.resolve)
     _family_check(family, config, "grow")
