@@ -80,3 +80,63 @@ def test_a_train_that_meets_anothers_result_under_the_lock_says_whose_it_is(tmp_
     print(e.value)
     assert str(e.value) == (f"{out}/result.json already exists (a run of another configuration: differs in lr); "
                             "pass --force (force=True) to overwrite or choose another output folder")
+
+
+def test_an_audit_of_a_model_with_an_unused_block_parameter_measures_it(tmp_path, capsys):
+    """W7 (cases 181, 182): a plug-in model whose blocks hold a parameter their forward never uses trained, but
+    its audit was an internal error in the BP reference ("appears to not have been used in the graph"). That
+    parameter's gradient is zero, as .grad would read it; the spare layer changes no number of the audit."""
+    import json
+
+    import torch
+    from torch import nn
+
+    from depthaudit.models import MODELS, ResidualAdapter
+
+    class Blk(nn.Module):
+        def __init__(self, d, spare):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+            if spare:
+                self.spare = nn.Linear(d, d)
+
+        def forward(self, h):
+            return h + self.lin(h)
+
+    class Net(nn.Module):
+        def __init__(self, din, d, L, C, spare):
+            super().__init__()
+            self.stem, self.head = nn.Linear(din, d), nn.Linear(d, C)
+            self.layers = nn.ModuleList([Blk(d, spare) for _ in range(L)])
+
+        def forward(self, x):
+            h = self.stem(x.flatten(1))
+            for b in self.layers:
+                h = b(h)
+            return self.head(h)
+
+    def factory(spare):
+        def make(input_shape, num_classes, d_hidden=8, num_blocks=2, mlp_ratio=1, seed=0):
+            g = torch.Generator().manual_seed(seed)
+            net = Net(int(torch.tensor(input_shape).prod()), d_hidden, num_blocks, num_classes, spare)
+            with torch.no_grad():  # the same weights with or without the spare layer (drawn last)
+                for p in [p for n, p in net.named_parameters() if "spare" not in n]:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            return ResidualAdapter(net, embed="stem", blocks="layers", readout="head", block_includes_residual=True)
+        return make
+
+    reports = {}
+    for name, spare in (("w30spare", True), ("w30plain", False)):
+        MODELS.register(name)(factory(spare))
+        try:
+            out = tmp_path / name
+            assert main(["audit", "--dataset", "mnist1d", "--arch", name, "--d-hidden", "8", "--num-blocks", "2",
+                         "--epochs", "1", "--methods", "bp", "dfa", "--seeds", "1", "--probe-batches", "1",
+                         "--probe-batch-size", "32", "--out", str(out)]) == 0, capsys.readouterr().err[-800:]
+            reports[name] = json.loads((out / "report.json").read_text())["methods"]
+        finally:
+            MODELS._items.pop(name, None)
+            MODELS._meta.pop(name, None)
+    for a, b in zip(reports["w30spare"], reports["w30plain"], strict=True):
+        print(a["method"], a["trained_test_acc"], b["trained_test_acc"])
+        assert a["trained_test_acc"] == b["trained_test_acc"] and a["checks"] == b["checks"]

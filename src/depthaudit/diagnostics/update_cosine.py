@@ -33,7 +33,9 @@ class UpdateCosine(Diagnostic):
             for tr in snap.traces:
                 n = tr.states[0].shape[0]
                 cots = [snap.credits[i + 1][start:start + n].to(tr.outs[i].dtype) for i in live]
-                flat = torch.autograd.grad([tr.outs[i] for i in live], params, cots, retain_graph=True)
+                flat = torch.autograd.grad([tr.outs[i] for i in live], params, cots, retain_graph=True,
+                                           allow_unused=True)  # (a parameter the block never uses: zero, as in
+                flat = [torch.zeros_like(p) if g is None else g for p, g in zip(params, flat, strict=True)]  # bp)
                 total = list(flat) if total is None else [a + b for a, b in zip(total, flat, strict=True)]
                 start += n
             mine, k = [[] for _ in out], 0

@@ -19,8 +19,10 @@ def bp_credits(tr: Trace, block_params: list[list[torch.Tensor]] | None = None):
     out, grads = [c], []
     for i in range(len(tr.outs) - 1, -1, -1):
         ps = block_params[i] if block_params is not None else []
-        vjp, *gp = torch.autograd.grad(tr.outs[i], [tr.inputs[i], *ps], c, retain_graph=True)
-        grads.append(gp)
+        vjp, *gp = torch.autograd.grad(tr.outs[i], [tr.inputs[i], *ps], c, retain_graph=True, allow_unused=True)
+        grads.append([torch.zeros_like(p) if g is None else g for p, g in zip(ps, gp, strict=True)])  # a block's
+        # parameter its forward never uses gets no gradient: zero, as .grad would read (walk 30 W7: a traceback)
+        vjp = torch.zeros_like(tr.inputs[i]) if vjp is None else vjp
         c = c + vjp
         out.append(c)
     return (out[::-1], grads[::-1]) if block_params is not None else out[::-1]
