@@ -140,3 +140,55 @@ def test_an_audit_of_a_model_with_an_unused_block_parameter_measures_it(tmp_path
     for a, b in zip(reports["w30spare"], reports["w30plain"], strict=True):
         print(a["method"], a["trained_test_acc"], b["trained_test_acc"])
         assert a["trained_test_acc"] == b["trained_test_acc"] and a["checks"] == b["checks"]
+
+
+def test_runs_of_a_name_now_registered_by_another_module_are_said_or_refused(tmp_path):
+    """W5 (cases 172, 173): runs of method m30 trained by module p30a were reused, without a word, when p30b
+    registered m30; W6 (case 180): for an --arch whose blocks changed, loading the old checkpoints for the CKA was an
+    internal error."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    net = ("import torch\nfrom torch import nn\nfrom depthaudit.methods import METHODS\n"
+           "from depthaudit.methods.dfa import DFA\nfrom depthaudit.models import MODELS, ResidualAdapter\n"
+           "@METHODS.register('m30')\nclass M30(DFA):\n    pass\n"
+           "class Blk(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+           "        self.l = nn.Linear(d, d)\n{extra}"
+           "    def forward(self, h):\n        return h + self.l(h)\n"
+           "class Net(nn.Module):\n    def __init__(self, din, d, L, C):\n        super().__init__()\n"
+           "        self.stem, self.head = nn.Linear(din, d), nn.Linear(d, C)\n"
+           "        self.layers = nn.ModuleList([Blk(d) for _ in range(L)])\n"
+           "    def forward(self, x):\n        h = self.stem(x.flatten(1))\n        for b in self.layers:\n"
+           "            h = b(h)\n        return self.head(h)\n"
+           "@MODELS.register('n30')\n"
+           "def n30(input_shape, num_classes, d_hidden=8, num_blocks=2, mlp_ratio=1, seed=0):\n"
+           "    torch.manual_seed(seed)\n"
+           "    net = Net(int(torch.tensor(input_shape).prod()), d_hidden, num_blocks, num_classes)\n"
+           "    return ResidualAdapter(net, embed='stem', blocks='layers', readout='head', "
+           "block_includes_residual=True)\n")
+    (tmp_path / "p30a.py").write_text(net.format(extra=""))
+    (tmp_path / "p30b.py").write_text(net.format(extra="        self.g = nn.Linear(d, d)\n"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(tmp_path)]), "OMP_NUM_THREADS": "1",
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+
+    def audit(mod, *args):
+        return subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", mod, "audit", "--dataset", "mnist1d",
+                               "--d-hidden", "8", "--num-blocks", "2", "--epochs", "1", "--seeds", "1",
+                               "--probe-batches", "1", "--probe-batch-size", "32", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    assert audit("p30a", "--methods", "bp", "m30", "--out", "m").returncode == 0
+    p = audit("p30b", "--methods", "bp", "m30", "--out", "m")
+    print(p.stderr[-600:])
+    assert p.returncode == 0
+    said = f"{tmp_path / 'p30a.py'} (module p30a, not loaded now) changed since the reused runs were trained"
+    assert said in p.stderr
+    assert audit("p30a", "--arch", "n30", "--methods", "bp", "m30", "--out", "n").returncode == 0
+    p = audit("p30b", "--arch", "n30", "--methods", "bp", "m30", "--out", "n")
+    last = p.stderr.strip().splitlines()[-1]
+    print(last)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "does not fit the model --arch n30 builds here" in last and last.endswith("or write to a new --out")

@@ -75,13 +75,24 @@ def _hms(s: float) -> str:
 
 
 def changed_plugins(records) -> list[str]:
-    """The plug-in files (``provenance.plugins``) whose sha256 now differs from what ``records`` were written with."""
+    """The plug-in code ``records`` were trained by (``provenance.plugins``) that is not what is loaded now.
+
+    A file whose sha256 now differs, or a module not loaded in this process (the name it registered is now
+    another module's, or nobody's: walk 30 W5, W6 reused such runs without a word).
+    """
+    import sys
+
     from .io import sha256_file
 
     out, seen = [], {}
     for rec in records:
         for p in ((rec or {}).get("provenance") or {}).get("plugins") or []:
-            f, want = p.get("file"), p.get("sha256")
+            f, want, mod = p.get("file"), p.get("sha256"), p.get("module")
+            if isinstance(mod, str) and mod and mod not in sys.modules:
+                what = f"{f} (module {mod}, not loaded now)"
+                if what not in out:
+                    out.append(what)
+                continue
             if not f or not want or f in out:
                 continue
             if f not in seen:
@@ -198,8 +209,8 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
     changed = changed_plugins(results.values())
     if changed:  # reused as the store promises (code is no run's identity), but said (walk 25 case 141)
         log(f"depthaudit: note: {', '.join(changed)} changed since the reused runs were trained (their records hold "
-            "another sha256 of it): they are reused as stored, trained by the old code; write to a new --out to "
-            "train them with this one")
+            "another sha256 of it, or name a module not loaded now): they are reused as stored, trained by that "
+            "code; write to a new --out to train them with this one")
     prog = Progress(len(specs), len(results), log)
     groups = stack_groups(pending, opts.batch_runs)
     if opts.batch_runs > 1 and len(pending) > 1 and all(len(g) == 1 for g in groups):  # (walk 24 case 189)

@@ -319,7 +319,13 @@ def cka_to_bp(records: dict, methods, seeds, data, runs_dir, probe_batches, prob
         if bad:
             raise UsageError(f"{path} {bad}; the CKA to BP reads it: move {path.parent} away and rerun the audit to "
                              "train that run again (the others are reused)")
-        model.load_state_dict(state)
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:  # (walk 30 W6: the arch now registered by another module builds another model)
+            first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+            raise UsageError(f"{path} does not fit the model --arch {cfg.arch} builds here ({first} …): the code "
+                             "that registers that architecture changed since this run was trained; load the plug-in "
+                             "that trained it, or write to a new --out") from None
         return model.eval(), method
 
     out, missing = {}, set()  # a method with a missing checkpoint has no CKA (no seed averaged without it); the
