@@ -37,6 +37,17 @@ def check_fit(model, batches: list, loss_fn, forward_states) -> None:
             logits = forward_states(model, x)[0]
     except (RuntimeError, ValueError, IndexError) as exc:
         first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        own = getattr(model, "own_forward", None)  # an adapter: where the network's own forward takes x, it is the
+        if own is not None:  # adapter's description that is wrong, not the batch (walk 30 W4)
+            try:
+                with torch.no_grad():
+                    own(x)
+            except (RuntimeError, ValueError, IndexError):
+                pass
+            else:
+                raise UsageError(f"ResidualAdapter: embed → blocks → readout fails on probe batch 0 ({first}), where "
+                                 "the network's own forward takes it; check that embed= names everything before "
+                                 "the first block and readout= everything after the last") from None
         raise UsageError(f"probe batch 0: x of shape {tuple(x.shape)} does not fit the model ({first}); pass inputs "
                          "shaped as in training") from None
     if loss_fn is not None:

@@ -80,8 +80,16 @@ class ResidualAdapter(ResidualModel):
            not to is refused, named by its path.
         2. embed → blocks → readout reproduces ``net(x)`` to :data:`FORWARD_TOLERANCE` (relative max |Δlogits|).
         """
+        try:
+            with torch.no_grad():
+                states = self.stream(self.embed(x))  # the model's one walk (each block checked on its own input)
+                mine = self.readout(states[-1])
+        except (RuntimeError, ValueError, IndexError) as exc:  # (walk 30 W4: torch's raw error)
+            first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+            raise UsageError(f"ResidualAdapter: embed → blocks → readout fails on x of shape {tuple(x.shape)} "
+                             f"({first}); check that embed= names everything before the first block and readout= "
+                             "everything after the last") from None
         with torch.no_grad():
-            states = self.stream(self.embed(x))  # the model's one walk; each block checked on its own input
             for name, blk, h in zip(self.block_names, self.blocks, states[:-1], strict=True):
                 zeros = {n: torch.zeros_like(p) for n, p in blk.named_parameters()}
                 branch = functional_call(blk, zeros, (h,)) if zeros else None
@@ -94,7 +102,6 @@ class ResidualAdapter(ResidualModel):
                                "its own skip (pass block_includes_residual=True) or is not a residual branch")
                         raise UsageError(f"ResidualAdapter: block {name!r}: {how}; describe only blocks of the form "
                                          "h + f(h)")
-            mine = self.readout(states[-1])
             own = self.own_forward(x)
         if not torch.is_tensor(own) or own.shape != mine.shape:
             got = tuple(own.shape) if torch.is_tensor(own) else type(own).__name__
