@@ -45,7 +45,7 @@ from .executors import workers_know
 from .experiments.audit import AuditConfig, audit_specs, identity_summary, run_audit
 from .experiments.families import FAMILIES, budget_text
 from .experiments.grow import run_arm
-from .experiments.intervene import InterveneConfig, run_intervention
+from .experiments.intervene import InterveneConfig, intervention_specs, run_intervention
 from .experiments.ladder import LadderConfig, ladder_specs, open_store
 from .experiments.toward_bp import (
     bp_warm_start,
@@ -532,6 +532,8 @@ def intervene(config, out: str | Path, lambdas=None, *, data=None, sweep=None, p
     check_probe_fits(config.probe_batch_size, data)
     config = replace(config, probe_batches=fitted_probe_batches(data, config.probe_batches, config.probe_batch_size))
     opts = _sweep(sweep, out, config.base.device)
+    if opts.cell is not None:  # a cell that is not in the grid: refused before the claim (as the audit's)
+        pick_cell(intervention_specs(config, lambdas, data, out, form, reduction)[1], opts.cell)
     _buildable(_arms(config, data), data, opts)
     _not_foreign(out / "intervention.json", [out / "intervention.md", out / "intervention.png"])
     claim = None

@@ -198,8 +198,12 @@ class DepthFamily:
 
         try:
             self.method_spec(cfg.method, command)
-        except ConfigError as exc:  # the family's own refusal, already in the config's fields (walk 29 W10)
-            raise refuse(cfg, exc.template) from None
+        except ConfigError as exc:
+            if exc.field == "method" and exc.template.startswith("{method="):  # the family's own refusal, already
+                raise refuse(cfg, exc.template) from None  # in the config's fields (walk 29 W10)
+            msg = str(exc).removeprefix("method_options: ")  # (an option's own: named as the method, as below)
+            raise refuse(cfg, "{method} " + msg[len("--method "):] if msg.startswith("--method ")
+                         else f"{{method}} {cfg.method!r}: {msg}") from None
         except UsageError as exc:  # "--method X: …" (family), "unknown method 'X' …" (registry), an option's own
             msg = str(exc).removeprefix("method_options: ")
             raise refuse(cfg, "{method} " + msg[len("--method "):] if msg.startswith("--method ")

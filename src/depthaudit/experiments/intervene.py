@@ -86,15 +86,8 @@ def _row(m: dict) -> dict:
         "cos_mean": m["standard_pair"]["aggregate_cosine_mean_per_layer"]}
 
 
-def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, argv=None, jobs: int = 1,
-                     batch_runs: int = 1, opts=None, form: str = "abs",
-                     reduction: str = "example") -> dict | SweepStatus:
-    """One audit per λ (all sharing one run store); rows per method and λ.
-
-    Every λ's runs go through one sweep first, so with ``batch_runs > 1`` runs of different λ train stacked;
-    each audit then finds its runs stored. A sweep that stopped short (``--list-cells``, ``--cell``) is returned
-    as its :class:`~depthaudit.sweep.SweepStatus`.
-    """
+def intervention_specs(acfg, lambdas, data, out, form: str = "abs", reduction: str = "example"):
+    """``(grid, specs)``: the audit at each λ and every run of all of them, keyed ``lam{λ}/{audit key}``."""
     def at(lam):  # the audit at λ (its form and reduction: a zero penalty keeps the canonical ones)
         if not lam:  # (λ = 0 has no form: the canonical one, said nowhere)
             return replace(acfg, base=replace(acfg.base, scale_penalty=0.0, penalty_form="abs",
@@ -105,17 +98,31 @@ def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, arg
     grid = [at(lam) for lam in lambdas]
     specs = [replace(s, key=f"lam{g.base.scale_penalty:g}/{s.key}") for g in grid
              for s in audit_specs(g, data, Path(out) / "runs")]  # (checkpoints too: the CKA to BP reads them)
+    return grid, specs
+
+
+def run_intervention(acfg: AuditConfig, lambdas, data, out: Path, log=print, argv=None, jobs: int = 1,
+                     batch_runs: int = 1, opts=None, form: str = "abs",
+                     reduction: str = "example") -> dict | SweepStatus:
+    """One audit per λ (all sharing one run store); rows per method and λ.
+
+    Every λ's runs go through one sweep first, so with ``batch_runs > 1`` runs of different λ train stacked;
+    each audit then finds its runs stored. A sweep that stopped short (``--list-cells``, ``--cell``) is returned
+    as its :class:`~depthaudit.sweep.SweepStatus`.
+    """
+    grid, specs = intervention_specs(acfg, lambdas, data, out, form, reduction)
     status = run_sweep(specs, FolderStore(Path(out) / "runs", data.sha256), data=data, jobs=jobs, log=log, argv=argv,
                        run_log=lambda m: log("    " + m), batch_runs=batch_runs, opts=opts)
     if not status.complete:
         return status
+
     def found(m: str) -> None:  # each λ's audit finds the runs the sweep above just stored: not news
         if "runs already finished in" not in m:
             log(m)
 
-    audits = {float(lam): run_audit(at(lam), data, out, log=found, argv=argv, jobs=jobs, batch_runs=batch_runs,
+    audits = {float(lam): run_audit(g, data, out, log=found, argv=argv, jobs=jobs, batch_runs=batch_runs,
                                     opts=opts)
-              for lam in lambdas}
+              for lam, g in zip(lambdas, grid, strict=True)}
     rows = []
     for i, m in enumerate(acfg.methods):
         rows.append({"method": m, "by_lambda": [{"lambda": lam, **_row(a["methods"][i])} for lam, a in audits.items()]})
