@@ -54,3 +54,33 @@ def test_a_file_layout_sweep_is_refused_in_another_commands_folder_before_it_lis
                              "cannot write there: use another --out") and "pending" not in o.out
     assert sorted(p.name for p in out.iterdir()) == before
     assert main(["report", str(out)]) == 0
+
+
+def test_a_saturation_whose_deepest_depth_cannot_fit_is_refused_before_any_depth(tmp_path, capsys):
+    """W4 (case 86): --extra 0 5000000 trained and stored N0, then refused N5000000 by memory, naming --num-blocks."""
+    from depthaudit.cli import main
+
+    out = tmp_path / "v"
+    assert main(["saturation", "--family", "resmlp", "--method", "fa", "--dataset", "mnist1d", "--epochs", "1",
+                 "--extra", "0", "5000000", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    print(err)
+    assert err.startswith("depthaudit: error: --extra 5000000: the model has ") and "epoch" not in err
+    assert err.endswith("give a smaller --extra or a narrower --d-hidden") and not out.exists()
+
+
+def test_identitys_folder_refusal_offers_a_file_it_can_write(tmp_path):
+    """W5 (case 100): the example "GI2/identity.json" is an audit folder's claim, so following it was refused."""
+    import depthaudit as da
+    from depthaudit.cli import main
+
+    a = tmp_path / "a"
+    assert main(["audit", "--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1",
+                 "--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32",
+                 "--out", str(a)]) == 0
+    cfg = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1)
+    with pytest.raises(da.ConfigError) as e:
+        da.identity(cfg, (1,), probe_batches=1, probe_batch_size=32, out=a, progress=False)
+    assert f"(e.g. {a / 'identity_check.json'})" in str(e.value)
+    res = da.identity(cfg, (1,), probe_batches=1, probe_batch_size=32, out=a / "identity_check.json", progress=False)
+    assert res.path == a / "identity_check.json" and res.path.is_file()

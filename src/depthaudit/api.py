@@ -694,6 +694,8 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
             config = replace(config, analysis_batches=fit)
     specs = config.specs()
     family.check_recipe(specs[0].cfg, data)
+    if not family.pretrained:
+        family.check_deepest(max((s.cfg for s in specs), key=lambda c: c.extra), data)
     opts = _sweep(sweep if sweep is not None else SweepOptions(log_dir=str(out / "logs")), out, config.device)
     store = family.saturation_store(config, out, name, sha)  # (its loggers checked above, before this claim)
     log = _log(progress)  # run_log too: a pretrained model's passes take minutes each, each stage is said
@@ -854,7 +856,8 @@ def _check_identity_target(out: Path) -> dict | None:
     if not out.exists():
         return None
     if out.is_dir():  # (walk 17 case 115: an empty folder was called another command's file)
-        raise ConfigError(f"{{out}} {out} is a folder; give a .json file path (e.g. {out / 'identity.json'})")
+        raise ConfigError(f"{{out}} {out} is a folder; give a .json file path (e.g. "  # (not identity.json: a
+                          f"{out / 'identity_check.json'})")  # results folder's claim, walk 31 W5)
     try:
         doc = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
     except (OSError, ValueError, UnicodeDecodeError):

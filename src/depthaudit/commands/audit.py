@@ -121,7 +121,8 @@ def cmd_identity(a: argparse.Namespace, argv: list[str]) -> int:
     seeds = a.seeds or list(AuditConfig.seeds)
     dedup_note(seeds, "--seeds")
     if a.out and (Path(a.out).is_dir() or a.out.endswith(("/", "\\"))):  # (`newdir/` names a folder, not a file)
-        raise UsageError(f"--out {a.out} is a folder; give a .json file path")
+        raise UsageError(f"--out {a.out} is a folder; give a .json file path (e.g. "
+                         f"{Path(a.out) / 'identity_check.json'})")
     if a.out:
         check_replaceable(Path(a.out), "--out")
         check_output_dir(Path(a.out).parent or Path("."))

@@ -237,6 +237,9 @@ class DepthFamily:
     def check_data(self, cfg, data, command: str) -> None:
         """Refuse data the family cannot train on."""
 
+    def check_deepest(self, run, data) -> None:
+        """Refuse, before any training, the sweep's deepest depth where it cannot fit (default: nothing to check)."""
+
     def check_recipe(self, run, data) -> None:
         """Refuse, before any training, a run the family cannot build (e.g. an incompatible model and method).
 
@@ -530,6 +533,16 @@ class ResMLPFamily(DepthFamily):
     under_method = True
     growable = True
     default_d_hidden = 256
+
+    def check_deepest(self, run, data) -> None:
+        """Refuse, before the sweep's first depth trains, a deepest depth that cannot fit the device's memory."""
+        from ..loop import check_fits
+
+        try:
+            check_fits(run.recipe(), data)
+        except UsageError as exc:  # (walk 31 W4: found when its turn came, after the shallower depths trained)
+            raise UsageError(f"--extra {run.extra}: {str(exc).split(': ', 1)[1]}".replace(
+                "give fewer blocks or a narrower model", "give a smaller --extra or a narrower --d-hidden")) from None
 
     def check_recipe(self, run, data) -> None:
         from ..loop import build
