@@ -84,3 +84,52 @@ def test_identitys_folder_refusal_offers_a_file_it_can_write(tmp_path):
     assert f"(e.g. {a / 'identity_check.json'})" in str(e.value)
     res = da.identity(cfg, (1,), probe_batches=1, probe_batch_size=32, out=a / "identity_check.json", progress=False)
     assert res.path == a / "identity_check.json" and res.path.is_file()
+
+
+DIAG = '''import os
+from depthaudit.diagnostics import Diagnostic, register
+
+@register
+class Fig31(Diagnostic):
+    name = "fig31"
+    order = 35
+
+    def compute(self, snap):
+        return {"per_layer": [0.0 for _ in snap.credits]}
+
+    @classmethod
+    def figures(cls, report, out):
+        name = os.environ["W31FIG"]
+        with open(os.path.join(out, name), "w") as f:
+            f.write("fig31\\n")
+        return {"fig31": name}
+'''
+
+
+@pytest.mark.parametrize("name,ok", [("../escaped31.png", False), ("report.md", False),
+                                     ("cosine_heatmap.png", False), ("fig31.png", True)])
+def test_a_diagnostics_figure_must_be_a_new_file_of_its_own(tmp_path, name, ok):
+    """W6 (cases 105, 106): a plug-in diagnostic's figures() returned "../x.png" (linked outside the folder) or
+    "report.md" (the report recorded as its own figure), and both were counted as figures."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "w31diag.py").write_text(DIAG)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(tmp_path)]), "OMP_NUM_THREADS": "1",
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache"), "W31FIG": name}
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", "w31diag", "audit", "--dataset", "mnist1d",
+                        "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1", "--methods", "bp", "--seeds", "1",
+                        "--probe-batches", "1", "--probe-batch-size", "32", "--out", "a"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    last = p.stderr.strip().splitlines()[-1]
+    print(p.returncode, last)
+    if ok:
+        assert p.returncode == 0 and "fig31.png" in (tmp_path / "a" / "report.md").read_text()
+        return
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert last.startswith(f"depthaudit: error: diagnostic Fig31 ({tmp_path / 'w31diag.py'}:") and \
+        f"figures() named {name!r} for 'fig31'" in last
+    assert not (tmp_path / "a" / "report.json").exists()

@@ -128,5 +128,25 @@ def audit_figures(report: dict, out: Path) -> dict[str, str]:
     depth_utility(report, out / figs["depth_utility"])
 
     for d in registered():  # each quantity's own figures (diagnostics/*.py)
-        figs.update(d.figures(report, out))
+        for name, file in d.figures(report, out).items():
+            _own_figure(d, name, file, out, figs)
+            figs[name] = file
     return figs
+
+
+def _own_figure(d, name: str, file, out: Path, figs: dict) -> None:
+    """Refuse a figure a diagnostic names that is not a new file of its own in the folder.
+
+    (Walk 31 W6: a plug-in's ``../x.png`` linked outside it; its ``report.md`` recorded the report as a figure.)
+    """
+    from ..errors import UsageError
+    from ..plugins import defined_at
+
+    ok = isinstance(file, str) and file and file == Path(file).name and file not in (".", "..") \
+        and file not in ("report.json", "report.md") and file not in figs.values() and (Path(out) / file).is_file()
+    if not ok:
+        raise UsageError(f"diagnostic {type(d).__name__ if not isinstance(d, type) else d.__name__} "
+                         f"({defined_at(d if isinstance(d, type) else type(d))}): figures() named {file!r} for "
+                         f"{name!r}, not a file it wrote into the audit folder under a name of its own; write each "
+                         "figure into out under a new plain file name (no folder, not report.md or another figure's) "
+                         "and return that name")
