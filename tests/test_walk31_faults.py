@@ -133,3 +133,30 @@ def test_a_diagnostics_figure_must_be_a_new_file_of_its_own(tmp_path, name, ok):
     assert last.startswith(f"depthaudit: error: diagnostic Fig31 ({tmp_path / 'w31diag.py'}:") and \
         f"figures() named {name!r} for 'fig31'" in last
     assert not (tmp_path / "a" / "report.json").exists()
+
+
+def test_two_ladders_swapped_runs_folders_are_named_as_moved(tmp_path, capsys):
+    """W7 (cases 111, 112): two ladders' .runs folders swapped in one folder: the untouched JSON was "edited", and the
+    advice rebuilt each ladder from the other's records (d=12's table under ladder_d8's name)."""
+    from depthaudit.cli import main
+
+    out = tmp_path / "l"
+    c = ["ladder", "--dataset", "mnist1d", "--num-blocks", "1", "--epochs", "1", "--methods", "bp", "--seeds", "1",
+         "--probe-batches", "1", "--probe-batch-size", "32", "--out", str(out)]
+    assert main([*c, "--d-hidden", "8"]) == 0 and main([*c, "--d-hidden", "12"]) == 0
+    a, b = out / "ladder_d8_L1_mnist1d.runs", out / "ladder_d12_L1_mnist1d.runs"
+    a.rename(out / "tmp")
+    b.rename(a)
+    (out / "tmp").rename(b)
+    capsys.readouterr()
+    for argv in (["report", str(out)], [*c, "--d-hidden", "8"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        print(err)
+        assert "holds the run records of ladder_d" in err and "(its .runs folder was moved, renamed or swapped on " \
+            "disk); move it back to" in err and "edited" not in err
+    b.rename(out / "tmp")
+    a.rename(b)
+    (out / "tmp").rename(a)  # put back, as the line says
+    assert main(["report", str(out)]) == 0
+    assert "resmlp d=8 " in (out / "ladder_d8_L1_mnist1d.md").read_text()

@@ -252,6 +252,30 @@ STORED_IN = "stored_in"  # where a record was written: its key and its store's s
 # schema -> check(identity, key, config dict) -> problem or None: what a run stored under ``key`` in a store of that
 # identity must have been trained with (the ladder registers its own: method, k and seed from the key)
 EXPECTED: dict[str, Any] = {}
+# schema -> name(identity): the results file a store of that identity is named by (the ladder registers its own);
+# a .runs folder whose records name another file was moved or swapped on disk (walk 31 W7)
+STORE_NAME: dict[str, Any] = {}
+
+
+def misplaced_runs(runs_dir: Path) -> str | None:
+    """One line when ``runs_dir``'s records (their sealed claim, else its ``identity.json``) belong to another file."""
+    claim = records_claim(runs_dir)
+    if claim is None:
+        try:
+            claim = json.loads((Path(runs_dir) / IDENTITY_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+    name_of = STORE_NAME.get((claim or {}).get("schema")) if isinstance(claim, dict) else None
+    try:
+        want = name_of(claim.get("identity") or {}) if name_of else None
+    except (KeyError, TypeError, ValueError, UsageError):
+        return None
+    here = Path(runs_dir).with_suffix(".json").name
+    if want is None or want == here:
+        return None
+    return (f"{runs_dir} holds the run records of {want}, not of {here} (its .runs folder was moved, renamed or "
+            f"swapped on disk); move it back to {Path(want).with_suffix('.runs').name} (and {here}'s own records "
+            f"to {Path(here).with_suffix('.runs').name}), then rerun")
 
 
 def placement_problem(rec: dict, key: str, schema: str | None, identity: dict, defaults: dict | None = None,
@@ -559,6 +583,9 @@ class FileStore:
         return doc, marker
 
     def _check(self, doc: dict | None, marker: dict | None) -> None:
+        moved = misplaced_runs(self.runs_dir) if self.runs_dir.is_dir() else None
+        if moved:
+            raise UsageError(moved)
         truth = records_claim(self.runs_dir)  # what the sealed records say they were written under: the last word
         if truth is not None and marker is not None:
             diff = identity_diff(marker.get("identity") or {}, truth["identity"], self.defaults)

@@ -35,6 +35,7 @@ from ..stores import (
     FileStore,
     file_lock,
     identity_diff,
+    misplaced_runs,
     orphan_problem,
     rebuild_file_store,
     record_problem,
@@ -308,6 +309,9 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
                 raise UsageError(f"{path} {bad}, and its run records ({runs.name}) are missing, so nothing shows what "
                                  f"was measured; rerun the {kind} command that wrote it (its runs train again)")
             return
+        moved = misplaced_runs(runs)  # (records of another file: named as moved, not the JSON as edited)
+        if moved:
+            raise UsageError(moved)
         doc = read_json_doc(path)
         marker = path.with_suffix(".runs") / "identity.json"
         truth = records_claim(path.with_suffix(".runs"))  # the sealed records' own place: it outranks both files
@@ -469,6 +473,9 @@ def check_ladder_doc(path: Path, doc: dict) -> None:
     ident, runs = doc.get("identity"), doc.get("runs")
     ok = isinstance(ident, dict) and all(k in ident for k in ("dataset", "arch", "d_hidden", "num_blocks", "epochs"))
     ok = ok and isinstance(runs, dict)
+    moved = misplaced_runs(path.with_suffix(".runs")) if path.with_suffix(".runs").is_dir() else None
+    if moved:  # records of another file (moved or swapped on disk): named as such, not this JSON as edited
+        raise UsageError(moved)  # (walk 31 W7)
     marker = path.with_suffix(".runs") / "identity.json"  # the records' own claim: a JSON that disagrees with it is
     if ok and marker.is_file():  # the edited one, not its runs (walk 19 case 59: an intact run was blamed)
         own = read_json_doc(marker)

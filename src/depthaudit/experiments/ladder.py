@@ -13,7 +13,7 @@ from ..errors import UsageError
 from ..fields import arg, methods_field, probe_batch_size_field, probe_batches_field, refuse, seeds_field
 from ..methods import parse_method_spec
 from ..runner import tracking_plan
-from ..stores import EXPECTED
+from ..stores import EXPECTED, STORE_NAME
 from ..sweep import FileStore, RunSpec
 from ..verdicts import Thresholds, accuracy_gap_pp, mean_std
 from .resolve import resolve_sweep
@@ -132,6 +132,7 @@ def placed_in_ladder(identity: dict, key: str, config: dict) -> str | None:
 
 
 EXPECTED[SCHEMA] = placed_in_ladder
+STORE_NAME[SCHEMA] = lambda ident: ladder_filename(TrainConfig.from_dict(ident))  # (its records name their file)
 
 
 def _final_measurement(rec: dict) -> dict:
