@@ -160,3 +160,21 @@ def test_two_ladders_swapped_runs_folders_are_named_as_moved(tmp_path, capsys):
     (out / "tmp").rename(a)  # put back, as the line says
     assert main(["report", str(out)]) == 0
     assert "resmlp d=8 " in (out / "ladder_d8_L1_mnist1d.md").read_text()
+
+
+def test_two_saturations_swapped_runs_folders_are_named_as_moved(tmp_path, capsys):
+    """Case 155: the same swap for two saturation sweeps (fa, dfa) in one folder rendered each under the other."""
+    from depthaudit.cli import main
+
+    out = tmp_path / "s"
+    for m in ("fa", "dfa"):
+        assert main(["saturation", "--family", "resmlp", "--method", m, "--dataset", "mnist1d", "--d-hidden", "8",
+                     "--epochs", "1", "--extra", "0", "--out", str(out)]) == 0
+    a, b = out / "saturation_resmlp_fa_mnist1d.runs", out / "saturation_resmlp_dfa_mnist1d.runs"
+    a.rename(out / "tmp")
+    b.rename(a)
+    (out / "tmp").rename(b)
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "holds the run records of saturation_resmlp_" in err and "swapped on disk" in err

@@ -35,7 +35,7 @@ from ..errors import ConfigError, UsageError
 from ..io import why_not_a_file
 from ..registry import Registry
 from ..seeds import derive_seed
-from ..stores import FileStore
+from ..stores import STORE_NAME, FileStore
 
 
 def budget_text(cfg: dict) -> str:
@@ -698,3 +698,24 @@ class PretrainedFamily(DepthFamily):
 
 def _how(run) -> str:
     return f"grown at the start of epochs {list(run.insert_at)}" if run.arm == "grown" else "from scratch"
+
+
+def _saturation_name(ident: dict) -> str | None:
+    """The file a saturation store of ``ident`` is named by (:meth:`DepthFamily.saturation_store`).
+
+    Only where the family names it from its identity alone (the default and ``resmlp``); else None (not checked).
+    """
+    fam = FAMILIES.get(ident["family"]) if ident.get("family") in FAMILIES else None
+    if fam is None or type(fam).saturation_store is not DepthFamily.saturation_store:
+        return None
+    if type(fam).saturation_part is DepthFamily.saturation_part:
+        part = fam.name
+    elif isinstance(fam, ResMLPFamily):
+        part = f"{ident['arch']}_{slug(ident['method'])}"
+    else:
+        return None
+    return f"saturation_{part}_{ident['data']}.json"
+
+
+STORE_NAME["depthaudit.saturation.v1"] = _saturation_name  # (a swapped .runs folder is named: walk 31 case 155)
+
