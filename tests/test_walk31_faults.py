@@ -178,3 +178,23 @@ def test_two_saturations_swapped_runs_folders_are_named_as_moved(tmp_path, capsy
     assert main(["report", str(out)]) == 2
     err = capsys.readouterr().err
     assert "holds the run records of saturation_resmlp_" in err and "swapped on disk" in err
+
+
+def test_a_stopped_file_layout_sweep_returns_its_folder(tmp_path):
+    """W8 (cases 143, 144): da.ladder/saturation/grow stopped short (list_cells, one cell) returned Result.path =
+    the store's JSON, never written by a listing; python-api.md promises the output folder, as da.audit returns."""
+    import depthaudit as da
+
+    base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+    lc = da.LadderConfig(base=base, methods=("bp",), seeds=(1,), probe_batches=1, probe_batch_size=32)
+    listed = da.SweepOptions(list_cells=True)
+    for call, out in ((lambda o, sw: da.ladder(lc, o, sweep=sw, progress=False), tmp_path / "l"),
+                      (lambda o, sw: da.saturation(da.SaturationConfig(family="resmlp", dataset="mnist1d", d_hidden=8,
+                                                                       epochs=1, extra=(0,)), o, sweep=sw,
+                                                   progress=False), tmp_path / "s"),
+                      (lambda o, sw: da.grow(da.GrowConfig(family="resmlp", dataset="mnist1d", d_hidden=8, epochs=1,
+                                                           extra=1), o, sweep=sw, progress=False), tmp_path / "g")):
+        r = call(out, listed)
+        assert r.path == out and r.stopped and not out.exists()
+        r = call(out, da.SweepOptions(cell="0"))
+        assert r.path == out and out.is_dir()

@@ -491,7 +491,7 @@ def ladder(config: LadderConfig, out: str | Path, *, data=None, sweep=None, prog
     status = run_sweep(specs, store, data=data if opts.jobs == 1 else None, argv=argv or ["depthaudit.ladder"],
                        opts=opts, log=log, run_log=(lambda m: log("    " + m)) if verbose else None)
     if not status.complete:
-        return Result.stopped_sweep(store.path, status)
+        return Result.stopped_sweep(out, status)  # (the folder: the file is not written yet, walk 31 case 144)
     with file_lock(store.path.with_suffix(".lock")):  # (`depthaudit report` renders under it too: walk 28 W4)
         md, table = ladder_report(store.path, Path(audit_dir) if audit_dir else None)
     doc = json.loads(store.path.read_text(encoding="utf-8"))  # (the record: the ladder JSON, every run in it)
@@ -702,7 +702,7 @@ def saturation(config: SaturationConfig, out: str | Path, *, data=None, sweep=No
     status = run_sweep(specs, store, data=family.sweep_data(data) if opts.jobs == 1 else None,
                        argv=argv or ["depthaudit.saturation"], opts=opts, log=log, run_log=log)
     if not status.complete:
-        return Result.stopped_sweep(store.path, status)
+        return Result.stopped_sweep(out, status)  # (the folder: the file is not written yet, walk 31 case 144)
     if config.importance is not None or config.grow_steps:  # (hf: the depth-importance and growth tables)
         from .report.pretrained import write_importance
 
@@ -750,7 +750,7 @@ def grow(config: GrowConfig, out: str | Path, *, data=None, sweep=None, progress
     status = run_sweep(specs, store, data=data if opts.jobs == 1 else None, argv=argv or ["depthaudit.grow"],
                        run_log=log, opts=opts, log=log)
     if not status.complete:
-        return Result.stopped_sweep(store.path, status)
+        return Result.stopped_sweep(out, status)  # (the folder: the file is not written yet, walk 31 case 144)
     return _depth_result(store, "grow")
 
 
