@@ -23,3 +23,37 @@ def exact_remaining(model):
         return h
 
     return remaining
+
+
+def _tiny_classes():
+    import torch
+    from torch import nn
+
+    class TinyBlk(nn.Module):
+        """A user's residual block that adds its own skip: ``h + lin(h)``."""
+
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+
+        def forward(self, h):
+            return h + self.lin(h)
+
+    class TinyNet(nn.Module):
+        """A user's network (stem → blocks → head), not a depthaudit model: what a ResidualAdapter wraps."""
+
+        def __init__(self, din, d, num_blocks, num_classes):
+            super().__init__()
+            self.stem, self.head = nn.Linear(din, d), nn.Linear(d, num_classes)
+            self.layers = nn.ModuleList([TinyBlk(d) for _ in range(num_blocks)])
+
+        def forward(self, x):
+            h = self.stem(torch.flatten(x, 1))
+            for b in self.layers:
+                h = b(h)
+            return self.head(h)
+
+    return TinyBlk, TinyNet
+
+
+TinyBlk, TinyNet = _tiny_classes()

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from torch import nn
+from _util import TinyNet
 
 import depthaudit as da
 from depthaudit.api import _fitted_recipe
@@ -129,35 +129,15 @@ def test_the_fresh_b_card_shows_what_its_z_is_made_of(tmp_path, capsys):
         assert z["mean"] == pytest.approx((t["mean"] - m["mean"]) / s["mean"], rel=1e-9)  # one seed: a law
 
 
-class _Blk(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.lin = nn.Linear(d, d)
-
-    def forward(self, h):
-        return h + self.lin(h)
-
-
-class _Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.stem, self.layers, self.head = nn.Linear(4, 8), nn.ModuleList([_Blk(8)]), nn.Linear(8, 3)
-
-    def forward(self, x):
-        h = self.stem(x)
-        for b in self.layers:
-            h = b(h)
-        return self.head(h)
-
-
 def test_fa_names_the_users_block_class():
-    """Case 127: the refusal named the adapter's wrapper class (_Delta), not the user's block (here _Blk)."""
+    """Case 127: the refusal named the adapter's wrapper class (_Delta), not the user's block (here TinyBlk)."""
     torch.manual_seed(0)
-    model = ResidualAdapter(_Net(), embed="stem", blocks="layers", readout="head", block_includes_residual=True)
+    model = ResidualAdapter(TinyNet(4, 8, 1, 3), embed="stem", blocks="layers", readout="head",
+                            block_includes_residual=True)
     with pytest.raises(da.UsageError) as e:
         METHODS.get("fa")(model, 0)
     print(e.value)
-    assert "on block 1 (_Blk)" in str(e.value)
+    assert "on block 1 (TinyBlk)" in str(e.value)
 
 
 def test_the_fitting_rule_is_one_rule():

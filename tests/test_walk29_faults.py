@@ -190,33 +190,13 @@ def test_the_depth_configs_refuse_in_keywords_from_python(tmp_path, monkeypatch,
 
 
 NET = '''import torch
-from torch import nn
+from _util import TinyNet
 from depthaudit.models import MODELS, ResidualAdapter
-
-class Blk(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.lin = nn.Linear(d, d)
-
-    def forward(self, h):
-        return h + self.lin(h)
-
-class Net(nn.Module):
-    def __init__(self, din, d, L, C):
-        super().__init__()
-        self.stem, self.head = nn.Linear(din, d), nn.Linear(d, C)
-        self.layers = nn.ModuleList([Blk(d) for _ in range(L)])
-
-    def forward(self, x):
-        h = self.stem(x.flatten(1))
-        for b in self.layers:
-            h = b(h)
-        return self.head(h)
 
 @MODELS.register("w29net")
 def w29net(input_shape, num_classes, d_hidden=16, num_blocks=2, mlp_ratio=1, seed=0):
     torch.manual_seed(seed)
-    net = Net(int(torch.tensor(input_shape).prod()), d_hidden, num_blocks, num_classes)
+    net = TinyNet(int(torch.tensor(input_shape).prod()), d_hidden, num_blocks, num_classes)
     return ResidualAdapter(net, embed="stem", blocks="layers", readout="head", block_includes_residual=True)
 '''
 
@@ -242,7 +222,8 @@ def test_a_depth_sweep_a_plugin_cannot_measure_is_refused_before_any_run(tmp_pat
     internal error ("'_Delta' object has no attribute 'fc1'") and lost it; W13 (cases 184, 185): a plug-in family
     whose build() returned a Linear was refused after the store's claim, which then refused the next sweep."""
     (tmp_path / f"{plugin}.py").write_text(NET if plugin == "w29netplug" else FAMILY)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path)]), "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path), str(ROOT / "tests")]),
+           "OMP_NUM_THREADS": "1",
            "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
     p = subprocess.run([sys.executable, "-m", "depthaudit", "--plugin", plugin, "saturation", *args, "--dataset",
                         "mnist1d", "--epochs", "1", "--extra", "0", "--out", "o"], cwd=tmp_path, env=env,

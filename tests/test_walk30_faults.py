@@ -199,33 +199,14 @@ def test_an_adapter_naming_the_wrong_module_is_named_not_the_batch(embed, readou
     """W4 (case 167): an adapter whose readout (or embed) names the wrong module was "x of shape (128, 40) does not
     fit the model … pass inputs shaped as in training" (the network takes it), and verify(x) torch's raw error."""
     import torch
-    from torch import nn
+    from _util import TinyNet
 
     import depthaudit as da
     from depthaudit.evaluator import CreditEvaluator
     from depthaudit.models import ResidualAdapter
 
-    class Blk(nn.Module):
-        def __init__(self, d):
-            super().__init__()
-            self.lin = nn.Linear(d, d)
-
-        def forward(self, h):
-            return h + self.lin(h)
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.stem, self.layers, self.head = nn.Linear(40, 16), nn.ModuleList([Blk(16), Blk(16)]), nn.Linear(16, 10)
-
-        def forward(self, x):
-            h = self.stem(x)
-            for b in self.layers:
-                h = b(h)
-            return self.head(h)
-
     torch.manual_seed(0)
-    net, x, y = Net(), torch.randn(128, 40), torch.randint(0, 10, (128,))
+    net, x, y = TinyNet(40, 16, 2, 10), torch.randn(128, 40), torch.randint(0, 10, (128,))
     ad = ResidualAdapter(net, embed=embed, blocks="layers", readout=readout, block_includes_residual=True)
     for call in (lambda: CreditEvaluator(ad, [(x, y)]), lambda: ad.verify(x)):
         with pytest.raises(da.UsageError) as e:
