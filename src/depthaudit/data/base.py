@@ -164,7 +164,7 @@ def to_bundle(name: str, a: ArrayData, device: torch.device) -> DataBundle:
     statistics; float inputs are used as they are.
     """
     # uint8 travels to the device first (4× less to copy), conversion happens there, in place
-    xtr, xte = torch.from_numpy(a.x_train).to(device), torch.from_numpy(a.x_test).to(device)
+    xtr, xte = _tensor(a.x_train).to(device), _tensor(a.x_test).to(device)
     pad = None
     if xtr.dtype == torch.uint8:
         xtr, xte = (_chw_float(t) for t in (xtr, xte))
@@ -176,11 +176,26 @@ def to_bundle(name: str, a: ArrayData, device: torch.device) -> DataBundle:
     return DataBundle(
         name=name,
         x_train=xtr.float().contiguous(),
-        y_train=torch.from_numpy(a.y_train).long().to(device),
+        y_train=_tensor(a.y_train).long().to(device),
         x_test=xte.float().contiguous(),
-        y_test=torch.from_numpy(a.y_test).long().to(device),
+        y_test=_tensor(a.y_test).long().to(device),
         num_classes=a.num_classes, source=a.source, sha256=a.sha256, pad_value=pad,
     )
+
+
+def _tensor(x: np.ndarray) -> torch.Tensor:
+    """``x`` as a tensor whatever its memory layout.
+
+    A negative-stride view (``x[::-1]``), another byte order (``>f4``) or a read-only array is copied into a
+    native, contiguous, writable one first (walk 32 W1: torch refused each, an internal error; a read-only one
+    warned of undefined behaviour).
+    """
+    x = np.asarray(x)
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
+    if any(st < 0 for st in x.strides) or not x.flags.writeable:
+        x = np.array(x, order="C", copy=True)
+    return torch.from_numpy(x)
 
 
 def _chw_float(x: torch.Tensor) -> torch.Tensor:
