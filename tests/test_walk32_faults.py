@@ -58,3 +58,43 @@ def test_arrays_of_any_memory_layout_train_as_the_plain_ones(tmp_path, capsys, l
         finals[kind] = json.loads((tmp_path / kind / "result.json").read_text())["final"]
     print(finals)
     assert finals["plain"] == finals[layout]
+
+
+C = ["--dataset", "mnist1d", "--d-hidden", "8", "--num-blocks", "1", "--epochs", "1", "--probe-batches", "1",
+     "--probe-batch-size", "32"]
+
+
+def test_a_probes_grid_the_folder_would_refuse_is_neither_listed_nor_trained(tmp_path, capsys):
+    """W3 (cases 228–230): the folder's probes_fa belonged to alphas 0 0.5; alphas 0 0.25 --list-cells listed a0.25
+    as pending and --cell trained it (replacing sweep.json), which the grid's rerun then refused."""
+    out = tmp_path / "p"
+    grid = ["probes", *C, "--method", "fa", "--seeds", "1", "--out", str(out)]
+    assert main([*grid, "--alphas", "0", "0.5"]) == 0
+    before = sorted(p.name for p in out.iterdir())
+    for extra in (["--list-cells"], ["--cell", "a0.25/s1"]):
+        capsys.readouterr()
+        assert main([*grid, "--alphas", "0", "0.25", *extra]) == 2
+        o = capsys.readouterr()
+        assert "belongs to another probes (differs in alphas)" in o.err and "pending" not in o.out
+        assert sorted(p.name for p in out.iterdir()) == before
+    assert main([*grid, "--alphas", "0", "0.5", "--list-cells"]) == 0  # its own grid: listed
+
+
+def test_a_stale_sweep_json_of_a_command_that_cannot_write_here_is_named(tmp_path, capsys):
+    """W2 (cases 194, 196, 197): an audit's sweep.json left in a folder that now holds a ladder made `report`
+    advise rerunning that audit without --cell, which the folder refuses; now it says to remove sweep.json."""
+    out = tmp_path / "n"
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", "--out", str(out), "--cell", "0"]) == 0
+    import shutil
+
+    for name in ("runs", "identity.json", ".lock"):
+        p = out / name
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    assert main(["ladder", *C, "--methods", "bp", "--seeds", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    print(err)
+    assert err.endswith(f"remove {out / 'sweep.json'} to render what the folder holds")
+    (out / "sweep.json").unlink()  # as the line says
+    assert main(["report", str(out)]) == 0

@@ -607,12 +607,14 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
     # the α sweep's store holds one configuration whatever the report's claim says: another one is refused here,
     # before the claim is taken over (walk 26 case 70: --replace-report was advised, then this store refused it)
     credit_mix_store(base, base.method, out, data.sha256, plan).check()
-    claim = None
-    if not opts.list_cells and opts.cell is None and not opts.stored_only:  # this method's report in OUT belongs
-        # to one configuration: claimed under the folder's lock before anything trains (another method's probes
-        # sit beside it); --stored-only trains nothing and claims once every cell is found
-        fresh = not (out / f"probes_{tag}.identity.json").exists()
-        claim = claim_folder(out, "probes", ident, replace_report, name=f"probes_{tag}.identity.json")
+    claim, fresh = None, not (out / f"probes_{tag}.identity.json").exists()
+    if not opts.stored_only:  # this method's report in OUT belongs to one configuration: claimed under the folder's
+        # lock before anything trains, a --cell's too (another method's probes sit beside it); a listing checks the
+        # claim without writing it (walk 32 W3: another α grid was listed, and its cell trained); --stored-only
+        # trains nothing and claims once every cell is found
+        claim = claim_folder(out, "probes", ident, replace_report, name=f"probes_{tag}.identity.json",
+                             dry=opts.list_cells)
+        claim = None if opts.list_cells else claim
     try:
         cb = credit_mix_sweep(base, base.method, list(config.alphas), config.seeds, out, data, data.sha256, plan,
                               log=log, argv=argv, opts=opts)

@@ -11,6 +11,7 @@ sweep) or refused (in ``depthaudit report``), never reused or rendered as a numb
 """
 
 # imports inside functions: fcntl is POSIX-only (guarded); runner loads torch, imported where a run is rebuilt
+import contextlib
 import glob
 import hashlib
 import json
@@ -953,14 +954,15 @@ def check_folder_records(root: Path, slugs: list[str], named_by: Path | None = N
 
 def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = False, flag: str = "--out",
                  name: str = IDENTITY_FILE,
-                 take_over_flag: str | None = "--replace-report (replace_report=True)") -> dict:
+                 take_over_flag: str | None = "--replace-report (replace_report=True)", dry: bool = False) -> dict:
     """Claim ``folder`` (its report) for ``identity``, under the folder's lock, before anything trains.
 
     The first command to claim a folder owns it (``folder/identity.json``); another with a different
     identity is refused in one line, naming ``take_over_flag`` where the command has one (``take_over``
     replaces the owner instead). Returns the claim, to
     pass to :func:`still_owner` before the report is written. ``name`` is the claim's file: a folder that holds
-    several reports side by side (``probes``: one per method) claims each under its own name.
+    several reports side by side (``probes``: one per method) claims each under its own name. ``dry``: every
+    refusal, nothing written, no lock taken (``--list-cells``: a grid the folder would refuse is refused, not listed).
     """
     folder = Path(folder)
     claim = {"schema": "depthaudit.identity.v1", "kind": kind, "identity": _jsonable(identity)}
@@ -971,7 +973,7 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
     if foreign_claim(folder / name):  # a user's own file of that name: never taken for a claim, never replaced
         raise UsageError(f"{folder / name} exists and is not depthaudit's (the folder's claim is written there); "
                          f"move it away or use another {flag}")
-    with file_lock(folder / ".lock"):
+    with file_lock(folder / ".lock") if not dry else contextlib.nullcontext():
         old = _read_claim(folder, name)
         other_kind(folder, kind, flag)  # another command's folder: never taken over, not even by --force or
         # --replace-report (and a folder of its own kind: the claim below decides)
@@ -1000,7 +1002,7 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
                 grow = add_hint(diff, was, now) if set(diff) <= set(GROWABLE.get(kind, ())) else ""
                 raise UsageError(f"{folder} belongs to another {old.get('kind', 'sweep')} (differs in "
                                  f"{', '.join(diff[:6])}){grow}; use another {flag}{over}")
-        if old != claim:
+        if old != claim and not dry:
             if take_over and old is not None and name == IDENTITY_FILE:  # the taken-over command's --cell record
                 _forget_cells(folder)  # is stale: `report` would assemble that command, not this one (walk 25 W3)
             write_json(folder / name, claim)
@@ -1043,7 +1045,7 @@ def other_kind(folder: Path, kind: str, flag: str = "--out", own: bool = False) 
     """
     ok = {kind} if kind in FOLDER_KINDS else {"ladder", "saturation", "grow"}
     holds = folder_holds(folder)
-    if own or (kind in FOLDER_KINDS and any(k == kind for k, _ in holds)):  # this command's results are there
+    if own or any(k == kind for k, _ in holds):  # this command's results are there
         return  # already (a folder mixed before this rule): they stay its own to rerun and report
     for other, file in holds:
         if other not in ok:
@@ -1112,13 +1114,10 @@ def _untakeable(specs: list[str]) -> str | None:
     from .methods.specs import parse_spec
 
     for spec in specs:
+        if spec.partition(":")[0].strip() not in METHODS:
+            continue  # (a plug-in not loaded here, or no spec at all: named elsewhere)
         try:
-            name = parse_spec(spec).name
-        except UsageError:
-            continue  # (not a spec this version reads: nothing said about plug-ins)
-        if name not in METHODS:
-            continue  # (a plug-in not loaded here: named elsewhere, as missing)
-        try:
+            parse_spec(spec)
             parse_method_spec(spec, TrainConfig())
         except UsageError as exc:
             why = str(exc).removeprefix("method_options: ").removeprefix(f"method spec {spec!r}: ")

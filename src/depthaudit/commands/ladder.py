@@ -269,6 +269,10 @@ def _assemble_cells(d: Path) -> int:
     except UsageError as exc:  # e.g. cells not finished; or cells added to a folder another command made
         exc = UsageError(cli_message(exc).replace(" — or drop --stored-only (stored_only=True) to train them now",
                                                   ""))  # (report has no such flag: walk 25 case 37; said below)
+        if "holds the results of another command" in str(exc) or " belongs to another " in str(exc):  # the kept
+            raise UsageError(f"{cli_message(exc)} — so {d / 'sweep.json'} names a command that can no longer "  # one
+                             f"write here (its folder now holds other results); remove {d / 'sweep.json'} to "  # is
+                             "render what the folder holds") from None  # stale (walk 32 W2: rerunning it was refused)
         if cmd[len(lead)] in ("audit", "intervene", "probes"):  # a report of all its runs or none: no partial
             again = " ".join([*lead, *kept, flag, str(d)])  # one (walk 15 case 64: removing sweep.json rendered
             raise UsageError(f"{cli_message(exc)} (or rerun the command without --cell: depthaudit {again} "  # nothing)
