@@ -27,7 +27,7 @@ from urllib.parse import quote, unquote
 
 from .config import NAME_NEUTRAL, TrainConfig, nothing_trains
 from .errors import UsageError
-from .io import check_replaceable, finite_json, not_a_file, write_json
+from .io import check_replaceable, finite_json, foreign_json, not_a_file, write_json
 
 IDENTITY_FILE = "identity.json"  # in a FileStore's ``.runs`` folder, and in an audit's --out folder
 STATUSES = ("ok", "diverged", "stopped_flagged")
@@ -613,7 +613,14 @@ class FileStore:
                         "(interrupted, or still running)" if none else "holds runs of a different configuration")
                 raise UsageError(  # (walk 12 cases 96, 97: "holds runs" was said of a claim with none)
                     f"{what} {held} (differs in: {', '.join(diff[:6]) or 'schema'}); use another output folder, or "
-                    f"move {self.path.name} and {self.runs_dir.name} away" + (" if no such sweep runs" if none else ""))
+                    f"{self.move_away()}" + (" if no such sweep runs" if none else ""))
+
+    def move_away(self) -> str:
+        """The advice to clear this store: its JSON and records, and a kept --cell command beside them."""
+        also = ""  # (walk 32 case 224: the old --cell sweep's sweep.json outlived the files, and report reran it)
+        if (self.path.parent / "sweep.json").is_file() and not foreign_json(self.path.parent / "sweep.json"):
+            also = " (and sweep.json beside them, the --cell command that report would rerun)"
+        return f"move {self.path.name} and {self.runs_dir.name} away{also}"
 
     def check(self) -> None:
         """Refuse (one line, as :meth:`claim` would) a store another configuration holds; nothing is written."""

@@ -192,8 +192,9 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
                     # configuration, which the store's identity did not name (a plug-in family that declares no
                     # saturation_identity; walk 26 W: its depths were retrained and replaced)
                     raise UsageError(f"{store.path} holds runs of a different configuration (its run {s.key} differs "
-                                     f"in: {', '.join(changed[:6])}); use another output folder, or move "
-                                     f"{store.path.name} and {store.runs_dir.name} away")
+                                     f"in: {', '.join(changed[:6])}); use another output folder, or "
+                                     + (store.move_away() if hasattr(store, "move_away") else
+                                        f"move {store.path.name} and {store.runs_dir.name} away"))
                 log(f"{s.key}: the stored run differs in {', '.join(changed[:4])} (its files changed?); it is "
                     "run again, and this run will replace it")
     if opts.cell is not None and not pending:

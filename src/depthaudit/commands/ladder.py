@@ -96,7 +96,8 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
         why = None if d.exists() or not links else (  # (walk 28 case 143: a loop or dangling link was unsaid)
             f"{links[0]} is a loop of symbolic links" if link_loops(links[0]) else
             f"{links[0]} is a symbolic link to {os.readlink(links[0])}, which does not exist")
-        raise UsageError(f"{d} is not a folder{f' ({why})' if why else ''}; pass the --out/--output_dir of an audit "
+        what = "is not a folder" if d.exists() or why else "does not exist"  # (walk 32 case 60: it said "not a folder")
+        raise UsageError(f"{d} {what}{f' ({why})' if why else ''}; pass the --out/--output_dir of an audit "
                          "or ladder")
     top = d.resolve()
     if top == Path(top.anchor) or top.parts[:2] in (("/", "proc"), ("/", "sys"), ("/", "dev")):

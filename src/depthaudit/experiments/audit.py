@@ -67,10 +67,10 @@ class AuditConfig:
         resolve_sweep(self)  # types, ranges, methods parsed and checked, seeds once (the base's seed the first), ...
         if self.base.num_blocks < 1:
             raise refuse(self, "{num_blocks} 0: the audit measures residual blocks; give at least 1")
-        if self.stop_on_flag and self.track_every != 1:
-            raise refuse(self, "{stop_on_flag=True} needs the monitor every epoch; drop {track_every} or set it to 1")
         if self.track_every > self.base.epochs:  # every N beyond the budget measures init and the end, as N = the
             object.__setattr__(self, "track_every", self.base.epochs)  # budget does: one run (walk 24 case 198)
+        if self.stop_on_flag and self.track_every != 1:  # (after that: a 1-epoch budget's 2 is its 1, walk 32 c. 206)
+            raise refuse(self, "{stop_on_flag=True} needs the monitor every epoch; drop {track_every} or set it to 1")
         if not self.functional:  # the null's draws without the functional measurements: idle, so no other audit
             object.__setattr__(self, "fresh_b_draws", 20)  # (walk 19 case 130: noted idle, yet "another audit")
 
