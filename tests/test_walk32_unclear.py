@@ -50,3 +50,38 @@ def test_a_store_of_another_configuration_names_the_kept_cell_command_to_move_to
     assert main([*sat, "--alpha", "0.01"]) == 0
     capsys.readouterr()
     assert main(["report", str(out)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key,part", [("trained_test_acc", {"mean": 0.99, "std": 0.0, "n": 1}),
+                                      ("checks", {"D1": {"status": "PASS"}})])
+def test_a_diagnostic_summary_cannot_replace_the_audits_own_numbers(tmp_path, capsys, monkeypatch, key, part):
+    """Case 154 led here: a plug-in diagnostic's summarise() is merged into each method's summary, and one keyed
+    "trained_test_acc" (or "checks") replaced the audit's accuracy (or D1's verdict) in report.json: another number
+    under the protocol's name. It is refused, naming the diagnostic; without it the same folder reports."""
+    from depthaudit.diagnostics import DIAGNOSTICS, Diagnostic, register
+
+    monkeypatch.setattr(DIAGNOSTICS, "_items", dict(DIAGNOSTICS._items))
+    monkeypatch.setattr(DIAGNOSTICS, "_meta", dict(DIAGNOSTICS._meta))
+
+    @register
+    class Squatter(Diagnostic):
+        name = "squatter"
+
+        def compute(self, snap):
+            return {"v": 1.0}
+
+        @classmethod
+        def summarise(cls, finals, num_blocks):
+            return {key: part}
+
+    out = tmp_path / "A"
+    argv = ["audit", *C, "--methods", "bp", "--seeds", "1", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "diagnostic 'squatter'" in err and f"returned '{key}" in err and "its own name" in err, err
+    assert not (out / "report.json").exists()
+    DIAGNOSTICS._items.pop("squatter")
+    DIAGNOSTICS._meta.pop("squatter", None)
+    assert main(argv) == 0
+    rep = __import__("json").loads((out / "report.json").read_text())
+    assert rep["methods"][0]["trained_test_acc"]["mean"] != 0.99

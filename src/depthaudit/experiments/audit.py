@@ -166,9 +166,26 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
                 continue
         else:
             part, traj = d.summarise(finals, L), d.trajectory(points, L)
+        for where, into, got in (("summarise", out, part), ("trajectory", out["history"], traj)):
+            if (key := _clash(into, got)) is not None:  # (a plug-in's "trained_test_acc" or "checks" replaced the
+                raise UsageError(  # audit's own: a report with another number under the protocol's name)
+                    f"diagnostic {d.name!r} ({d.__module__}.{d.__qualname__}): its {where}() returned {key!r}, "
+                    f"which the audit's summary{' history' if where == 'trajectory' else ''} already holds; key "
+                    f"its part by its own name ({d.name!r}) and rerun (the stored runs are reused)")
         _merge(out, part)
         out["history"].update(traj)
     return out
+
+
+def _clash(into: dict, part: dict, at: str = "") -> str | None:
+    """The dotted key where merging ``part`` into ``into`` would replace a value ``into`` already holds."""
+    for k, v in part.items():
+        if k in into:
+            if not (isinstance(v, dict) and isinstance(into[k], dict)):
+                return at + str(k)
+            if (deeper := _clash(into[k], v, f"{at}{k}.")) is not None:
+                return deeper
+    return None
 
 
 def _merge(into: dict, part: dict) -> None:
