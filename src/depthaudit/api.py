@@ -27,6 +27,7 @@ import inspect
 import json
 import logging
 import math
+import numbers
 import os
 import sys
 from contextlib import contextmanager
@@ -806,13 +807,20 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
     """
     if config.num_blocks < 1:
         raise ConfigError("{num_blocks} 0: the identity check measures residual blocks; give at least 1")
-    seeds = [seeds] if isinstance(seeds, int | str | bytes) or not hasattr(seeds, "__iter__") else list(seeds)
-    seeds = list(dict.fromkeys(seeds))  # (seeds=1: one seed; any iterable of seeds, a range or a generator, is one)
-    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-        raise ConfigError(f"{{seeds}} must be one or more seeds >= 0 (e.g. 42), got {seeds}")
+    whole = numbers.Integral  # (a numpy or torch integer is a seed too, as the configs take it: walk 34 W2)
+    one = isinstance(seeds, whole | str | bytes) or not hasattr(seeds, "__iter__") or getattr(seeds, "ndim", 1) == 0
+    seeds = [seeds] if one else list(seeds)  # (seeds=1: one seed; any iterable, a range, a generator, an array)
+    bad = next((s for s in seeds if not isinstance(s, whole) or isinstance(s, bool)), None)
+    if not seeds or bad is not None:
+        raise ConfigError(f"{{seeds}} must be one or more integer seeds (e.g. 42), got "
+                          f"{'none' if not seeds else f'{type(bad).__name__} {bad!r}'}")
+    seeds = list(dict.fromkeys(int(s) for s in seeds))
+    if (out_of := next((s for s in seeds if not 0 <= s <= 2**63 - 1), None)) is not None:
+        raise ConfigError(f"{{seeds}} must be in 0..2**63-1, got {out_of}")
     for name, v, lo in (("probe_batches", probe_batches, 1), ("probe_batch_size", probe_batch_size, 2)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+        if not isinstance(v, whole) or isinstance(v, bool) or v < lo:
             raise ConfigError(f"{{{name}}} must be an integer >= {lo}, got {v!r}")
+    probe_batches, probe_batch_size = int(probe_batches), int(probe_batch_size)
     usable_device(config.device)
     before = None
     if out is not None:  # only a file of its own is replaced (an audit's report.json, a ladder's JSON are not)

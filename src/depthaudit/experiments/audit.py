@@ -158,7 +158,9 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
         "history": {"epochs": epochs},
         "runs": {"trained": [run_slug_of(r) for r in trained], "frozen": [run_slug_of(r) for r in frozen]},
     }
-    for d in registered():  # each quantity's own summary and history (diagnostics/*.py)
+    # each quantity's own summary and history (diagnostics/*.py); the package's own first, so a plug-in's part
+    # that would replace one of theirs is the plug-in's fault, whatever its order (walk 34 W1)
+    for d in sorted(registered(), key=lambda d: not d.__module__.startswith("depthaudit.")):
         if any(d.name not in (f or {}) for f in finals):  # a run stored before this quantity existed (a plug-in's
             try:  # added later): its method has no summary of it, unless the quantity summarises without it
                 part, traj = d.summarise(finals, L), d.trajectory(points, L)
