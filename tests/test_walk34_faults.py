@@ -54,3 +54,34 @@ def test_identity_takes_numpy_integer_seeds_as_the_configs_do(seeds):
         with pytest.raises(da.ConfigError, match="seeds must be") as e:
             da.identity(cfg, bad, **kw)
         assert says in str(e.value), str(e.value)
+
+
+def test_a_factory_that_ignores_its_seed_still_builds_the_seeds_weights(monkeypatch):
+    """Case 95: a plug-in factory that draws nn.Linear defaults from torch's global stream without seeding it built
+    other weights for a seed's trained and frozen runs (D3 measured between two different inits) and other numbers
+    on a rerun under the same recorded seed. The factory is called with the stream seeded by the run's seed."""
+    import torch
+
+    from depthaudit.models import MODELS, ResidualAdapter, build_model
+
+    class Net(torch.nn.Module):
+        def __init__(self, d, n, c):
+            super().__init__()
+            self.stem, self.head = torch.nn.Linear(8, d), torch.nn.Linear(d, c)
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(d, d) for _ in range(n))
+
+    monkeypatch.setattr(MODELS, "_items", dict(MODELS._items))
+    monkeypatch.setattr(MODELS, "_meta", dict(MODELS._meta))
+
+    @MODELS.register("noseed34")
+    def noseed(input_shape, num_classes, d_hidden=16, num_blocks=2, mlp_ratio=1, seed=0):
+        return ResidualAdapter(Net(d_hidden, num_blocks, num_classes), embed="stem", blocks="layers", readout="head")
+
+    def weights(seed, noise):
+        torch.manual_seed(noise)  # whatever the stream held before
+        m = build_model("noseed34", (8,), 3, 16, 2, None, seed)
+        return torch.cat([p.detach().flatten() for p in m.parameters()])
+
+    a, b, c = weights(1, 100), weights(1, 200), weights(2, 100)
+    print("max |seed 1 - seed 1|", (a - b).abs().max().item(), "max |seed 1 - seed 2|", (a - c).abs().max().item())
+    assert torch.equal(a, b) and not torch.equal(a, c)

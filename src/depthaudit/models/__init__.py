@@ -42,6 +42,9 @@ def build_model(arch: str, input_shape, num_classes: int, d_hidden: int, num_blo
                          f"cannot be called as factory(input_shape, num_classes, {', '.join(f'{k}=' for k in kw)}): "
                          f"{exc}; add those parameters (or **kwargs)") from None
     cwd = os.getcwd()
+    torch.manual_seed(seed)  # a factory that draws from torch's global stream without seeding it (a user's, built
+    # from nn.Linear defaults) still builds the seed's weights: the trained and frozen runs of a seed start alike,
+    # and a rerun elsewhere gets the same (walk 34 case 95). The built-in models draw from their own generators.
     try:
         model = factory(input_shape, num_classes, **kw)
     except ValueError as exc:  # a shape the architecture cannot take (e.g. heads, patch size)
