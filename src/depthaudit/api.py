@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import errno
 import functools
 import html
@@ -836,7 +837,7 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
     res = identity_over_seeds(config, data.input_shape, data.num_classes, seeds, x, y, probe_batch_size)
     res["summary"] = identity_summary(res["per_seed"], config.num_blocks)
     card = identity_card(config, res["summary"], x.shape[0], seeds, probe_batch_size)
-    record = {"schema": IDENTITY_SCHEMA, "config": config.to_dict(), **res,
+    record = {"schema": IDENTITY_SCHEMA, "config": _at_init(config).to_dict(), **res,
               "provenance": provenance(x.device, data.provenance(), seeds[0], ["depthaudit.identity"])}
     if out is not None:
         write_json(Path(out), record)
@@ -851,6 +852,17 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
 
 
 IDENTITY_SCHEMA = "depthaudit.identity_check.v1"
+
+
+def _at_init(config: TrainConfig) -> TrainConfig:
+    """``config`` as the identity check ran it: training's settings and the method, idle at init, at their defaults.
+
+    The config stores what ran (cli.md): ``--epochs 3`` given to identity (noted as having no effect) is not stored
+    as if 3 epochs had trained (walk 33 case 63).
+    """
+    idle = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            for f in fields(TrainConfig) if f.metadata.get("training") or f.name in ("method", "method_options")}
+    return replace(config, **idle)
 
 
 def _check_identity_target(out: Path) -> dict | None:
