@@ -85,3 +85,65 @@ def test_a_factory_that_ignores_its_seed_still_builds_the_seeds_weights(monkeypa
     a, b, c = weights(1, 100), weights(1, 200), weights(2, 100)
     print("max |seed 1 - seed 1|", (a - b).abs().max().item(), "max |seed 1 - seed 2|", (a - c).abs().max().item())
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+MONITORED = '''
+from depthaudit.diagnostics import Diagnostic, register
+from depthaudit.diagnostics.base import layer_headers, per_layer_rows
+from depthaudit.verdicts import mean_std
+
+
+@register
+class CN34m(Diagnostic):
+    name = "cn34m"
+    order = 35
+
+    def compute(self, snap):
+        return {"per_layer": [c.flatten(1).norm(dim=1).mean().item() for c in snap.credits]}
+
+    @classmethod
+    def summarise(cls, finals, num_blocks):
+        vals = [cls.read(p)["per_layer"] for p in finals]
+        return {"cn34m": [mean_std([v[i] for v in vals]) for i in range(num_blocks + 1)]}
+
+    @classmethod
+    def section(cls, report, table):
+        return ("Per-layer credit norm (walk 34)", table(layer_headers(report), per_layer_rows(report, "cn34m")))
+'''
+
+
+def test_report_of_a_monitor_folder_names_the_plugin_quantity_it_cannot_render(tmp_path, capsys, registry,
+                                                                                monkeypatch):
+    """W3 (cases 111, 112): `depthaudit report` of a TrainingMonitor's folder whose plug-in diagnostic is not
+    loaded rewrote report.md without that quantity's section and said nothing (an audit's folder gets a note
+    naming the plug-in): the monitor's report now names what it measured and the plug-in that registered it."""
+    import sys
+
+    import torch
+
+    from depthaudit.evaluator import TrainingMonitor
+    from depthaudit.models import build_model
+
+    (tmp_path / "p34m.py").write_text(MONITORED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("p34m")
+    try:
+        g = torch.Generator().manual_seed(0)
+        batches = [(torch.randn(16, 20, generator=g), torch.randint(0, 10, (16,), generator=g)) for _ in range(2)]
+        mon = TrainingMonitor(build_model("resmlp", (20,), 10, 8, 2, None, 0), batches, log=None)
+        mon.step(0)
+        mon.step(1)
+        mon.report(test_acc=0.5, frozen_acc=0.4, budget=1)
+        mon.write(tmp_path / "MON")
+    finally:
+        sys.modules.pop("p34m", None)
+    assert "Per-layer credit norm (walk 34)" in (tmp_path / "MON" / "report.md").read_text()
+    DIAGNOSTICS._items.pop("cn34m")
+    DIAGNOSTICS._meta.pop("cn34m", None)
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "MON")]) == 0
+    err = capsys.readouterr().err
+    assert "the runs measured cn34m, which no loaded diagnostic renders" in err and "--plugin p34m" in err, err
+    assert main(["--plugin", "p34m", "report", str(tmp_path / "MON")]) == 0
+    assert "which no loaded" not in capsys.readouterr().err
+    assert "Per-layer credit norm (walk 34)" in (tmp_path / "MON" / "report.md").read_text()

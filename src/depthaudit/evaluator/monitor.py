@@ -230,7 +230,10 @@ class TrainingMonitor:
         config = {"base": base, "methods": [self.name], "seeds": [seed], "probe_batches": len(ev.batches),
                   "probe_batch_size": x0.shape[0], "track_every": None, "thresholds": th.to_dict(),
                   "d1_stat": self.d1_stat, "stop_on_flag": self.monitor.stop_on_flag, "source": SOURCE,
-                  "evaluator": self.history[-1][MEASUREMENT_KEY].get("evaluator")}
+                  "evaluator": self.history[-1][MEASUREMENT_KEY].get("evaluator"),
+                  # what was measured (no run records beside this report): `depthaudit report` names a plug-in's
+                  # quantity that no loaded diagnostic renders, as it does for an audit's (walk 34 W3)
+                  "measured": sorted({k for h in self.history for k in h[MEASUREMENT_KEY] if k != "evaluator"})}
         digest = hashlib.sha256()
         for x, y in ev.batches:
             for t in (x, y):  # raw bytes, any dtype (bf16 has no numpy view)
@@ -246,7 +249,8 @@ class TrainingMonitor:
             defs["update_cosine"] = ("ours: robust cos of block l's parameter gradient under the model's own backward "
                                      "(the method, captured) vs under the exact backward (the reference)")
         self._report = {"schema": SCHEMA, "config": config, "thresholds": th.to_dict(),
-                        "provenance": provenance(x0.device, data, seed, argv), "definitions": defs,
+                        "provenance": provenance(x0.device, data, seed, argv, uses={"diagnostics": True}),
+                        "definitions": defs,
                         "methods": [summary], "identity": identity,
                         "decision": decision_table([summary], 1.0 / num_classes, th)}
         return self._report

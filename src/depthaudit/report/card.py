@@ -266,6 +266,8 @@ def unrendered(report: dict, runs_dir) -> list[str]:
             for h in rec.get("history") or []:
                 names.update((h.get(MEASUREMENT_KEY) or {}) if isinstance(h, dict) else ())
             names.update(rec.get(INIT_MEASUREMENT_KEY) or {})
+    measured = (report.get("config") or {}).get("measured")  # a TrainingMonitor's report: no run records
+    names.update(n for n in measured if isinstance(n, str)) if isinstance(measured, list) else None
     return sorted(n for n in names if n not in DIAGNOSTICS)
 
 
@@ -282,6 +284,10 @@ def unrendered_note(report: dict, out) -> str | None:
             except (OSError, ValueError):
                 continue
             mods.update(p.get("module") for p in (rec.get("provenance") or {}).get("plugins") or [] if p.get("module"))
+    if not mods:  # (a TrainingMonitor's report names its plug-ins in its own provenance)
+        mods.update(p.get("module") for p in (report.get("provenance") or {}).get("plugins") or []
+                    if isinstance(p, dict) and p.get("module"))
+    mods.discard("__main__")  # (registered by a script or notebook: no module to name)
     fix = " ".join(f"--plugin {m}" for m in sorted(mods)) if mods else "--plugin MODULE"
     return (f"depthaudit: note: {Path(out) / 'report.json'}: the runs measured {', '.join(missing)}, which no loaded "
             "diagnostic renders, so the report has no section for them; their sections need the plug-in that "
