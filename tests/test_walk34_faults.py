@@ -147,3 +147,27 @@ def test_report_of_a_monitor_folder_names_the_plugin_quantity_it_cannot_render(t
     assert main(["--plugin", "p34m", "report", str(tmp_path / "MON")]) == 0
     assert "which no loaded" not in capsys.readouterr().err
     assert "Per-layer credit norm (walk 34)" in (tmp_path / "MON" / "report.md").read_text()
+
+
+def test_a_refused_method_entry_is_quoted_as_typed(monkeypatch):
+    """Case 30: "--methods entry 'opt34:gain=0': … 0.0 must be > 0" quoted the parsed spec where the user typed
+    gain=1e-400 (it underflows to 0): the entry is quoted as given."""
+    from depthaudit.methods import METHODS, Option
+    from depthaudit.methods.dfa import DFA
+
+    monkeypatch.setattr(METHODS, "_items", dict(METHODS._items))
+    monkeypatch.setattr(METHODS, "_meta", dict(METHODS._meta))
+
+    @METHODS.register("opt34")
+    class Opt34(DFA):
+        options = {"gain": Option(1.0, "credit gain", lo=0, lo_open=True)}
+
+        def __init__(self, model, seed, gain=1.0):
+            super().__init__(model, seed)
+            self.gain = gain
+
+    base = da.TrainConfig(dataset="mnist1d")
+    for typed in ("opt34:gain=1e-400", "opt34:gain=-0.0"):
+        with pytest.raises(da.ConfigError) as e:
+            da.AuditConfig(base=base, methods=("bp", typed))
+        assert f"methods entry {typed!r}" in str(e.value), str(e.value)

@@ -66,11 +66,12 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
             raise refuse(cfg, f"{{methods}}: {exc}") from None
         if not specs:
             raise refuse(cfg, "{methods} is empty; give at least one credit method (e.g. bp)")
-        for m in specs:  # each row's options checked now (by the run config), before any data loads
-            try:
+        given = list(cfg.methods) if len(specs) == len(cfg.methods) else list(specs)  # (quoted as typed: walk
+        for m, typed in zip(specs, given, strict=True):  # 34 case 30 quoted gain=1e-400 as its parse, gain=0)
+            try:  # each row's options checked now (by the run config), before any data loads
                 parse_method_spec(m, cfg.base)
             except ConfigError as exc:  # named as this caller gave it: methods (--methods), not method_options
-                raise exc.renamed("method_options", f"{{methods}} entry {str(m)!r}") from None
+                raise exc.renamed("method_options", f"{{methods}} entry {str(typed)!r}") from None
         object.__setattr__(cfg, "methods", specs)
     k = getattr(cfg, "shallow_blocks", 0)
     if k and not 1 <= k < base.num_blocks:
