@@ -171,3 +171,34 @@ def test_a_refused_method_entry_is_quoted_as_typed(monkeypatch):
         with pytest.raises(da.ConfigError) as e:
             da.AuditConfig(base=base, methods=("bp", typed))
         assert f"methods entry {typed!r}" in str(e.value), str(e.value)
+
+
+def test_a_diagnostic_may_not_feed_a_check_another_feeds(tmp_path, capsys, registry, monkeypatch):
+    """Case 10: a plug-in diagnostic declaring checks = {"D1": "value"} was taken without a word; ordered after
+    the stream norms it would fire the monitor's D1 (and --stop-on-flag) on its own number while the report's D1
+    judged ρ. A check reads one quantity: the declaration is refused when the plug-in loads, naming both."""
+    (tmp_path / "p34c.py").write_text(
+        "from depthaudit.diagnostics import Diagnostic, register\n\n\n@register\nclass CN34c(Diagnostic):\n"
+        "    name = 'cn34c'\n    order = 99\n    checks = {'D1': 'value'}\n\n"
+        "    def compute(self, snap):\n        return {'value': 1e9}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "A"
+    try:
+        assert main(["--plugin", "p34c", "audit", *C, "--methods", "bp", "--seeds", "1", "--out", str(out)]) == 2
+    finally:
+        __import__("sys").modules.pop("p34c", None)
+    err = capsys.readouterr().err.strip()
+    assert "its checks name D1, which 'stream' (depthaudit.diagnostics.stream.StreamNorms) already feeds" in err, err
+    assert "cn34c" not in DIAGNOSTICS and not out.exists()
+
+    @register
+    class Own(Diagnostic):  # a check of its own is the documented use
+        name = "own34"
+        checks = {"own34": "value"}
+
+        def compute(self, snap):
+            return {"value": 1.0}
+
+    assert "own34" in DIAGNOSTICS
+    with pytest.raises(da.UsageError, match="its checks is"):
+        register(type("Bad34", (Diagnostic,), {"name": "bad34", "checks": ["D1"]}))

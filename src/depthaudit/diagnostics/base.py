@@ -180,6 +180,21 @@ def register(cls: type[Diagnostic]) -> type[Diagnostic]:
 
         raise UsageError(f"diagnostic {getattr(cls, 'name', cls.__name__)!r} ({cls.__module__}.{cls.__qualname__}): "
                          f"its order is {order!r}; give a number (where its section goes among the others)")
+    checks = getattr(cls, "checks", None)
+    if not isinstance(checks, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in checks.items()):
+        from ..errors import UsageError
+
+        raise UsageError(f"diagnostic {getattr(cls, 'name', cls.__name__)!r} ({cls.__module__}.{cls.__qualname__}): "
+                         f"its checks is {checks!r}; give a dict {{check name: key of its value}} (or none)")
+    for check in checks:  # a check reads one quantity: a second feeder would fire the monitor's D1 on another
+        other = next((d for d in registered() if check in d.checks and d.name != cls.name), None)  # number than
+        if other is not None:  # the report's D1 judges (walk 34 case 10)
+            from ..errors import UsageError
+
+            raise UsageError(f"diagnostic {getattr(cls, 'name', cls.__name__)!r} ({cls.__module__}."
+                             f"{cls.__qualname__}): its checks name {check}, which {other.name!r} "
+                             f"({other.__module__}.{other.__qualname__}) already feeds; a check reads one quantity: "
+                             f"name a check of its own (e.g. {{'{cls.name}': 'value'}})")
     DIAGNOSTICS.register(cls.name)(cls)
     return cls
 
