@@ -19,3 +19,34 @@ def test_identity_stores_what_ran_not_the_idle_training_flags(tmp_path, capsys):
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
     assert a["config"] == b["config"] and a["per_seed"] == b["per_seed"]
     assert a["config"]["d_hidden"] == 16 and a["config"]["method"] == "bp"
+
+
+def test_a_misspelt_registration_keyword_is_refused_where_it_is_written(tmp_path, capsys, monkeypatch):
+    """W1 (cases 166, 167): DATASETS.register("d33d", epoch=2) — epochs misspelt — was kept unread: the dataset
+    trained 20 epochs without a word; METHODS/MODELS.register took any keyword. Each registry names the keywords
+    it takes; another is refused at the register call (the plug-in's import, named with its file and line)."""
+    import pytest
+
+    from depthaudit.data import DATASETS
+    from depthaudit.methods import METHODS
+    from depthaudit.models import MODELS
+
+    for reg, kw, takes in ((DATASETS, {"epoch": 2}, "epochs, augment, generated, images, overwrite"),
+                           (METHODS, {"foo": 1}, "overwrite"), (MODELS, {"epcohs": 3}, "width_multiple, overwrite")):
+        with pytest.raises(ValueError, match=f"has no keyword '{next(iter(kw))}' \\(it takes {takes}\\)"):
+            reg.register("x33", **kw)
+        assert "x33" not in reg
+    (tmp_path / "p33d.py").write_text(
+        "import numpy as np\nfrom depthaudit.data import DATASETS, ArrayData\n\n\n"
+        "@DATASETS.register('d33d', epoch=2)\ndef d33d(data_dir=None, download=False):\n"
+        "    r = np.random.default_rng(0)\n"
+        "    return ArrayData(r.normal(size=(64, 8)).astype('float32'), r.integers(0, 2, 64),\n"
+        "                     r.normal(size=(32, 8)).astype('float32'), r.integers(0, 2, 32))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert main(["--plugin", "p33d", "train", "--dataset", "d33d", "--out", str(tmp_path / "T")]) == 2
+    finally:
+        __import__("sys").modules.pop("p33d", None)
+    err = capsys.readouterr().err.strip()
+    assert "--plugin p33d" in err and "has no keyword 'epoch'" in err and "p33d.py:5" in err, err
+    assert "d33d" not in DATASETS and not (tmp_path / "T").exists()

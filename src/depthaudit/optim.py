@@ -23,7 +23,7 @@ import torch
 
 from .registry import Registry
 
-OPTIMIZERS: Registry = Registry("optimizer")
+OPTIMIZERS: Registry = Registry("optimizer", meta_keys=("lr", "weight_decay"))
 
 
 @OPTIMIZERS.register("adamw", lr=1e-3, weight_decay=0.01)

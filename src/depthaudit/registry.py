@@ -25,9 +25,11 @@ class Registry(Generic[T]):
 
     factories = True  # what is registered builds the thing (a class or function); a registry of instances: False
 
-    def __init__(self, kind: str, check_meta: Callable[[str, dict], None] | None = None):
+    def __init__(self, kind: str, check_meta: Callable[[str, dict], None] | None = None,
+                 meta_keys: tuple[str, ...] = ()):
         self.kind = kind
         self.check_meta = check_meta  # refuses bad registered defaults where they are registered (a ValueError)
+        self.meta_keys = tuple(meta_keys)  # the defaults a registration may tie to its name: any other is a typo
         self._items: dict[str, T] = {}
         self._meta: dict[str, dict] = {}
 
@@ -40,6 +42,11 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} name {name[:40]!r}… is {len(name)} characters long; use at most "  # after
                              f"{MAX_NAME}: it is part of every result's file name")  # the folder was claimed)
 
+        unknown = [k for k in meta if k not in self.meta_keys]  # (walk 33 W1: epoch=2 for epochs=2 was kept,
+        if unknown:  # unread, and the budget fell back to 20 without a word)
+            takes = ", ".join((*self.meta_keys, "overwrite"))
+            raise ValueError(f"{self.kind} {name!r}: register() has no keyword {unknown[0]!r} (it takes {takes}); "
+                             "fix the register call")
         if self.check_meta is not None:  # (walk 18 cases 143, 144: epochs=-1 was refused later as if typed)
             self.check_meta(name, meta)
 

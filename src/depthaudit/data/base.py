@@ -34,7 +34,8 @@ def _check_dataset_meta(name: str, meta: dict) -> None:
                          f"fix DATASETS.register({name!r}, …)")
 
 
-DATASETS: Registry = Registry("dataset", check_meta=_check_dataset_meta)
+DATASETS: Registry = Registry("dataset", check_meta=_check_dataset_meta,
+                               meta_keys=("epochs", "augment", "generated", "images"))
 
 
 def generated(name: str) -> bool:

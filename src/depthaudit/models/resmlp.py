@@ -20,7 +20,7 @@ from ..registry import Registry
 from .base import ResidualModel
 from .functional import gelu_vjp, init_linear_, layer_norm_input_vjp
 
-MODELS: Registry = Registry("arch")
+MODELS: Registry = Registry("arch", meta_keys=("width_multiple",))
 LN_EPS = 1e-5
 VARIANTS = ("ref", "v0.1")
 FC2_STD = 0.01  # the reference's residual-branch output init, N(0, 0.01²)
