@@ -202,3 +202,48 @@ def test_a_diagnostic_may_not_feed_a_check_another_feeds(tmp_path, capsys, regis
     assert "own34" in DIAGNOSTICS
     with pytest.raises(da.UsageError, match="its checks is"):
         register(type("Bad34", (Diagnostic,), {"name": "bad34", "checks": ["D1"]}))
+
+
+SCRIPT = '''
+import depthaudit as da
+from depthaudit.methods import METHODS
+from depthaudit.methods.bp import BP
+
+
+@METHODS.register("fa", overwrite=True)
+class FaClone(BP):  # a script's "fa" that is backprop
+    pass
+
+
+base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+da.audit(da.AuditConfig(base=base, methods=("fa",), seeds=(1,), probe_batches=1, probe_batch_size=32), "OVR",
+         progress=False)
+'''
+
+
+def test_runs_a_script_trained_under_a_replaced_name_are_named_when_reused(tmp_path):
+    """W4 (cases 121, 122): a script registered its own "fa" (overwrite=True, a BP clone) and audited into OVR;
+    `depthaudit audit --methods fa --out OVR` (depthaudit's fa) then reused its runs without a word: the records
+    name module __main__, and the CLI's own __main__ passed for it. A module of the recorded name loaded from
+    another file is not the code that trained them: the reuse is said, with the fix."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "reg2.py").write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "OMP_NUM_THREADS": "1",
+           "DEPTHAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "reg2.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(next((tmp_path / "OVR" / "runs").glob("*_fa_all_*/result.json")).read_text())
+    assert [q["module"] for q in rec["provenance"]["plugins"]] == ["__main__"]
+    p = subprocess.run([sys.executable, "-m", "depthaudit", "audit", "--dataset", "mnist1d", "--d-hidden", "8",
+                        "--num-blocks", "1", "--epochs", "1", "--methods", "fa", "--seeds", "1", "--probe-batches",
+                        "1", "--probe-batch-size", "32", "--out", "OVR"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    print(p.returncode, p.stderr.strip().splitlines()[-3:])
+    assert p.returncode == 0 and "2 of 2 runs already finished" in p.stderr
+    assert f"{tmp_path / 'reg2.py'} (module __main__, not loaded now) changed since the reused runs" in p.stderr

@@ -8,6 +8,7 @@ are skipped and reported as such. Imports go one way: sweep → executors → st
 """
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,7 +89,11 @@ def changed_plugins(records) -> list[str]:
     for rec in records:
         for p in ((rec or {}).get("provenance") or {}).get("plugins") or []:
             f, want, mod = p.get("file"), p.get("sha256"), p.get("module")
-            if isinstance(mod, str) and mod and mod not in sys.modules:
+            now = sys.modules.get(mod) if isinstance(mod, str) else None
+            here = getattr(now, "__file__", None)  # a module of that name from another file is another module
+            if isinstance(mod, str) and mod and (now is None or (isinstance(f, str) and isinstance(here, str) and
+                                                                  os.path.realpath(here) != os.path.realpath(f))):
+                # (walk 34 W4: a script's __main__ replaced "fa"; the CLI's own __main__ passed for it)
                 what = f"{f} (module {mod}, not loaded now)"
                 if what not in out:
                     out.append(what)
