@@ -247,3 +247,19 @@ def test_runs_a_script_trained_under_a_replaced_name_are_named_when_reused(tmp_p
     print(p.returncode, p.stderr.strip().splitlines()[-3:])
     assert p.returncode == 0 and "2 of 2 runs already finished" in p.stderr
     assert f"{tmp_path / 'reg2.py'} (module __main__, not loaded now) changed since the reused runs" in p.stderr
+
+
+@pytest.mark.parametrize("name", ["flags", "status", "trained_test_acc", "history", "runs", "method", "n_seeds",
+                                  "checks", "evaluator"])
+def test_a_diagnostic_named_as_a_key_of_the_summary_is_refused_when_it_registers(registry, name):
+    """W5 (cases 141, 142, 146): a diagnostic named "flags" (its summary keyed by its name, as extending.md says)
+    trained both runs, then was refused with "key its part by its own name ('flags')" — what it did. The name is
+    the clash: refused at registration (before anything trains), with a name that works."""
+    cls = type("DN34", (Diagnostic,), {"name": name, "compute": lambda self, snap: {"v": 1.0}})
+    with pytest.raises(da.UsageError) as e:
+        register(cls)
+    msg = str(e.value)
+    assert f"{name!r} is a key of each method's summary in report.json" in msg and f"'my_{name}'" in msg, msg
+    assert name not in DIAGNOSTICS
+    register(type("DN34", (Diagnostic,), {"name": f"my_{name}", "compute": lambda self, snap: {"v": 1.0}}))
+    assert f"my_{name}" in DIAGNOSTICS

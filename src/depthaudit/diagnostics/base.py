@@ -170,6 +170,11 @@ class Diagnostic:
 
 
 DIAGNOSTICS: Registry[type[Diagnostic]] = Registry("diagnostic")
+# each method's summary in report.json holds these beside the diagnostics' parts (experiments/audit.py), and a
+# measurement holds "evaluator" beside them: no diagnostic is named as one (walk 34 W5)
+RESERVED_NAMES = frozenset({"method", "n_seeds", "status", "diverged", "epochs_completed", "standard_pair", "monitor",
+                            "checks", "flags", "trained_test_acc", "frozen_test_acc", "history", "runs", "shallow",
+                            "evaluator", "epochs"})
 
 
 def register(cls: type[Diagnostic]) -> type[Diagnostic]:
@@ -180,6 +185,12 @@ def register(cls: type[Diagnostic]) -> type[Diagnostic]:
 
         raise UsageError(f"diagnostic {getattr(cls, 'name', cls.__name__)!r} ({cls.__module__}.{cls.__qualname__}): "
                          f"its order is {order!r}; give a number (where its section goes among the others)")
+    if getattr(cls, "name", None) in RESERVED_NAMES:
+        from ..errors import UsageError
+
+        raise UsageError(f"diagnostic {cls.name!r} ({cls.__module__}.{cls.__qualname__}): {cls.name!r} is a key of "
+                         "each method's summary in report.json (the audit's own); name it otherwise (e.g. "
+                         f"'my_{cls.name}')")
     checks = getattr(cls, "checks", None)
     if not isinstance(checks, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in checks.items()):
         from ..errors import UsageError

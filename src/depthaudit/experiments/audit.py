@@ -173,7 +173,7 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
                 raise UsageError(  # audit's own: a report with another number under the protocol's name)
                     f"diagnostic {d.name!r} ({d.__module__}.{d.__qualname__}): its {where}() returned {key!r}, "
                     f"which the audit's summary{' history' if where == 'trajectory' else ''} already holds; key "
-                    f"its part by its own name ({d.name!r}) and rerun (the stored runs are reused)")
+                    f"its part by its own name ({d.name!r}) and rerun (an audit reuses its stored runs)")
         _merge(out, part)
         out["history"].update(traj)
     return out
