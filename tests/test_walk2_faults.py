@@ -336,7 +336,8 @@ def test_an_unknown_progress_setting_is_noted_once(monkeypatch, capsys):
     monkeypatch.setenv("DEPTHAUDIT_PROGRESS", "banana")
     progress._unknown.cache_clear()
     progress.wanted(True), progress.wanted(True)
-    assert capsys.readouterr().err.count("DEPTHAUDIT_PROGRESS='banana' is not 0 or 1; ignored") == 1
+    assert capsys.readouterr().err.count("DEPTHAUDIT_PROGRESS='banana' is not 0 or 1 (nor false/true, no/yes, "
+                                         "off/on); ignored") == 1
 
 
 def test_identity_with_stdout_closed_says_its_card_on_stderr(tmp_path):

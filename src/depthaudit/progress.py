@@ -25,7 +25,8 @@ ENV = "DEPTHAUDIT_PROGRESS"
 
 @functools.cache  # once per value and process
 def _unknown(value: str) -> None:
-    print(f"depthaudit: note: {ENV}={value!r} is not 0 or 1; ignored (bars follow the output)", file=sys.stderr)
+    print(f"depthaudit: note: {ENV}={value!r} is not 0 or 1 (nor false/true, no/yes, off/on); ignored (bars "
+          "follow the output)", file=sys.stderr)
 
 
 def wanted(progress: bool) -> bool:
