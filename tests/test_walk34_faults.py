@@ -263,3 +263,11 @@ def test_a_diagnostic_named_as_a_key_of_the_summary_is_refused_when_it_registers
     assert name not in DIAGNOSTICS
     register(type("DN34", (Diagnostic,), {"name": f"my_{name}", "compute": lambda self, snap: {"v": 1.0}}))
     assert f"my_{name}" in DIAGNOSTICS
+
+
+def test_a_saturation_config_counts_each_extra_once_as_the_cli_does():
+    """Case 136: SaturationConfig(extra=(1, 0, 1)) kept the repeat where the CLI's --extra 1 0 1 counts each value
+    once (python-api.md: the same inputs give the same resolved config)."""
+    assert da.SaturationConfig(extra=(1, 0, 1)).extra == (1, 0) == da.SaturationConfig(extra=[1, 0]).extra
+    with pytest.raises(da.ConfigError, match="extra must be a tuple of integers"):
+        da.SaturationConfig(extra=[[1], 2])

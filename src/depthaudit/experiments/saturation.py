@@ -13,6 +13,7 @@ each position, drawn from the same seed — ResNet: bn2's γ, β per channel (:f
 masked by the ReLU after the residual sum); ResMLP: ``[ψ, 1]``; GPT: ``[attention context, ψ, 1]``.
 """
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -152,7 +153,11 @@ class SaturationConfig:
     def __post_init__(self):
         for name in ("extra", "model"):  # lists from a caller or the CLI: stored as tuples (hashable, frozen)
             v = getattr(self, name)  # (anything else, say extra=1, is refused by check_types in one line)
-            object.__setattr__(self, name, tuple(v) if isinstance(v, list | tuple) else v)
+            v = tuple(v) if isinstance(v, list | tuple) else v
+            with contextlib.suppress(TypeError):  # (an unhashable entry: check_types names it below)
+                v = tuple(dict.fromkeys(v)) if isinstance(v, tuple) else v
+            object.__setattr__(self, name, v)
+            # (each once, in order, as the CLI's --extra 1 0 1 is: walk 34 case 136; unhashable: check_types says)
         if isinstance(self.importance, list):
             object.__setattr__(self, "importance", tuple(self.importance))
         check_types(self)  # d_hidden='8', 8.5 or True: refused here, not deep inside torch
