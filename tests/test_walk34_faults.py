@@ -271,3 +271,23 @@ def test_a_saturation_config_counts_each_extra_once_as_the_cli_does():
     assert da.SaturationConfig(extra=(1, 0, 1)).extra == (1, 0) == da.SaturationConfig(extra=[1, 0]).extra
     with pytest.raises(da.ConfigError, match="extra must be a tuple of integers"):
         da.SaturationConfig(extra=[[1], 2])
+
+
+def test_the_depth_utility_figure_says_which_seeds_it_left_out(tmp_path, monkeypatch):
+    """Case 147: depth_utility.png drew bars over the seeds that finished with no mark that one of three diverged
+    and was excluded (the card and report.md say it). The D3 label on the bars says it too."""
+    from matplotlib.axes import Axes
+
+    from depthaudit.report.figures import depth_utility
+
+    said = []
+    real = Axes.annotate
+    monkeypatch.setattr(Axes, "annotate", lambda self, text, *a, **k: said.append(text) or real(self, text, *a, **k))
+    ms = lambda acc, n_out: {"method": "m", "trained_test_acc": {"mean": acc, "std": 0.01},  # noqa: E731
+                             "frozen_test_acc": {"mean": 0.5, "std": 0.01},
+                             "checks": {"D3": {"status": "FLAG", "value": 1.3}},
+                             "diverged": {"trained": n_out, "frozen": 0, "excluded_seeds": n_out, "n_seeds": 3}}
+    report = {"methods": [ms(0.513, 1), ms(0.52, 0)], "thresholds": {"gap_min_pp": 2.0}, "config": {}}
+    depth_utility(report, tmp_path / "d.png")
+    assert said == ["+1.3 pp\nFLAG\n1 of 3 seeds\ndiverged, excluded", "+1.3 pp\nFLAG"], said
+    assert (tmp_path / "d.png").stat().st_size > 0

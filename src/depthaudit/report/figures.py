@@ -106,6 +106,9 @@ def depth_utility(report: dict, path: Path) -> None:
             txt = "D3 not measured\n(no frozen twin)"
         else:
             txt = "diverged" if c["value"] is None else f"{c['value']:+.1f} pp\n{c['status']}"
+            dv = m.get("diverged") or {}  # seeds left out of the bars: said on them, as the card says (walk 34
+            if c["value"] is not None and dv.get("excluded_seeds"):  # case 147)
+                txt += f"\n{dv['excluded_seeds']} of {dv.get('n_seeds', '?')} seeds\ndiverged, excluded"
         ax.annotate(txt, (i, top), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=7,
                     color="C3" if c["status"] == "FLAG" else "0.2")
     ax.set_xticks(x, [m["method"] for m in ms])
