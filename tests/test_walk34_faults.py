@@ -291,3 +291,21 @@ def test_the_depth_utility_figure_says_which_seeds_it_left_out(tmp_path, monkeyp
     depth_utility(report, tmp_path / "d.png")
     assert said == ["+1.3 pp\nFLAG\n1 of 3 seeds\ndiverged, excluded", "+1.3 pp\nFLAG"], said
     assert (tmp_path / "d.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("fn", ["train", "audit", "ladder"])
+def test_a_loaders_arrays_passed_as_data_are_refused_naming_data(tmp_path, fn):
+    """W6 (cases 158, 159): a user's arrays wrapped in ArrayData (what a loader returns) passed as data= went on
+    as a bundle: a raw AttributeError from the training loop (or a probe-size refusal first). Refused in one
+    line naming data and the way to pass them, nothing written."""
+    from depthaudit.data import ArrayData
+
+    r = np.random.default_rng(0)
+    arrays = ArrayData(r.normal(size=(64, 8)).astype(np.float32), r.integers(0, 2, 64),
+                       r.normal(size=(300, 8)).astype(np.float32), r.integers(0, 2, 300), 2, "rng", "0" * 64)
+    base = da.TrainConfig(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1)
+    cfg = {"train": base, "audit": da.AuditConfig(base=base, methods=("bp",), seeds=(1,)),
+           "ladder": da.LadderConfig(base=base, methods=("bp",), seeds=(1,))}[fn]
+    with pytest.raises(da.ConfigError, match="data is an ArrayData .* pass da.load_data"):
+        getattr(da, fn)(cfg, tmp_path / "o", data=arrays, progress=False)
+    assert not (tmp_path / "o").exists()

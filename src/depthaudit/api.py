@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .config import NAME_NEUTRAL, TrainConfig, nothing_trains, usable_device
-from .data import load_data
+from .data import ArrayData, DataBundle, load_data
 from .data.base import DATASETS, unchanged_data
 from .diagnostics.identity import identity_over_seeds
 from .errors import ConfigError, UsageError
@@ -224,7 +224,11 @@ def _fit_batch(cfg, data, progress: bool):
 
 
 def _data(cfg: TrainConfig, data):
-    if data is not None and not hasattr(data, "x_test"):  # (data="notdata": named, not an AttributeError)
+    if isinstance(data, ArrayData):  # a loader's arrays, not yet a bundle (walk 34 W6: an AttributeError deep in
+        raise ConfigError("{data} is an ArrayData (what a dataset's loader returns), not a loaded dataset; register "
+                          "its loader (da.DATASETS.register(name)) and pass da.load_data(name, None, False, device) "
+                          "with dataset=name in the config, or leave {data} out")  # the loop)
+    if data is not None and not isinstance(data, DataBundle):  # (data="notdata": named, not an AttributeError)
         raise ConfigError(f"{{data}} must be a dataset loaded by depthaudit (da.load_data(...)), got "
                           f"{type(data).__name__}")
     if data is not None and getattr(data, "name", cfg.dataset) != cfg.dataset:  # every record names the data by it
