@@ -50,3 +50,24 @@ def test_a_misspelt_registration_keyword_is_refused_where_it_is_written(tmp_path
     err = capsys.readouterr().err.strip()
     assert "--plugin p33d" in err and "has no keyword 'epoch'" in err and "p33d.py:5" in err, err
     assert "d33d" not in DATASETS and not (tmp_path / "T").exists()
+
+
+def test_a_folder_holding_only_another_commands_claim_is_said_so(tmp_path, capsys):
+    """Case 188: a folder holding an interrupted audit's claim and no run was refused to a ladder as "holds the
+    results of another command (audit)": it holds no result. The refusal says it is the claim of an interrupted or
+    running audit; one with results reads as before."""
+    import shutil
+
+    out = tmp_path / "SG"
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["ladder", *C, "--methods", "bp", "--seeds", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"{out} holds the results of another command (audit); ladder cannot write there: use another --out")
+    shutil.rmtree(out / "runs")
+    for f in out.glob("*"):
+        if f.name not in ("identity.json", ".lock"):
+            f.unlink()
+    assert main(["ladder", *C, "--methods", "bp", "--seeds", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "(audit: its claim, identity.json, and no result yet — an interrupted or running audit)" in err, err

@@ -1057,8 +1057,16 @@ def other_kind(folder: Path, kind: str, flag: str = "--out", own: bool = False) 
     for other, file in holds:
         if other not in ok:
             where = "" if file == IDENTITY_FILE else f": {file}"
+            if file == IDENTITY_FILE and not _any_result(folder):  # (walk 33 case 188: a claim, no result yet)
+                where = f": its claim, {IDENTITY_FILE}, and no result yet — an interrupted or running {other}"
             raise UsageError(f"{folder} holds the results of another command ({other}{where}); "
                              f"{kind} cannot write there: use another {flag}")
+
+
+def _any_result(folder: Path) -> bool:
+    """Whether ``folder`` holds a result of the command that claimed it: a report, a run's record, a sweep's JSON."""
+    return any(any(folder.glob(pattern)) for pattern in ("report.json", "result.json", "runs/*/result.json",
+                                                          "warm_start/runs/*/result.json", "*.runs/*.json"))
 
 
 def _forget_cells(folder: Path) -> None:
