@@ -71,3 +71,31 @@ def test_a_folder_holding_only_another_commands_claim_is_said_so(tmp_path, capsy
     assert main(["ladder", *C, "--methods", "bp", "--seeds", "1", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "(audit: its claim, identity.json, and no result yet — an interrupted or running audit)" in err, err
+
+
+def test_a_sweeps_base_may_not_carry_trains_own_settings(tmp_path):
+    """W3 (cases 204–208): a sweep's base TrainConfig with credit_mix (ProbesConfig: every "dfa_scratch" run was
+    90% BP), warm_start (AuditConfig, LadderConfig: the frozen baseline started from trained weights, so BP was
+    flagged on D3) or train_blocks (ProbesConfig: every run trained the last block) trained every run with it
+    under the plain method's name. Each is refused naming the field (exc.field), as AuditConfig's train_blocks
+    was (case 202: that one named no field)."""
+    import pytest
+
+    import depthaudit as da
+
+    assert main(["train", *C, "--out", str(tmp_path / "T")]) == 0
+    ckpt = str(tmp_path / "T" / "checkpoint.pt")
+    cases = [(da.ProbesConfig, {"method": "dfa", "credit_mix": 0.9}, "credit_mix"),
+             (da.ProbesConfig, {"method": "dfa", "warm_start": ckpt}, "warm_start"),
+             (da.ProbesConfig, {"method": "dfa", "train_blocks": "last:1"}, "train_blocks"),
+             (da.AuditConfig, {"warm_start": ckpt}, "warm_start"),
+             (da.LadderConfig, {"warm_start": ckpt}, "warm_start"),
+             (da.AuditConfig, {"train_blocks": "last:1"}, "train_blocks"),
+             (da.LadderConfig, {"train_blocks": "none"}, "train_blocks")]
+    for make, kw, field in cases:
+        base = da.TrainConfig(dataset="mnist1d", d_hidden=16, num_blocks=2, epochs=1, **kw)
+        with pytest.raises(da.ConfigError) as e:
+            make(base=base)
+        assert e.value.field == field and f"the base config's {field}" in str(e.value), (make, str(e.value))
+    make = da.ProbesConfig(base=da.TrainConfig(dataset="mnist1d", method="dfa"))  # the plain base is taken
+    assert make.base.credit_mix is None and make.base.warm_start is None

@@ -46,6 +46,16 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
         raise refuse(cfg, f"the base config's seed {base.seed} is not what this sweep trains: each run's seed comes "
                      f"from {{seeds}} ({', '.join(map(str, cfg.seeds))}); give seeds=({base.seed},) (or seeds that "
                      f"include {base.seed}), or leave the base's seed at its default")
+    if base.train_blocks != "all":  # each run's train_blocks is the sweep's (all/none, or the ladder's k)
+        raise refuse(cfg, f"the base config's {{train_blocks}} {base.train_blocks!r} is not what this sweep trains: "
+                     "each run's blocks come from the sweep (trained: all, frozen: none; a ladder's k; probes: "
+                     "all); leave the base's train_blocks at its default ('all')")
+    for name, what in (("credit_mix", "mixes BP into every run's credit"),
+                       ("warm_start", "starts every run, the frozen baseline too, from those weights")):
+        if getattr(base, name, None) is not None:  # train's own settings (walk 33 W3: a sweep's runs trained with
+            raise refuse(cfg, f"the base config's {{{name}}} {getattr(base, name)!r} {what}, under the plain "  # them
+                         f"method's name; it is train's alone (a probes sweep sets its own), so leave the base's "
+                         f"{name} at None (for one such run: da.train)")
     base = replace(base, seed=cfg.seeds[0])  # a copy (the caller's own config is never marked)
     object.__setattr__(base, "_sweep_seeded", True)
     object.__setattr__(cfg, "base", base)
@@ -54,10 +64,6 @@ def resolve_sweep(cfg, *, methods: bool = True) -> None:
             raise refuse(cfg, f"the base config's method {str(base.method_spec)!r} is not what this sweep trains: "
                          "each row's method comes from {methods}; give methods=(" + repr(str(base.method_spec)) +
                          ",) and leave the base's method at its default (bp)")
-        if base.train_blocks != "all":  # each run's train_blocks is the sweep's (all/none, or the ladder's k)
-            raise refuse(cfg, f"the base config's train_blocks {base.train_blocks!r} is not what this sweep trains: "
-                         "each run's blocks come from the sweep (trained: all, frozen: none; a ladder's k); leave "
-                         "the base's train_blocks at its default ('all')")
         try:
             specs = resolve_methods(cfg.methods)
         except ConfigError:
