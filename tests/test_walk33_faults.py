@@ -99,3 +99,12 @@ def test_a_sweeps_base_may_not_carry_trains_own_settings(tmp_path):
         assert e.value.field == field and f"the base config's {field}" in str(e.value), (make, str(e.value))
     make = da.ProbesConfig(base=da.TrainConfig(dataset="mnist1d", method="dfa"))  # the plain base is taken
     assert make.base.credit_mix is None and make.base.warm_start is None
+
+
+def test_a_bad_warmup_names_its_flag(tmp_path, capsys):
+    """W2 (case 176): `--warmup 5` (extending.md's old example read it as epochs) was refused as "unknown method
+    '5'" with no flag named."""
+    assert main(["train", *C, "--warmup", "5", "--out", str(tmp_path / "W")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("depthaudit: error: --warmup '5': unknown method '5'"), err
+    assert not (tmp_path / "W").exists()

@@ -248,6 +248,11 @@ def config_from_args(a: argparse.Namespace, zero_epochs: bool = False) -> TrainC
         kw.pop("warmup_fraction")
     elif kw.get("warmup") and kw.get("warmup_fraction") == 1:
         _note(f"--warmup-fraction 1: every step is under --warmup {kw['warmup']}; the method itself never trains")
+    if kw.get("warmup"):  # named by its flag (walk 33 W2: "unknown method '5'" for --warmup 5 named no flag)
+        try:
+            parse_spec(kw["warmup"])
+        except UsageError as exc:
+            raise UsageError(f"--warmup {kw['warmup']!r}: {exc}") from None  # (as the config words it)
     if kw.get("warmup") and hasattr(a, "method") and str(parse_spec(kw["warmup"])) == str(
             parse_spec(a.method or TrainConfig.method)):  # (the default method too: --warmup bp alone)
         _note(f"--warmup {kw['warmup']} is the method itself: the warm-up changes nothing")
