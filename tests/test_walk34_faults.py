@@ -309,3 +309,78 @@ def test_a_loaders_arrays_passed_as_data_are_refused_naming_data(tmp_path, fn):
     with pytest.raises(da.ConfigError, match="data is an ArrayData .* pass da.load_data"):
         getattr(da, fn)(cfg, tmp_path / "o", data=arrays, progress=False)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("key", ["weight_alignment", "stream_norms", "cka_to_bp", "standard_pair"])
+def test_a_plugin_part_under_another_quantitys_key_names_the_plugin(tmp_path, capsys, registry, key):
+    """Cases 163–166: a plug-in's summarise() that also returned 'weight_alignment' (a built-in's part) blamed
+    depthaudit's WeightAlignment; one returning 'cka_to_bp' (set after the diagnostics' parts) was dropped without
+    a word. Each names the plug-in."""
+
+    @register
+    class CN34k(Diagnostic):
+        name = "cn34k"
+        order = 35
+
+        def compute(self, snap):
+            return {"v": 1.0}
+
+        @classmethod
+        def summarise(cls, finals, num_blocks):
+            return {"cn34k": 1.0, key: {"x": 1.0}}
+
+    assert main(["audit", *C, "--methods", "bp", "--seeds", "1", "--out", str(tmp_path / "A")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "diagnostic 'cn34k' (" in err and f"summarise() returned '{key}" in err, err
+
+
+def test_markdown_cells_keep_their_columns_and_a_monitor_name_is_one_cell():
+    """W7 (cases 168–172): a '|' or a line break in a row label (a TrainingMonitor's name, a plug-in's free-text
+    option value) shifted every number of the row under another header in report.md."""
+    import torch
+
+    from depthaudit.evaluator import TrainingMonitor
+    from depthaudit.models import build_model
+    from depthaudit.report.card import _table_md
+
+    assert _table_md(["method", "acc"], [["a|b", "0.5"], ["x\ny", "0.4"]]).splitlines()[2:] == \
+        ["| a\\|b | 0.5 |", "| x y | 0.4 |"]
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(8, 20, generator=g), torch.randint(0, 10, (8,), generator=g))]
+    model = build_model("resmlp", (20,), 10, 8, 1, None, 0)
+    for bad in ("FA | biotorch", "x\ny", "n" * 65):
+        with pytest.raises(da.UsageError, match="one table cell"):
+            TrainingMonitor(model, batches, log=None, name=bad)
+    assert TrainingMonitor(model, batches, log=None, name="FA (biotorch)").name == "FA (biotorch)"
+
+
+@pytest.mark.parametrize("value", ["a/b", "../../ESC", "a|b", "t" * 300, "", ".."])
+def test_a_free_text_option_value_that_cannot_name_files_is_refused(tmp_path, capsys, monkeypatch, value):
+    """W8–W10 (cases 173–186): a plug-in method's str option is part of the row label, its file names and the
+    store's keys: "a/b" crashed the ladder's aggregation after training, wrote a grow store outside --out (over a
+    user's file), split a probes folder into subfolders; 300 characters made "File name too long" refusals whose
+    advice (a shorter path) could not help. Refused in one line before anything is written."""
+    from depthaudit.methods import METHODS, Option
+    from depthaudit.methods.dfa import DFA
+
+    monkeypatch.setattr(METHODS, "_items", dict(METHODS._items))
+    monkeypatch.setattr(METHODS, "_meta", dict(METHODS._meta))
+
+    @METHODS.register("tag34")
+    class Tag34(DFA):
+        options = {"tag": Option("x", "free text label")}
+
+        def __init__(self, model, seed, tag="x"):
+            super().__init__(model, seed)
+            self.tag = tag
+
+    for argv in (["ladder", *C, "--methods", f"tag34:tag={value}", "--seeds", "1"],
+                 ["grow", "--family", "resmlp", "--method", f"tag34:tag={value}", "--dataset", "mnist1d",
+                  "--d-hidden", "16", "--extra", "1", "--epochs", "1"],
+                 ["probes", *C, "--method", f"tag34:tag={value}", "--alphas", "0", "--seeds", "1"]):
+        out = tmp_path / argv[0]
+        assert main([*argv, "--out", str(out)]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert "is not a usable value: use 1 to 32 letters" in err or "needs a value" in err, err
+        assert not out.exists() and not list(tmp_path.parent.glob("ESC*")), argv
+    assert main(["train", *C, "--method", "tag34:tag=v1.2_b-c+d", "--out", str(tmp_path / "ok")]) == 0

@@ -119,6 +119,10 @@ class TrainingMonitor:
         self.monitor = Monitor(th.rho_max, th.ref_factor * eps, stop_on_flag)
         if not isinstance(name, str) or not name.strip():
             raise UsageError(f"name={name!r}: give the method's name for the card (e.g. name='myfa')")
+        if "|" in name or any(not c.isprintable() for c in name) or len(name) > 64:  # a row label of report.md's
+            # tables (walk 34 W7: "FA | biotorch" shifted every number under another header)
+            raise UsageError(f"name={name[:40]!r}: a method's name on the card is one table cell: no '|' or line "
+                             "break, at most 64 characters (e.g. name='FA (biotorch)')")
         self.name, self.d1_stat = name, d1_stat
         self.log = log
         self.history: list[dict] = []

@@ -18,6 +18,7 @@ from ..diagnostics import (
     Tracker,
     registered,
 )
+from ..diagnostics.base import RESERVED_NAMES
 from ..diagnostics.identity import identity_over_seeds
 from ..errors import UsageError
 from ..fields import (
@@ -168,11 +169,17 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
                 continue
         else:
             part, traj = d.summarise(finals, L), d.trajectory(points, L)
-        for where, into, got in (("summarise", out, part), ("trajectory", out["history"], traj)):
-            if (key := _clash(into, got)) is not None:  # (a plug-in's "trained_test_acc" or "checks" replaced the
+        theirs = set() if d.__module__.startswith("depthaudit.") else (  # a plug-in's part under another
+            RESERVED_NAMES | {o.name for o in registered() if o is not d})  # quantity's name (cka_to_bp is set
+        for where, into, got in (("summarise", out, part), ("trajectory", out["history"], traj)):  # after these)
+            key = _clash(into, got)
+            if key is None and where == "summarise":
+                key = next((k for k in got if k in theirs), None)
+            if key is not None:  # (a plug-in's "trained_test_acc" or "checks" replaced the
                 raise UsageError(  # audit's own: a report with another number under the protocol's name)
                     f"diagnostic {d.name!r} ({d.__module__}.{d.__qualname__}): its {where}() returned {key!r}, "
-                    f"which the audit's summary{' history' if where == 'trajectory' else ''} already holds; key "
+                    f"a key the audit's summary{' history' if where == 'trajectory' else ''} holds (its own or another "
+                    f"quantity's); key "
                     f"its part by its own name ({d.name!r}) and rerun (an audit reuses its stored runs)")
         _merge(out, part)
         out["history"].update(traj)

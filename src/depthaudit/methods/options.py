@@ -16,6 +16,7 @@ as ``METHODS.get(name)(model, seed, **options)``.
 """
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +101,11 @@ class Option:
             _raise(f"{value!r} is not a string")
         if self.choices is not None and value not in self.choices:
             _raise(f"{value!r} is not one of {', '.join(self.choices)}")
+        if not _SAFE_VALUE.fullmatch(value):  # it is part of the row's label, its file names and its store's keys:
+            # (walk 34 W8–W10: "a/b" split the ladder's keys and wrote a grow store outside --out; "a|b" broke the
+            # Markdown rows; 300 characters made names too long for the disk)
+            _raise(f"{value[:40]!r}{'…' if len(value) > 40 else ''} is not a usable value: use 1 to 32 letters, "
+                   "digits and . _ + - (not starting with .); it names the row and its files")
         return value
 
     def hint(self, exc: Exception) -> str:
@@ -120,6 +126,9 @@ class Option:
         if self.lo is not None:
             return f"{t} {'>' if self.lo_open else '>='} {self.lo:g}"
         return f"{t} <= {self.hi:g}" if self.hi is not None else t
+
+
+_SAFE_VALUE = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,31}")
 
 
 def _raise(msg: str):

@@ -114,9 +114,14 @@ def _table_text(headers, rows) -> str:
     return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
 
 
+def _cell(c) -> str:
+    """A Markdown table cell: a '|' escaped and a line break a space, so a row keeps its columns (walk 34 W7)."""
+    return " ".join(str(c).replace("|", "\\|").splitlines())
+
+
 def _table_md(headers, rows) -> str:
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    return "\n".join(out + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+    out = ["| " + " | ".join(map(_cell, headers)) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(out + ["| " + " | ".join(map(_cell, r)) + " |" for r in rows])
 
 
 def _title(report: dict) -> str:
