@@ -384,3 +384,46 @@ def test_a_free_text_option_value_that_cannot_name_files_is_refused(tmp_path, ca
         assert "is not a usable value: use 1 to 32 letters" in err or "needs a value" in err, err
         assert not out.exists() and not list(tmp_path.parent.glob("ESC*")), argv
     assert main(["train", *C, "--method", "tag34:tag=v1.2_b-c+d", "--out", str(tmp_path / "ok")]) == 0
+
+
+EDITED = '''
+import torch
+from depthaudit.methods import METHODS
+from depthaudit.methods.bp import BP
+
+SIGN = 1.0
+
+
+@METHODS.register("e34")
+class E34(BP):
+    def credits(self, model, tr, e):
+        return [SIGN * g for g in super().credits(model, tr, e)]
+'''
+
+
+def test_a_record_names_the_plugin_code_that_ran_not_the_file_edited_since(tmp_path, monkeypatch):
+    """W11 (cases 187, 188): in a notebook, a plug-in file edited on disk without a reload trained the old code but
+    its records gave the new file's sha256 (the digest was read as the record was written), so two different
+    codes' runs carried one digest. The digest is the file's as its code registered."""
+    import hashlib
+    import sys
+
+    from depthaudit.methods import METHODS
+
+    monkeypatch.setattr(METHODS, "_items", dict(METHODS._items))
+    monkeypatch.setattr(METHODS, "_meta", dict(METHODS._meta))
+    src = tmp_path / "p34e.py"
+    src.write_text(EDITED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        __import__("p34e")
+        base = dict(dataset="mnist1d", d_hidden=8, num_blocks=1, epochs=1, method="e34")
+        first = da.train(da.TrainConfig(**base), tmp_path / "ED_1", progress=False).record
+        src.write_text(EDITED.replace("SIGN = 1.0", "SIGN = -1.0"))  # edited, not reloaded
+        second = da.train(da.TrainConfig(**base), tmp_path / "ED_2", progress=False).record
+    finally:
+        sys.modules.pop("p34e", None)
+    ran = hashlib.sha256(EDITED.encode()).hexdigest()
+    digests = [r["provenance"]["plugins"][0]["sha256"] for r in (first, second)]
+    print("digests", digests, "code that ran", ran)
+    assert digests == [ran, ran] and first["final"]["test_acc"] == second["final"]["test_acc"]

@@ -77,8 +77,9 @@ _REGISTRIES = {"method": ("depthaudit.methods", "METHODS"), "arch": ("depthaudit
 def plugin_modules(uses: dict) -> list[dict]:
     """The modules outside depthaudit that registered what ``uses`` names (every diagnostic where it says so).
 
-    Each as ``{"module", "file", "sha256"}`` (the source file's digest as the record is written), so a result that
-    names a plug-in's method also names the code it ran (walk 24 case 152: the record held no trace of it). A
+    Each as ``{"module", "file", "sha256"}`` (the source file's digest when its code registered: the code that
+    ran, even if the file was edited since), so a result that names a plug-in's method also names the code it ran
+    (walk 24 case 152: the record held no trace of it). A
     plug-in's code is not part of a run's identity, as depthaudit's own is not: a changed plug-in shows here.
     """
     from .errors import UsageError
@@ -96,10 +97,12 @@ def plugin_modules(uses: dict) -> list[dict]:
             mod = getattr(obj, "__module__", None) or ""
             if mod and not mod.startswith("depthaudit.") and mod != "depthaudit":
                 mods.setdefault(mod, getattr(sys.modules.get(mod), "__file__", None))
+    from .registry import LOADED_AS
+
     out = []
     for mod, file in sorted(mods.items()):
-        try:
-            digest = sha256_file(Path(file)) if file else None
+        try:  # the file as its code was registered (the code that ran), else as it is now
+            digest = LOADED_AS.get(file) or (sha256_file(Path(file)) if file else None)
         except (OSError, UsageError):  # (a module file gone, or not a regular file: no digest to give)
             digest = None
         out.append({"module": mod, "file": file, "sha256": digest})

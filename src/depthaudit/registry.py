@@ -1,6 +1,8 @@
 """Name → factory registries (timm style): models, credit methods and datasets are looked up by name."""
 
+import hashlib
 import re
+import sys
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -62,6 +64,7 @@ class Registry(Generic[T]):
                 raise ValueError(f"{self.kind} {name!r} is taken: it is {who}; register yours under another name")
             self._items[name] = obj
             self._meta[name] = dict(meta)
+            _remember_source(obj)
             return obj
 
         return deco
@@ -85,3 +88,22 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: str) -> bool:
         return name in self._items
+
+
+# the sha256 of each plug-in source file as it was when its code registered (the code that runs), by file path:
+# a file edited afterwards, in a notebook that does not reload it, still names the code that ran (walk 34 W11)
+LOADED_AS: dict[str, str] = {}
+
+
+def _remember_source(obj) -> None:
+    mod = getattr(obj, "__module__", None) or ""
+    if not mod or mod == "depthaudit" or mod.startswith("depthaudit."):
+        return
+    file = getattr(sys.modules.get(mod), "__file__", None)
+    if not isinstance(file, str):
+        return
+    try:
+        with open(file, "rb") as f:  # (a plug-in's source: small; hashlib.file_digest is 3.11+)
+            LOADED_AS[file] = hashlib.sha256(f.read()).hexdigest()
+    except (OSError, ValueError):
+        LOADED_AS.pop(file, None)

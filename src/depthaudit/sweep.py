@@ -84,6 +84,7 @@ def changed_plugins(records) -> list[str]:
     import sys
 
     from .io import sha256_file
+    from .registry import LOADED_AS
 
     out, seen = [], {}
     for rec in records:
@@ -100,9 +101,9 @@ def changed_plugins(records) -> list[str]:
                 continue
             if not f or not want or f in out:
                 continue
-            if f not in seen:
+            if f not in seen:  # the code loaded now: as it registered (a notebook's unreloaded edit is not it)
                 try:
-                    seen[f] = sha256_file(Path(f))
+                    seen[f] = LOADED_AS.get(f) or sha256_file(Path(f))
                 except (OSError, UsageError):
                     seen[f] = None
             if seen[f] is not None and seen[f] != want:
