@@ -35,7 +35,7 @@ def test_an_audit_rerun_without_the_plugin_of_a_section_says_so(tmp_path, capsys
     err = capsys.readouterr().err
     print(err)
     assert f"{out / 'report.json'}: the runs measured gn24, which no loaded diagnostic renders" in err
-    assert "rerun with --plugin MODULE" in err
+    assert "rerun the audit with --plugin MODULE (its runs are reused and summarised" in err
     argv = ["audit", *C, "--methods", "bp", "fa", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32",
             "--out", str(out)]
     assert main(argv) == 0

@@ -143,7 +143,8 @@ def test_report_of_a_monitor_folder_names_the_plugin_quantity_it_cannot_render(t
     capsys.readouterr()
     assert main(["report", str(tmp_path / "MON")]) == 0
     err = capsys.readouterr().err
-    assert "the runs measured cn34m, which no loaded diagnostic renders" in err and "--plugin p34m" in err, err
+    assert "the runs measured cn34m, which no loaded diagnostic renders" in err, err
+    assert "rerun with --plugin p34m" in err, err  # (report.json holds its summary: report renders it)
     assert main(["--plugin", "p34m", "report", str(tmp_path / "MON")]) == 0
     assert "which no loaded" not in capsys.readouterr().err
     assert "Per-layer credit norm (walk 34)" in (tmp_path / "MON" / "report.md").read_text()
@@ -427,3 +428,18 @@ def test_a_record_names_the_plugin_code_that_ran_not_the_file_edited_since(tmp_p
     digests = [r["provenance"]["plugins"][0]["sha256"] for r in (first, second)]
     print("digests", digests, "code that ran", ran)
     assert digests == [ran, ran] and first["final"]["test_acc"] == second["final"]["test_acc"]
+
+
+@pytest.mark.parametrize("device,says", [("cuda", "CUDA is not available here"), ("cuda:0", "CUDA is not available"),
+                                         ("meta", "data is placed on cpu or cuda"), ("xyz", "not understood")])
+def test_load_data_refuses_a_device_this_machine_lacks_in_one_line(device, says):
+    """W12 (cases 214, 215): da.load_data("mnist1d", None, False, torch.device("cuda")) — python-api.md's call —
+    on a machine without CUDA was torch's AssertionError; "meta" a NotImplementedError after reading the data."""
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(da.ConfigError, match=says) as e:
+        da.load_data("mnist1d", None, False, torch.device(device) if device != "xyz" else device)
+    assert e.value.field == "device" and str(e.value).startswith("device "), str(e.value)
+    assert da.load_data("mnist1d", None, False, "cpu").x_train.device.type == "cpu"

@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ..errors import UsageError
+from ..errors import ConfigError, UsageError
 from ..plugins import back_to, defined_at
 from . import cifar, mnist1d, teacher  # noqa: F401  (registers the loaders)
 from .base import DATASETS, ArrayData, DataBundle, cache_dir, to_bundle
@@ -21,6 +21,7 @@ def load_data(name: str, data_dir: str | None, download: bool, device: torch.dev
     ``fingerprint`` (a caller's load): the bundle keeps its tensors' digest, so one changed in place and passed
     back as ``data=`` is refused rather than recorded under the sha256 of the files it was loaded from.
     """
+    device = _usable(device)
     loader = DATASETS.get(name)
     cwd = os.getcwd()
     try:
@@ -42,6 +43,26 @@ def load_data(name: str, data_dir: str | None, download: bool, device: torch.dev
     arrays = replace(arrays, num_classes=int(arrays.num_classes))  # (walk 15 case 17: a numpy integer, fine as a
     bundle = to_bundle(name, arrays, device)  # count, went into every record and JSON refused it after training)
     return replace(bundle, fingerprint=bundle.tensors_digest()) if fingerprint else bundle
+
+
+def _usable(device) -> torch.device:
+    """``device`` as a torch.device this machine has, or one line naming ``device``.
+
+    (walk 34 W12: da.load_data(…, "cuda") on a machine without CUDA was torch's AssertionError; "meta" a
+    NotImplementedError after the data was read.)
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"{{device}} {device!r} not understood; use cpu, cuda or cuda:N") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"{{device}} {str(dev)!r}: data is placed on cpu or cuda[:N]; use one of those")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{{device}} {str(dev)!r}: CUDA is not available here; use torch.device('cpu')")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"{{device}} {str(dev)!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                         "use cuda:0 … or cpu")
+    return dev
 
 
 def check_arrays(name: str, a) -> None:

@@ -294,9 +294,13 @@ def unrendered_note(report: dict, out) -> str | None:
                     if isinstance(p, dict) and p.get("module"))
     mods.discard("__main__")  # (registered by a script or notebook: no module to name)
     fix = " ".join(f"--plugin {m}" for m in sorted(mods)) if mods else "--plugin MODULE"
+    held = all(any(n in m for m in report.get("methods") or []) for n in missing)  # summarised in report.json?
+    how = (f"rerun with {fix}" if held else  # (walk 34 case 220: `--plugin X report` then drew an empty section)
+           f"rerun the audit with {fix} (its runs are reused and summarised; `depthaudit report` renders only what "
+           "report.json already summarises)")
     return (f"depthaudit: note: {Path(out) / 'report.json'}: the runs measured {', '.join(missing)}, which no loaded "
             "diagnostic renders, so the report has no section for them; their sections need the plug-in that "
-            f"registered them: rerun with {fix}")
+            f"registered them: {how}")
 
 
 def _section(d, report: dict, table):
