@@ -86,6 +86,14 @@ class Registry(Generic[T]):
         """Registered names, sorted."""
         return sorted(self._items)
 
+    def __iter__(self):
+        """Its names, as a dict's keys (``sorted(da.FAMILIES)``)."""
+        return iter(self.names())
+
+    def keys(self) -> list[str]:
+        """Its names (:meth:`names`)."""
+        return self.names()
+
     def __contains__(self, name: str) -> bool:
         return name in self._items
 

@@ -169,7 +169,10 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
             if foreign_json(Path(out) / "sweep.json"):  # a user's own file of that name: never replaced
                 raise UsageError(f"{Path(out) / 'sweep.json'} exists and is not depthaudit's (a --cell run keeps its "
                                  "command there); move it away or choose another --out")
-            write_json(Path(out) / "sweep.json", {"schema": "depthaudit.sweep.v1", "argv": list(keep)})
+            if not (Path(out) / "sweep.json").is_file() or store.get(specs[0], quiet=True) is None:  # a finished
+                # cell, skipped, leaves the folder's kept command as it is (walk 35 case 166: a narrower grid's
+                # skipped cell replaced the array's 12-cell command with its own 3-cell one)
+                write_json(Path(out) / "sweep.json", {"schema": "depthaudit.sweep.v1", "argv": list(keep)})
     if opts.stored_only:  # trains nothing: a missing cell is refused before the store is claimed (nothing written)
         missing = [s for s in specs if store.get(s, quiet=True) is None]
         if missing:

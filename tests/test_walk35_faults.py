@@ -1,0 +1,27 @@
+"""Walk 35's wrong (and closest-to-wrong unclear) cases, reproduced as the walker did them (docs/walks/walk35_*)."""
+
+import json
+
+import depthaudit as da
+from depthaudit.cli import main
+
+C = ["--dataset", "mnist1d", "--d-hidden", "16", "--num-blocks", "2", "--epochs", "1"]
+
+
+def test_a_registry_reads_as_its_names():
+    """Case 132: sorted(da.FAMILIES) was a TypeError though python-api.md calls a family "a key of" it."""
+    assert sorted(da.FAMILIES) == da.FAMILIES.names() == list(da.FAMILIES.keys())
+    assert "resmlp" in da.FAMILIES and "bp" in list(da.METHODS)
+
+
+def test_a_skipped_finished_cell_keeps_the_folders_sweep_command(tmp_path, capsys):
+    """Case 166: a --cell of a narrower grid whose cell was already finished (skipped) rewrote sweep.json to its own
+    command, so `report` assembled the 3-cell sweep, not the one the array was running."""
+    out = tmp_path / "LC1"
+    wide = ["ladder", *C, "--methods", "bp", "fa", "--seeds", "1", "--out", str(out)]
+    assert main([*wide, "--cell", "0"]) == 0
+    kept = json.loads((out / "sweep.json").read_text())
+    assert "fa" in kept["argv"]
+    assert main(["ladder", *C, "--methods", "bp", "--seeds", "1", "--out", str(out), "--cell", "0"]) == 0
+    assert "already finished" in capsys.readouterr().out
+    assert json.loads((out / "sweep.json").read_text()) == kept
