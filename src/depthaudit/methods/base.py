@@ -106,6 +106,9 @@ class CreditMethod:
                 what = tuple(c.shape) if isinstance(c, torch.Tensor) else type(c).__name__
                 raise ValueError(f"{type(self).__name__}.credits()[{i}] is {what}, not shaped like h_{i} "
                                  f"{tuple(h.shape)}")
+            if not c.is_floating_point():  # (walk 35 case 189: int64 credits were torch's "could not infer output
+                raise ValueError(f"{type(self).__name__}.credits()[{i}] is {c.dtype}, not a floating-point "  # dtype")
+                                 f"tensor; return credits of h_{i}'s dtype ({h.dtype})")
         return list(cs)
 
     def step(self, model: ResidualModel, x: torch.Tensor, y: torch.Tensor, scale_penalty=0.0) -> torch.Tensor:
