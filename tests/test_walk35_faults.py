@@ -48,3 +48,41 @@ def test_integer_credits_are_named_as_such(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert "Int35.credits()[0] is torch.int64, not a floating-point tensor" in err, err
     assert "internal error" not in err and not (tmp_path / "T" / "result.json").exists()
+
+
+def test_taking_over_a_folder_of_other_data_says_its_runs_are_replaced(tmp_path, capsys, monkeypatch):
+    """W2 (cases 246–249): a rerun on regenerated data (another data_sha256) was refused with "--replace-report to
+    take it over (the runs of both are kept)"; followed, the new runs overwrote the old ones in place (a run's
+    folder names its config, not its data). The advice says so, and the other ways out."""
+    import hashlib
+
+    import numpy as np
+
+    from depthaudit.data import DATASETS, ArrayData
+
+    monkeypatch.setattr(DATASETS, "_items", dict(DATASETS._items))
+    monkeypatch.setattr(DATASETS, "_meta", dict(DATASETS._meta))
+    seed = {"v": 0}
+
+    @DATASETS.register("w35data", epochs=1)
+    def w35data(data_dir=None, download=False):
+        r = np.random.default_rng(seed["v"])
+        return ArrayData(r.normal(size=(256, 8)).astype(np.float32), r.integers(0, 3, 256),
+                         r.normal(size=(256, 8)).astype(np.float32), r.integers(0, 3, 256), 3, f"rng {seed['v']}",
+                         hashlib.sha256(str(seed["v"]).encode()).hexdigest())
+
+    out = tmp_path / "RD"
+    argv = ["audit", "--dataset", "w35data", "--d-hidden", "8", "--num-blocks", "1", "--methods", "bp", "--seeds", "1",
+            "--probe-batches", "1", "--probe-batch-size", "32", "--out", str(out)]
+    assert main(argv) == 0
+    runs = sorted(p.name for p in (out / "runs").iterdir() if not p.name.startswith("."))
+    seed["v"] = 1
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "differs in data_sha256" in err and "the runs of both are kept" not in err, err
+    assert "its runs are retrained on this data in place: those of the other data are replaced" in err, err
+    assert main([*argv, "--replace-report"]) == 0  # as said: the same run folders, now of the new data
+    assert sorted(p.name for p in (out / "runs").iterdir() if not p.name.startswith(".")) == runs
+    shas = {json.loads((out / "runs" / r / "result.json").read_text())["provenance"]["data"]["sha256"] for r in runs}
+    assert shas == {hashlib.sha256(b"1").hexdigest()}

@@ -993,6 +993,10 @@ def claim_folder(folder: Path, kind: str, identity: dict, take_over: bool = Fals
                 kept = ("its result is replaced" if (folder / "result.json").exists() else
                         "it holds no result: that training never finished") if kind == "train" else \
                     "the runs of both are kept"
+                if kind != "train" and any(d.endswith("sha256") for d in diff):  # a run's folder names its config,
+                    # not its data: the same runs retrain in place (walk 35 W2: "kept", then overwritten)
+                    kept = ("its runs are retrained on this data in place: those of the other data are replaced; "
+                            "to keep them, use another " + flag)
                 over = f", or {take_over_flag} to take it over ({kept})" if take_over_flag else ""
                 if name == IDENTITY_FILE and _report_agrees(folder, diff, now) and grows(now, was, diff, kind):
                     # the claim holds more than its report: an audit that grew it has not finished (walk 26 case 38:
