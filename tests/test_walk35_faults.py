@@ -86,3 +86,38 @@ def test_taking_over_a_folder_of_other_data_says_its_runs_are_replaced(tmp_path,
     assert sorted(p.name for p in (out / "runs").iterdir() if not p.name.startswith(".")) == runs
     shas = {json.loads((out / "runs" / r / "result.json").read_text())["provenance"]["data"]["sha256"] for r in runs}
     assert shas == {hashlib.sha256(b"1").hexdigest()}
+
+
+def test_runs_of_a_builtin_name_a_plugin_now_registers_are_said_when_reused(tmp_path, capsys, monkeypatch):
+    """W1 (cases 237–243): a plug-in re-registering the built-in "bp" (or "resmlp") with overwrite=True reused the
+    built-in's stored runs without a word, its card showing the built-in's numbers under the plug-in's code."""
+    import sys
+
+    from depthaudit.methods import METHODS
+
+    monkeypatch.setattr(METHODS, "_items", dict(METHODS._items))
+    monkeypatch.setattr(METHODS, "_meta", dict(METHODS._meta))
+    own = METHODS._items["bp"]
+    out = tmp_path / "OV"
+    argv = ["audit", *C, "--methods", "bp", "--seeds", "1", "--probe-batches", "1", "--probe-batch-size", "32",
+            "--out", str(out)]
+    assert main(argv) == 0
+    (tmp_path / "p35o.py").write_text(
+        "from depthaudit.methods import METHODS\nfrom depthaudit.methods.bp import BP\n\n\n"
+        "@METHODS.register('bp', overwrite=True)\nclass NoisyBP(BP):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    capsys.readouterr()
+    try:
+        assert main(["--plugin", "p35o", *argv]) == 0
+    finally:
+        sys.modules.pop("p35o", None)
+    err = capsys.readouterr().err
+    print(err)
+    assert "2 of 2 runs already finished" in err
+    assert f"{tmp_path / 'p35o.py'} (module p35o, which now registers a name they were trained under) changed " \
+           "since the reused runs were trained" in err
+    METHODS._items["bp"] = own  # depthaudit's own bp again (a new process): the runs' own code, nothing to say
+    monkeypatch.delenv("DEPTHAUDIT_PLUGINS", raising=False)
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "changed since" not in err, err

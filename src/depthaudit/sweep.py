@@ -84,6 +84,7 @@ def changed_plugins(records) -> list[str]:
     import sys
 
     from .io import sha256_file
+    from .provenance import plugin_modules
     from .registry import LOADED_AS
 
     out, seen = [], {}
@@ -108,6 +109,17 @@ def changed_plugins(records) -> list[str]:
                     seen[f] = None
             if seen[f] is not None and seen[f] != want:
                 out.append(f)
+        cfg = (rec or {}).get("config") or {}  # a name the runs were trained under by other code (depthaudit's
+        names = {k: cfg.get(k) for k in ("method", "arch", "dataset") if isinstance(cfg.get(k), str)}  # own, say)
+        if names:  # that a plug-in now registers (walk 35 W1: --plugin re-registering bp reused built-in bp's runs)
+            key = tuple(sorted(names.items()))
+            if key not in seen:
+                seen[key] = plugin_modules(names)
+            had = {p.get("module") for p in ((rec or {}).get("provenance") or {}).get("plugins") or []}
+            for m in seen[key]:
+                what = f"{m['file']} (module {m['module']}, which now registers a name they were trained under)"
+                if m["module"] not in had and what not in out:
+                    out.append(what)
     return out
 
 
