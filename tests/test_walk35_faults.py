@@ -121,3 +121,36 @@ def test_runs_of_a_builtin_name_a_plugin_now_registers_are_said_when_reused(tmp_
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "changed since" not in err, err
+
+
+def test_a_train_over_a_run_of_other_data_says_so(tmp_path, capsys, monkeypatch):
+    """W3 (cases 259, 260): a train whose data file was regenerated was refused with "result.json already exists
+    (this configuration's)", though the stored run was trained on other data."""
+    import hashlib
+
+    import numpy as np
+
+    from depthaudit.data import DATASETS, ArrayData
+
+    monkeypatch.setattr(DATASETS, "_items", dict(DATASETS._items))
+    monkeypatch.setattr(DATASETS, "_meta", dict(DATASETS._meta))
+    seed = {"v": 1}
+
+    @DATASETS.register("w35file", epochs=1)
+    def w35file(data_dir=None, download=False):
+        r = np.random.default_rng(seed["v"])
+        return ArrayData(r.normal(size=(128, 8)).astype(np.float32), r.integers(0, 3, 128),
+                         r.normal(size=(64, 8)).astype(np.float32), r.integers(0, 3, 64), 3, "rng",
+                         hashlib.sha256(str(seed["v"]).encode()).hexdigest())
+
+    argv = ["train", "--dataset", "w35file", "--d-hidden", "8", "--num-blocks", "1", "--out", str(tmp_path / "T")]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "already exists (this configuration's);" in capsys.readouterr().err
+    seed["v"] = 4
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    old, new = (hashlib.sha256(s).hexdigest()[:12] for s in (b"1", b"4"))
+    assert f"already exists (this configuration's, trained on other data: its data sha256 {old}…, this data's " \
+           f"{new}…); pass --force" in err, err

@@ -298,7 +298,7 @@ def train(config: TrainConfig, out: str | Path, *, data=None, checkpoint: bool =
     data = _data(config, data)
     config = _fit_batch(config, data, progress)  # (before the record beside is compared: what trains is stored)
     if (out / "result.json").exists() and not force:
-        raise _result_exists(out, config)
+        raise _result_exists(out, config, data.sha256)
     if config.warm_start:  # a damaged checkpoint is refused before any work
         read_checkpoint(config.warm_start)
         beside = Path(config.warm_start).parent / "result.json"
@@ -333,13 +333,17 @@ def _as_written(path: Path, record: dict) -> dict:
     return doc if isinstance(doc, dict) else record
 
 
-def _result_exists(out: Path, config: TrainConfig) -> UsageError:
+def _result_exists(out: Path, config: TrainConfig, data_sha256: str | None = None) -> UsageError:
     """The refusal of a train into a folder whose ``result.json`` exists: whose run it is, and --force.
 
     One line wherever it is found: before the claim, or under the folder's lock when another train finished in
     between (walk 30 W3: that one was unqualified, so --force was offered without saying whose run it replaces).
     """
     held = _held_run(out, config)
+    was = ((_as_written(out / "result.json", {}).get("provenance") or {}).get("data") or {}).get("sha256")
+    if held == " (this configuration's)" and data_sha256 and isinstance(was, str) and was != data_sha256:
+        held = (f" (this configuration's, trained on other data: its data sha256 {was[:12]}…, this data's "  # (walk
+                f"{data_sha256[:12]}…)")  # 35 W3: "this configuration's" of a run of regenerated data)
     if held == " (this configuration's)":  # (walk 19 case 118: a record edited after it was written was called
         rec = _as_written(out / "result.json", {}).get("config")  # this configuration's run, unsaid)
         now = json.loads(json.dumps(config.identity_dict(), default=str))
