@@ -154,3 +154,26 @@ def test_a_train_over_a_run_of_other_data_says_so(tmp_path, capsys, monkeypatch)
     old, new = (hashlib.sha256(s).hexdigest()[:12] for s in (b"1", b"4"))
     assert f"already exists (this configuration's, trained on other data: its data sha256 {old}…, this data's " \
            f"{new}…); pass --force" in err, err
+
+
+def test_report_of_an_edited_cell_folder_offers_only_the_fix_that_works(tmp_path, capsys):
+    """W4 (cases 279–283): a --cell folder whose identity.json was edited got "move it away and rerun (or rerun
+    the command without --cell …)" (audit) or "(or … remove sweep.json)" (ladder); the alternative was refused by
+    the same line. Only the fix that works is offered, and followed, it works."""
+    for kind in ("audit", "ladder"):
+        out = tmp_path / kind
+        argv = [kind, *C, "--methods", "bp", "--seeds", "1", "--out", str(out)]
+        cells = 2 if kind == "audit" else 3
+        for i in range(cells):
+            assert main([*argv, "--cell", str(i)]) == 0
+        assert main(["report", str(out)]) == 0
+        claim = out / "identity.json" if kind == "audit" else next(out.glob("*.runs")) / "identity.json"
+        doc = json.loads(claim.read_text())
+        doc["identity"]["seeds" if kind == "audit" else "base"] = [7] if kind == "audit" else {"lr": 9}
+        claim.write_text(json.dumps(doc))
+        capsys.readouterr()
+        assert main(["report", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "edited" in err and "(or" not in err, err
+        claim.rename(tmp_path / f"{kind}.identity.json")  # the advice: move it away (it is rewritten), rerun
+        assert main(["report", str(out)]) == 0, capsys.readouterr().err

@@ -274,6 +274,8 @@ def _assemble_cells(d: Path) -> int:
             raise UsageError(f"{cli_message(exc)} — so {d / 'sweep.json'} names a command that can no longer "  # one
                              f"write here (its folder now holds other results); remove {d / 'sweep.json'} to "  # is
                              "render what the folder holds") from None  # stale (walk 32 W2: rerunning it was refused)
+        if "cells are not finished" not in str(exc):  # an edited or damaged file: its own advice is the fix; no
+            raise exc from None  # other command gets past it (walk 35 W4: the offered alternative was refused alike)
         if cmd[len(lead)] in ("audit", "intervene", "probes"):  # a report of all its runs or none: no partial
             again = " ".join([*lead, *kept, flag, str(d)])  # one (walk 15 case 64: removing sweep.json rendered
             raise UsageError(f"{cli_message(exc)} (or rerun the command without --cell: depthaudit {again} "  # nothing)
