@@ -177,3 +177,16 @@ def test_report_of_an_edited_cell_folder_offers_only_the_fix_that_works(tmp_path
         assert "edited" in err and "(or" not in err, err
         claim.rename(tmp_path / f"{kind}.identity.json")  # the advice: move it away (it is rewritten), rerun
         assert main(["report", str(out)]) == 0, capsys.readouterr().err
+
+
+def test_report_assembling_cells_run_with_jobs_says_nothing_of_jobs(tmp_path, capsys):
+    """Walk 36 case 107: after cells run with --jobs 2, `report OUT` (given no --jobs) noted "--jobs has no effect
+    with --stored-only": a flag of the kept cell command, never given to report."""
+    out = tmp_path / "L1"
+    argv = ["ladder", *C, "--methods", "bp", "--seeds", "1", "--out", str(out)]
+    for i in range(3):
+        assert main([*argv, "--cell", str(i), "--jobs", "2"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "no effect" not in err, err

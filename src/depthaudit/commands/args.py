@@ -8,6 +8,7 @@ blocks from them).
 import argparse
 import sys
 from contextlib import nullcontext
+from contextvars import ContextVar
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -119,6 +120,12 @@ def sweep_args(p: Parser, stacking: bool = True) -> None:
     add_fields(p, SweepOptions, skip=() if stacking else {"batch_runs"})
 
 
+# set while `report` reruns a --cell sweep's kept command with --stored-only: its execution flags (--jobs 2) were
+# the cells' own, not given to report, so their "no effect" note would name flags the user never gave here
+# (walk 36 case 107)
+ASSEMBLING: ContextVar[bool] = ContextVar("ASSEMBLING", default=False)
+
+
 def sweep_options(a: argparse.Namespace, out, device: str):
     """The frozen SweepOptions from the sweep flags (the local executor's flags noted when they do nothing)."""
     from ..sweep import SweepOptions, batch_cap
@@ -132,7 +139,7 @@ def sweep_options(a: argparse.Namespace, out, device: str):
         _note("--slurm-* flags are for --executor slurm; ignored here")
     if getattr(a, "cell", None) is not None and (getattr(a, "jobs", None) or 1) > 1:
         _note("--jobs has no effect with --cell: one cell runs in this process")
-    elif not trains(a):  # how runs would train, given where nothing trains (walk 24 case 110, walk 25 W5)
+    elif not trains(a) and not ASSEMBLING.get():  # how runs would train, where nothing trains (walk 24 case 110,
         idle = [f"--{f.replace('_', '-')}" for f in SweepOptions.TRAINS
                 if getattr(a, f, None) not in (None, (), [], SweepOptions.__dataclass_fields__[f].default)]
         if idle:

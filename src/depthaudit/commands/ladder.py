@@ -45,6 +45,7 @@ from ..stores import (
 )
 from . import COMMANDS, run_command
 from .args import (
+    ASSEMBLING,
     add_train_args,
     building,
     config_from_args,
@@ -265,6 +266,7 @@ def _assemble_cells(d: Path) -> int:
     if edited:
         print(f"depthaudit: note: {d / 'report.json'} {edited}; it is rewritten from the run records",
               file=sys.stderr)
+    token = ASSEMBLING.set(True)
     try:
         return run_command([*cmd, "--stored-only"])
     except UsageError as exc:  # e.g. cells not finished; or cells added to a folder another command made
@@ -282,6 +284,8 @@ def _assemble_cells(d: Path) -> int:
                              "trains what is missing and writes the report)") from None
         raise UsageError(f"{cli_message(exc)} (or, to render what the files hold without that command, remove "
                          f"{d / 'sweep.json'})") from None
+    finally:
+        ASSEMBLING.reset(token)
 
 
 def _report_dir(d: Path, a: argparse.Namespace) -> int:
