@@ -139,7 +139,7 @@ def sweep_options(a: argparse.Namespace, out, device: str):
         _note("--slurm-* flags are for --executor slurm; ignored here")
     if getattr(a, "cell", None) is not None and (getattr(a, "jobs", None) or 1) > 1:
         _note("--jobs has no effect with --cell: one cell runs in this process")
-    elif not trains(a) and not ASSEMBLING.get():  # how runs would train, where nothing trains (walk 24 case 110,
+    elif not trains(a) and not ASSEMBLING.get():  # how runs would train (walk 24 c. 110, 25 W5)
         idle = [f"--{f.replace('_', '-')}" for f in SweepOptions.TRAINS
                 if getattr(a, f, None) not in (None, (), [], SweepOptions.__dataclass_fields__[f].default)]
         if idle:
