@@ -346,6 +346,11 @@ def _result_exists(out: Path, config: TrainConfig, data_sha256: str | None = Non
                 f"{data_sha256[:12]}…)")  # 35 W3: "this configuration's" of a run of regenerated data)
     if held == " (this configuration's)":  # (walk 19 case 118: a record edited after it was written was called
         rec = _as_written(out / "result.json", {}).get("config")  # this configuration's run, unsaid)
+        try:  # the record's config in the claim's form: its options at their defaults are no difference (walk
+            with nothing_trains():  # 36 W1: method_options.flip, filled in by the record, read as an edit)
+                rec = json.loads(json.dumps(TrainConfig.from_dict(rec).identity_dict(), default=str))
+        except Exception:  # noqa: BLE001 (a record the config cannot read: compared as it stands)
+            pass
         now = json.loads(json.dumps(config.identity_dict(), default=str))
         both = [k for k in now if k in rec] if isinstance(rec, dict) else []  # (options: flat in the claim)
         diff = identity_diff({k: rec[k] for k in both}, {k: now[k] for k in both}) if both else ["config"]

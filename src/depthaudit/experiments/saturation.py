@@ -305,6 +305,8 @@ def run_depth(spec, data=None, log=None, argv=None) -> dict:
                                  sum(b[0].shape[0] for b in batches))
     if method is not None:  # "is this network deep enough under this method?": AG/V from its own credit
         sig["credit"] = credit_signal(method, model, batches, feature_fn)
+        sig["credit"]["method"] = str(cfg.method)  # its spec as given, not the class's optional `name` (walk 36
+        # W2: a plug-in class without one stored "" and the figure's label lookup was an internal error)
         sig["credit"]["low_signal"] = sig["credit"]["AGmax"] < cfg.low_signal
     matched = [gradient_matched(model, batches, p, cfg.alpha, seed=matched_seed(p), loss_fn=loss_fn)
                for p in range(len(model.blocks) + 1)]

@@ -157,8 +157,8 @@ class CreditMethod:
         if self.growable and not old and not self.random_feedback:
             return self
         if not self.growable or any(_STATE_KEY.match(k) is None for k in old):
-            raise UsageError(f"method {self.name} cannot grow a network (its state is not per block); "
-                             "use bp, fa, dfa, kp, usf, frsf, fa-stream or ep")
+            raise UsageError(f"method {self.name or type(self).__name__} cannot grow a network (its state is not "
+                             "per block); use bp, fa, dfa, kp, usf, frsf, fa-stream or ep")
         fresh = self.redrawn(model, seed if old else self.seed)
         state = fresh.state_dict()
         state.update({_shift(k, position): v for k, v in old.items()})

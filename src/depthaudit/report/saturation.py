@@ -110,7 +110,8 @@ def depth_figure(doc: dict, path: Path, low_signal: float) -> None:
     ax.plot(x, [r["AGmax"] for r in rows], "o-", label="AGmax")
     ax.plot(x, [r["Vmax"] for r in rows], "s--", label="max V_l")
     if any(r["AGmax_credit"] is not None for r in rows):  # the same measures from the method's own credit
-        method = next(r["method"] for r in rows if r["method"])
+        method = next((r["method"] for r in rows if r["method"]), "the method")  # (a store written before the
+        # spec was recorded holds "" for a plug-in class without `name`: walk 36 W2)
         ax.plot(x, [r["AGmax_credit"] if r["AGmax_credit"] is not None else float("nan") for r in rows], "o-",
                 mfc="none", color="C2", label=f"AGmax from {method}'s credit")
     for r in rows:
