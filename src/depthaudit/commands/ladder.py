@@ -4,6 +4,7 @@
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -257,7 +258,8 @@ def _assemble_cells(d: Path) -> int:
     kept = [t for i, t in enumerate(cmd) if t not in ("--out", "--output_dir")
             and not (i and cmd[i - 1] in ("--out", "--output_dir")) and not t.startswith(("--out=", "--output_dir="))]
     cmd = [*lead, *kept, flag, str(d)]  # the folder as it is now, wherever the sweep first wrote it (named once)
-    print(f"assembling the finished cells: depthaudit {' '.join(cmd)}", file=sys.stderr)
+    print(f"assembling the finished cells: depthaudit {shlex.join(cmd)}", file=sys.stderr)  # (quoted: a path with
+    # a space pastes as one argument, walk 37 W3)
     try:  # an edited report is rewritten from the records here: said, as the refusal without sweep.json says it
         sealed = json.loads((d / "report.json").read_text(encoding="utf-8"))  # (walk 25 case 88)
         edited = seal_problem(sealed) if isinstance(sealed, dict) and SEAL in sealed else None
@@ -272,18 +274,19 @@ def _assemble_cells(d: Path) -> int:
     except UsageError as exc:  # e.g. cells not finished; or cells added to a folder another command made
         exc = UsageError(cli_message(exc).replace(" — or drop --stored-only (stored_only=True) to train them now",
                                                   ""))  # (report has no such flag: walk 25 case 37; said below)
-        if "holds the results of another command" in str(exc) or " belongs to another " in str(exc):  # the kept
-            raise UsageError(f"{cli_message(exc)} — so {d / 'sweep.json'} names a command that can no longer "  # one
-                             f"write here (its folder now holds other results); remove {d / 'sweep.json'} to "  # is
-                             "render what the folder holds") from None  # stale (walk 32 W2: rerunning it was refused)
+        if "holds the results of another command" in str(exc) or " belongs to another " in str(exc):
+            kept_cmd = shlex.quote(str(d / "sweep.json"))  # (stale: walk 32 W2, rerunning it was refused)
+            raise UsageError(f"{cli_message(exc)} — so {d / 'sweep.json'} names a command that can no longer "
+                             f"write here (its folder now holds other results); remove {kept_cmd} to render what "
+                             "the folder holds") from None
         if "cells are not finished" not in str(exc):  # an edited or damaged file: its own advice is the fix; no
             raise exc from None  # other command gets past it (walk 35 W4: the offered alternative was refused alike)
         if cmd[len(lead)] in ("audit", "intervene", "probes"):  # a report of all its runs or none: no partial
-            again = " ".join([*lead, *kept, flag, str(d)])  # one (walk 15 case 64: removing sweep.json rendered
+            again = shlex.join([*lead, *kept, flag, str(d)])  # one (walk 15 case 64: removing sweep.json rendered
             raise UsageError(f"{cli_message(exc)} (or rerun the command without --cell: depthaudit {again} "  # nothing)
                              "trains what is missing and writes the report)") from None
         raise UsageError(f"{cli_message(exc)} (or, to render what the files hold without that command, remove "
-                         f"{d / 'sweep.json'})") from None
+                         f"{shlex.quote(str(d / 'sweep.json'))})") from None
     finally:
         ASSEMBLING.reset(token)
 

@@ -307,6 +307,12 @@ class TrainingMonitor:
             what = ("one training (its result.json)" if (out / "result.json").exists() and not (out / "runs").is_dir()
                     else "another command's results (its runs and report)")
             raise UsageError(f"out {out}: it holds {what}; write the monitor's report to a folder of its own")
+        from ..stores import folder_holds
+
+        if held := folder_holds(out):  # a ladder's, a probes', a saturation's store (walk 37 case 34: the report
+            kind, file = held[0]  # was written beside them, and `report` then rendered the monitor's as theirs)
+            raise UsageError(f"out {out}: it holds another command's results ({kind}: {file}); write the monitor's "
+                             "report to a folder of its own")
         foreign = foreign_report_file(out)
         if foreign is not None:  # a user's own report.md or picture: never written over
             raise UsageError(f"{foreign} exists and {not_ours_why(foreign)} (the monitor writes its report there); "
