@@ -48,3 +48,32 @@ def test_a_monitor_does_not_write_into_another_commands_folder(tmp_path, kind):
     with pytest.raises(da.UsageError, match=f"it holds another command's results \\({kind}: "):
         mon.write(out)
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_a_run_folder_that_is_a_link_to_another_run_is_retrained_not_written_through(tmp_path, capsys):
+    """W2 (cases 74, 75): a run folder replaced by a symbolic link to another run's folder; the audit (as the
+    report's refusal advised) retrained it *through* the link, replacing the other seed's finished run, then
+    refused its checkpoint. The link is not a run folder written here: named, replaced, its target untouched."""
+    import hashlib
+    import json
+
+    out = tmp_path / "D7"
+    argv = ["audit", *C, "--methods", "bp", "--seeds", "1", "2", "--probe-batches", "1", "--probe-batch-size", "32",
+            "--out", str(out)]
+    assert main(argv) == 0
+    s1 = next((out / "runs").glob("*_bp_all_*_s1_*"))
+    s2 = next((out / "runs").glob("*_bp_all_*_s2_*"))
+    digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in s2.iterdir()}
+    for p in s1.iterdir():
+        p.unlink()
+    s1.rmdir()
+    s1.symlink_to(s2.name)
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2  # the report refuses the folder (its record names s2's folder)
+    assert main(argv) == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{s1} is a symbolic link (to {s2.name}), not a run folder written here" in err, err
+    assert not s1.is_symlink() and s1.is_dir()
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in s2.iterdir()} == digest
+    assert json.loads((s1 / "result.json").read_text())["config"]["seed"] == 1
+    assert main(["report", str(out)]) == 0

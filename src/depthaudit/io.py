@@ -538,3 +538,13 @@ def stdout_error(exc: BaseException) -> str | None:
         return None
     silence_stdout()
     return f"cannot write the standard output ({exc.strerror or exc})"
+
+
+def unlink_run_link(run_dir: Path) -> None:
+    """Remove ``run_dir`` if it is a symbolic link (the link only: its target, another run's folder, is kept).
+
+    A run's folder that is a link is not one written there: a run trained into it would replace the finished run
+    of the folder it points to (walk 37 W2).
+    """
+    if Path(run_dir).is_symlink():
+        Path(run_dir).unlink()

@@ -15,7 +15,7 @@ from .data.base import sha256_file
 from .diagnostics import audit_monitor, audit_tracker
 from .diagnostics.base import INIT_MEASUREMENT_KEY
 from .errors import UsageError
-from .io import environment_error, finite_json, save_torch, write_bytes_atomic, write_json
+from .io import environment_error, finite_json, save_torch, unlink_run_link, write_bytes_atomic, write_json
 from .loop import RunOutput, train
 from .provenance import provenance
 from .seeds import derive_seed
@@ -200,6 +200,7 @@ def _finish(spec, data: DataBundle, run: RunOutput, argv) -> dict:
     """The run's record; its checkpoint saved where the spec asks."""
     rec = result_record(spec.cfg, data, run, argv, spec.tracking)
     if spec.checkpoint:
+        unlink_run_link(Path(spec.checkpoint).parent)  # (a link to another run's folder: never written through)
         save_torch(Path(spec.checkpoint), {"config": rec["config"], "model": run.model.state_dict(),
                                            "method": run.method.state_dict(), "status": run.status})
         rec["checkpoint_sha256"] = sha256_file(Path(spec.checkpoint))  # sealed with the record: a swapped or

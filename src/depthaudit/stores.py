@@ -27,7 +27,7 @@ from urllib.parse import quote, unquote
 
 from .config import NAME_NEUTRAL, TrainConfig, nothing_trains
 from .errors import UsageError
-from .io import check_replaceable, finite_json, foreign_json, not_a_file, write_json
+from .io import check_replaceable, finite_json, foreign_json, not_a_file, unlink_run_link, write_json
 
 IDENTITY_FILE = "identity.json"  # in a FileStore's ``.runs`` folder, and in an audit's --out folder
 STATUSES = ("ok", "diverged", "stopped_flagged")
@@ -460,6 +460,11 @@ class FolderStore:
         A damaged record is named (once) and not reused: the run is trained again.
         """
         path = self.path(spec)
+        if path.parent.is_symlink():  # not a run folder written here: never read, nor written, through (walk 37 W2:
+            if not quiet:  # a run trained "into" a link to another run's folder replaced that finished run)
+                self.named(path.parent, f"is a symbolic link (to {os.readlink(path.parent)}), not a run folder "
+                           "written here", RETRAINED + " (the link is replaced, its target left as it is)")
+            return None
         prefix = path.parent.name.rsplit("_", 1)[0] + "_"
         siblings = sorted(self.root.glob(f"{glob.escape(prefix)}*/result.json")) if self.root.is_dir() else []
         for p in [path, *(s for s in siblings if s != path and s.parent.name.rsplit("_", 1)[0] + "_" == prefix)]:
@@ -500,6 +505,7 @@ class FolderStore:
     def put(self, spec: RunSpec, rec: dict) -> None:
         """Store a finished run (sealed, with its folder's name: a later hand edit or move is caught)."""
         path = self.path(spec)
+        unlink_run_link(path.parent)
         write_json(path, seal({**rec, STORED_IN: {"key": path.parent.name}}))
         self._sealed = True
 
