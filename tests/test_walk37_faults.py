@@ -77,3 +77,16 @@ def test_a_run_folder_that_is_a_link_to_another_run_is_retrained_not_written_thr
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in s2.iterdir()} == digest
     assert json.loads((s1 / "result.json").read_text())["config"]["seed"] == 1
     assert main(["report", str(out)]) == 0
+
+
+@pytest.mark.parametrize("cmd", ["audit", "intervene"])
+def test_runs_stopped_at_init_report_again(tmp_path, capsys, cmd):
+    """W4 (cases 110–112, 132, 143): every trained run stopped at init by --stop-on-flag (D1 fired: ρ 1.001 >
+    --rho-max 1.0) gives a NaN D3 gap, stored as null; `report` then computed NaN again, compared it with null and
+    called the report edited ("'checks' is not what its run records give"), even right after the audit wrote it."""
+    out = tmp_path / cmd
+    argv = [cmd, *C, "--epochs", "2", "--methods", "bp", "--seeds", "1", "--stop-on-flag", "--rho-max", "1.0",
+            "--out", str(out)] + (["--lambdas", "0", "0.1"] if cmd == "intervene" else [])
+    assert main(argv) == 0
+    assert "stopped before training" in capsys.readouterr().err
+    assert main(["report", str(out)]) == 0, capsys.readouterr().err
