@@ -90,3 +90,11 @@ def test_runs_stopped_at_init_report_again(tmp_path, capsys, cmd):
     assert main(argv) == 0
     assert "stopped before training" in capsys.readouterr().err
     assert main(["report", str(out)]) == 0, capsys.readouterr().err
+
+
+def test_with_method_of_an_unknown_method_names_the_field():
+    """W5 (case 189): cfg.with_method("nope") raised a bare UsageError (no .field), where TrainConfig(method="nope")
+    gives a ConfigError naming method, as python-api.md promises."""
+    with pytest.raises(da.ConfigError) as e:
+        da.TrainConfig().with_method("nope")
+    assert e.value.field == "method" and "unknown method 'nope'" in str(e.value)

@@ -260,7 +260,12 @@ class TrainConfig:
         """This config running method ``spec`` (``"fa"``, ``"fa:head=exact"``) with that method's own options."""
         from .methods import parse_method_spec
 
-        return parse_method_spec(spec, replace(self, method="bp", method_options={}))[1]
+        try:
+            return parse_method_spec(spec, replace(self, method="bp", method_options={}))[1]
+        except ConfigError:
+            raise
+        except UsageError as exc:  # an unknown method or option: named by its field, as TrainConfig(method=…)
+            raise refuse(self, f"{{method}} {spec!r}: {exc}") from None  # names it (walk 37 W5)
 
     def __hash__(self) -> int:
         """Hashable like any frozen config (a set of configs, a dict key), though ``method_options`` is a dict."""
