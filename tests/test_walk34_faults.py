@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from test_diagnostics_registry import PLUGIN
 
 import depthaudit as da
 from depthaudit.cli import main
@@ -87,29 +88,8 @@ def test_a_factory_that_ignores_its_seed_still_builds_the_seeds_weights(monkeypa
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-MONITORED = '''
-from depthaudit.diagnostics import Diagnostic, register
-from depthaudit.diagnostics.base import layer_headers, per_layer_rows
-from depthaudit.verdicts import mean_std
-
-
-@register
-class CN34m(Diagnostic):
-    name = "cn34m"
-    order = 35
-
-    def compute(self, snap):
-        return {"per_layer": [c.flatten(1).norm(dim=1).mean().item() for c in snap.credits]}
-
-    @classmethod
-    def summarise(cls, finals, num_blocks):
-        vals = [cls.read(p)["per_layer"] for p in finals]
-        return {"cn34m": [mean_std([v[i] for v in vals]) for i in range(num_blocks + 1)]}
-
-    @classmethod
-    def section(cls, report, table):
-        return ("Per-layer credit norm (walk 34)", table(layer_headers(report), per_layer_rows(report, "cn34m")))
-'''
+MONITORED = PLUGIN.replace("credit_norm", "cn34m").replace("CreditNorm", "CN34m").replace(
+    "Per-layer mean credit norm (a plug-in's quantity)", "Per-layer credit norm (walk 34)")
 
 
 def test_report_of_a_monitor_folder_names_the_plugin_quantity_it_cannot_render(tmp_path, capsys, registry,
