@@ -88,8 +88,21 @@ def test_runs_stopped_at_init_report_again(tmp_path, capsys, cmd):
     argv = [cmd, *C, "--epochs", "2", "--methods", "bp", "--seeds", "1", "--stop-on-flag", "--rho-max", "1.0",
             "--out", str(out)] + (["--lambdas", "0", "0.1"] if cmd == "intervene" else [])
     assert main(argv) == 0
-    assert "stopped before training" in capsys.readouterr().err
+    cap = capsys.readouterr()
+    assert "stopped before training" in cap.err
     assert main(["report", str(out)]) == 0, capsys.readouterr().err
+    if cmd == "audit":  # walk 38 W1: no accuracy, so no gap: D3 not measured, never "+nan FLAG" / "at chance"
+        import json
+        from importlib.resources import files
+
+        import jsonschema
+
+        rep = json.loads((out / "report.json").read_text())
+        jsonschema.validate(rep, json.loads(files("depthaudit.report").joinpath("audit.schema.json").read_text()))
+        d3 = rep["methods"][0]["checks"]["D3"]
+        assert d3["status"] == "NOT MEASURED" and d3["value"] is None and rep["methods"][0]["flags"] == ["D1"]
+        assert rep["decision"]["rows"][0]["standard_pair_why"] == ["no accuracy: stopped before training"]
+        assert "+nan" not in (out / "report.md").read_text() and "+nan" not in cap.out
 
 
 def test_with_method_of_an_unknown_method_names_the_field():

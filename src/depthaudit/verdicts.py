@@ -114,6 +114,8 @@ def decision_table(methods: list[dict], chance: float, th: Thresholds) -> dict:
         alarm = standard_pair_alarm(sp["test_acc"]["mean"], sp["aggregate_cosine_mean_per_layer"]["mean"], chance, th)
         if sp["test_acc"].get("n") == 0 and (m.get("diverged") or {}).get("excluded_seeds"):
             alarm = ["diverged"]  # no number to read: every seed diverged, which either reader sees
+        elif sp["test_acc"].get("n") == 0 and m["checks"]["D3"].get("why") == "stopped before training":
+            alarm = ["no accuracy: stopped before training"]  # (not "at chance": nothing was measured, walk 38 W1)
         rows.append({"method": m["method"], "standard_pair_walks_back": bool(alarm), "standard_pair_why": alarm,
                      "protocol_walks_back": bool(m["flags"]), "protocol_flags": list(m["flags"])})
     n = len(rows)

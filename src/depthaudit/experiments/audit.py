@@ -140,6 +140,11 @@ def summarise_method(method: str, trained: list[dict], frozen: list[dict], th: T
         c["flagged_seeds"] = sum(s[k] == "FLAG" for s in per_seed_checks)
         if not pairs:  # nothing finished: no value to check
             c.update(value=None, margin=None, status="DIVERGED")
+    if pairs and all(t.get("status") == "stopped_flagged" and t["final"].get("test_acc") is None for t in trained):
+        # every trained run stopped before its first epoch (--stop-on-flag, D1 or D2 at init): no accuracy, so
+        # no gap — D3 not measured, never a NaN FLAG (walk 38 W1); D1/D2 say why it stopped
+        checks["D3"].update(value=None, margin=None, std=None, n=0, flagged_seeds=0, status="NOT MEASURED",
+                            why="stopped before training")
     # trajectories (seed-mean at each measured epoch) for the figures
     trajs = [_trajectory(r) for r in trained]
     epochs = sorted(set.intersection(*(set(e for e, _ in t) for t in trajs))) if trajs else []

@@ -35,7 +35,7 @@ def _rows(report: dict) -> list[list[str]]:
             continue
         verdict = "FLAG " + ",".join(m["flags"]) if m["flags"] else "PASS"
         if ck["D3"]["status"] == "NOT MEASURED":  # a monitor's card without a frozen twin: D1 and D2 only
-            verdict += " (D3 not measured)"
+            verdict += f" (D3 not measured{': ' + ck['D3']['why'] if ck['D3'].get('why') else ''})"
         if dv.get("excluded_seeds"):
             verdict += f"; {dv['excluded_seeds']} of {dv['n_seeds']} seeds DIVERGED, excluded"
         rows.append([m["method"], fmt_ms(sp["test_acc"]), fmt_ms(sp["aggregate_cosine_mean_per_layer"]),

@@ -103,7 +103,7 @@ def depth_utility(report: dict, path: Path) -> None:
         c = m["checks"]["D3"]
         top = np.nanmax([_nan(m["trained_test_acc"]["mean"]), _nan(m["frozen_test_acc"]["mean"]), 0.0])
         if c["status"] == "NOT MEASURED":  # a monitor's report without a frozen twin: no gap, nothing diverged
-            txt = "D3 not measured\n(no frozen twin)"
+            txt = f"D3 not measured\n({c.get('why') or 'no frozen twin'})"
         else:
             txt = "diverged" if c["value"] is None else f"{c['value']:+.1f} pp\n{c['status']}"
             dv = m.get("diverged") or {}  # seeds left out of the bars: said on them, as the card says (walk 34
