@@ -31,7 +31,7 @@ from ..provenance import provenance
 from ..seeds import derive_seed
 from ..stores import RunSpec
 from .cell import Cell
-from .families import FAMILIES, DepthFamily
+from .families import FAMILIES, DepthFamily, _uses
 from .pretrained import PretrainedRun, run_pretrained
 
 
@@ -286,7 +286,8 @@ def run_depth(spec, data=None, log=None, argv=None) -> dict:
     model, data, hist, status = trained.model, trained.data, trained.history, trained.status
     loss_fn, method, recipe = trained.loss_fn or F.cross_entropy, trained.method, trained.recipe
     rec = {"schema": "depthaudit.saturation_run.v1", "status": status, "config": cfg.to_dict(), "tracking": None,
-           "provenance": provenance(device, data.provenance(), cfg.seed, argv),
+           "provenance": provenance(device, data.provenance(), cfg.seed, argv, uses=_uses(cfg)),  # (its plug-ins:
+           # walk 38 W3, a plug-in method's saturation records named none)
            "blocks": len(model.blocks), "params": sum(p.numel() for p in model.parameters()),
            "history": hist, "final": {"test_loss": hist[-1]["test_loss"] if hist else None,
                                       "test_acc": hist[-1]["test_acc"] if hist else None}}
