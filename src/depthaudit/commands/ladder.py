@@ -126,9 +126,19 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
         if (sub / "sweep.json").is_file() and foreign_json(sub / "sweep.json"):
             print(f"depthaudit: note: {sub / 'sweep.json'} is not depthaudit's; it is left alone", file=sys.stderr)
         elif (sub / "sweep.json").exists():  # cells ran separately (--cell): assemble them with the sweep's command
-            rc = _assemble_cells(sub)
-            if rc:
+            try:
+                rc = _assemble_cells(sub)
+            except UsageError as exc:  # a subfolder's unfinished or refused sweep: skipped and named, as a damaged
+                if sub == d:  # one is, and the folders after it still rendered (walk 39 W1: the report stopped
+                    raise  # there, the rest neither rendered nor named)
+                print(f"depthaudit: note: skipped {sub}: {cli_message(exc)}", file=sys.stderr)
+                skipped.append(sub)
+                continue
+            if rc and sub == d:
                 return rc
+            if rc:
+                skipped.append(sub)
+                continue
             found += 1  # (assembled and printed by the sweep's own command: probes write no report.json)
         theirs = _users_own(sub)
         if theirs is not None and sub != d:  # a user's own JSON under a results file's name: not ours to render
