@@ -51,6 +51,7 @@ from .experiments.intervene import InterveneConfig, intervention_specs, run_inte
 from .experiments.ladder import LadderConfig, ladder_specs, open_store
 from .experiments.toward_bp import (
     bp_warm_start,
+    credit_mix_specs,
     credit_mix_store,
     credit_mix_sweep,
     warm_start_specs,
@@ -67,6 +68,7 @@ from .io import (
     link_loops,
     not_ours_why,
     our_doc,
+    remove_in_flight,
     staged,
     write_bytes_atomic,
     write_json,
@@ -74,7 +76,7 @@ from .io import (
 )
 from .loop import Stepper, build, check_fits, read_checkpoint
 from .loop import train as train_run
-from .plugins import os_exit_guarded
+from .plugins import HALF_WRITTEN, code_ended, os_exit_guarded
 from .progress import bars, say
 from .provenance import provenance
 from .report import audit_markdown, audit_terminal, fmt_ms
@@ -178,6 +180,12 @@ def _api_call(fn):
                 # named, not the process gone without a word; a caller's no_grad, inference_mode or
                 # set_grad_enabled(False) is the notebook's, not the training's: walk 28 W2)
                 return fn(*args, **kwargs)
+        except SystemExit as exc:  # a plug-in's sys.exit/os._exit in its own code: named, as the CLI names it,
+            line = code_ended(exc)  # never a bare SystemExit that ends the caller's script with the plug-in's
+            if line is None:  # code and no word (walk 41 W1: sys.exit(0) ended a job "successfully")
+                raise
+            remove_in_flight()
+            raise UsageError(f"{line} {HALF_WRITTEN}") from exc
         finally:
             fonts.setLevel(level)
             LISTING_ONLY.reset(token)
@@ -622,6 +630,8 @@ def probes(config: ProbesConfig, out: str | Path, *, data=None, sweep=None, prog
     # the α sweep's store holds one configuration whatever the report's claim says: another one is refused here,
     # before the claim is taken over (walk 26 case 70: --replace-report was advised, then this store refused it)
     credit_mix_store(base, base.method, out, data.sha256, plan).check()
+    if opts.cell is not None:  # a cell that is not in the grid: refused before the claim, as the audit's (walk 40
+        pick_cell(credit_mix_specs(base, base.method, list(config.alphas), config.seeds, plan), opts.cell)  # W2)
     claim, fresh = None, not (out / f"probes_{tag}.identity.json").exists()
     if not opts.stored_only:  # this method's report in OUT belongs to one configuration: claimed under the folder's
         # lock before anything trains, a --cell's too (another method's probes sit beside it); a listing checks the

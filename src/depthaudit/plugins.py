@@ -241,14 +241,50 @@ def plugin_ended(exc: BaseException) -> str | None:
     return None
 
 
+def _outside(exc: BaseException) -> tuple[str, str] | None:
+    """``(who, "file:line (in function)")`` of the innermost traceback line not depthaudit's, Python's or torch's."""
+    torch_dir = os.path.dirname(os.path.abspath(getattr(sys.modules.get("torch"), "__file__", None) or "/-/-"))
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        f = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if not f.startswith((*_OURS, torch_dir + os.sep)):
+            last = tb
+        tb = tb.tb_next
+    if last is None:
+        return None
+    code = last.tb_frame.f_code
+    mod = last.tb_frame.f_globals.get("__name__", "?")
+    who = "your script (__main__)" if mod == "__main__" else f"plug-in {mod}"
+    return who, f"{code.co_filename}:{last.tb_lineno} (in {code.co_name})"
+
+
+def code_ended(exc: BaseException) -> str | None:
+    """:func:`plugin_ended`, or the same line for any code outside depthaudit that ended or interrupted a call.
+
+    For a Python API call and its workers, where a plug-in is any module that registered something (no
+    ``--plugin`` names it) and depthaudit itself calls no ``sys.exit``: a bare ``SystemExit`` would end the
+    caller's script with the plug-in's code and no word (walk 41 W1: ``sys.exit(0)`` ended a job as a success).
+    """
+    line = plugin_ended(exc)
+    if line is not None or not isinstance(exc, SystemExit | KeyboardInterrupt):
+        return line
+    found = _outside(exc)
+    if found is None:
+        return None
+    what = (f"called {'os._exit' if getattr(exc, 'os_exit', False) else 'sys.exit'}({exc.code})"
+            if isinstance(exc, SystemExit) else "raised KeyboardInterrupt")
+    return (f"{found[0]} {what} at {found[1]}; a plug-in must not end or interrupt the command: raise an exception "
+            "instead; fix the plug-in")
+
+
 def plugin_error(exc: BaseException) -> UsageError | None:
     """The one-line :class:`UsageError` for an error a plug-in caused (:func:`plugin_blame`), else None.
 
     A worker process (``--jobs N``, a Ray or SLURM task) calls it where the error arose, while the traceback
     still holds the plug-in's frames: what reaches the driver is this line, not a traceback-less copy.
     """
-    if isinstance(exc, SystemExit | KeyboardInterrupt):
-        line = plugin_ended(exc)
+    if isinstance(exc, SystemExit | KeyboardInterrupt):  # (a worker: no Ctrl-C reaches it, so code raised it)
+        line = code_ended(exc)
     else:  # as the command's own process ranks them (cli): the plug-in's own code first; a machine's error (disk,
         line = plugin_blame(exc, own_code=True) or (  # memory) raised by depthaudit goes back as it is (walk 28 W5)
             None if isinstance(exc, OSError | MemoryError) else plugin_blame(exc))

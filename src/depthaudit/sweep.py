@@ -176,16 +176,8 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
         return SweepStatus(stopped="\n".join(cell_lines(specs, store)))
     if opts.cell is not None:
         specs = [pick_cell(specs, opts.cell)]
-        if opts.remember is not None:  # the cell exists: keep the command for `depthaudit report OUT`
-            out, keep = opts.remember
-            if foreign_json(Path(out) / "sweep.json"):  # a user's own file of that name: never replaced
-                raise UsageError(f"{Path(out) / 'sweep.json'} exists and is not depthaudit's (a --cell run keeps its "
-                                 "command there); move it away or choose another --out")
-            if not (Path(out) / "sweep.json").is_file() or store.get(specs[0], quiet=True) is None:  # a finished
-                # cell, skipped, leaves the folder's kept command as it is (walk 35 case 166: a narrower grid's
-                # skipped cell replaced the array's 12-cell command with its own 3-cell one)
-                write_json(Path(out) / "sweep.json", {"schema": "depthaudit.sweep.v1", "argv": list(keep)})
-    if opts.stored_only:  # trains nothing: a missing cell is refused before the store is claimed (nothing written)
+    if opts.stored_only:  # trains nothing: a missing cell is refused before the store is claimed and before a
+        # --cell's command is kept (nothing written: walk 40 W3, a refused --stored-only --cell left sweep.json)
         missing = [s for s in specs if store.get(s, quiet=True) is None]
         if missing:
             names = ", ".join(s.key for s in missing[:5]) + (", …" if len(missing) > 5 else "")
@@ -195,6 +187,16 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
             raise UsageError(f"{len(missing)} of {len(specs)} cells are not finished ({names}){why}; run them first "
                              "(--cell ID; Python: SweepOptions(cell=ID)), then report — or drop --stored-only "
                              "(stored_only=True) to train them now")
+    if opts.cell is not None:
+        if opts.remember is not None:  # the cell exists: keep the command for `depthaudit report OUT`
+            out, keep = opts.remember
+            if foreign_json(Path(out) / "sweep.json"):  # a user's own file of that name: never replaced
+                raise UsageError(f"{Path(out) / 'sweep.json'} exists and is not depthaudit's (a --cell run keeps its "
+                                 "command there); move it away or choose another --out")
+            if not (Path(out) / "sweep.json").is_file() or store.get(specs[0], quiet=True) is None:  # a finished
+                # cell, skipped, leaves the folder's kept command as it is (walk 35 case 166: a narrower grid's
+                # skipped cell replaced the array's 12-cell command with its own 3-cell one)
+                write_json(Path(out) / "sweep.json", {"schema": "depthaudit.sweep.v1", "argv": list(keep)})
     if hasattr(store, "claim"):
         store.claim()
     results, pending = {}, []

@@ -140,18 +140,20 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
                 skipped.append(sub)
                 continue
             found += 1  # (assembled and printed by the sweep's own command: probes write no report.json)
-        theirs = _users_own(sub)
-        if theirs is not None and sub != d:  # a user's own JSON under a results file's name: not ours to render
-            print(f"depthaudit: note: {theirs} is not depthaudit's (a JSON without its schema); it is left alone",
-                  file=sys.stderr)
-            continue
         try:
             n = _report_dir(sub, a)
-        except (UsageError, OSError) as exc:  # (walk 18 case 94: a folder where a JSON must be ended the whole report)
-            why = cli_message(exc) if isinstance(exc, UsageError) else environment_error(exc)
-            if sub == d or why is None:
-                raise
-            print(f"depthaudit: note: skipped {sub}: {why}", file=sys.stderr)  # one bad folder, not all
+        except Unrendered as part:  # (walk 18 case 94: a folder where a JSON must be ended the whole report)
+            whys = [cli_message(e) if isinstance(e, UsageError) else environment_error(e) for e in part.errors]
+            if None in whys:  # an error of the machine no line names: as it is
+                raise part.errors[whys.index(None)] from None
+            if len(dirs) == 1 and len(whys) == 1:  # one folder, no subfolders: its one refusal is the error
+                raise part.errors[0] from None
+            for why in whys:  # one bad file, not the folder, not all (walk 40 W1)
+                print(f"depthaudit: note: {f'not rendered in {sub}' if part.rendered else f'skipped {sub}'}: {why}",
+                      file=sys.stderr)
+            if part.rendered and sub != d:
+                print(f"(from {sub})\n")
+            found += part.rendered
             skipped.append(sub)
             continue
         if n and sub != d:
@@ -161,13 +163,14 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
             if held != "pass a folder depthaudit wrote" and not held.startswith("it is the run store"):
                 print(f"depthaudit: note: not rendered: {sub}: {held}", file=sys.stderr)
         found += n
+    if skipped:  # the others are rendered, but `report DIR && publish` must not go on as if all were
+        names = ", ".join(str(s) for s in skipped[:3]) + (", …" if len(skipped) > 3 else "")
+        raise UsageError(f"{len(skipped)} folder(s) could not be rendered ({names}: each named above with its "
+                         f"fix); {found or 'no'} result(s) were rendered")  # (walk 40 case 186: the line
+        # ended "were"; 194: a folder with nothing else was said to hold no finished run)
     if not found:
         raise UsageError(f"{d} holds no ladder_*, saturation_*, grow_*, intervention.json or report.json with a "
                          f"finished run (nor do its subfolders); {_what_it_holds(d)}")
-    if skipped:  # the others are rendered, but `report DIR && publish` must not go on as if all were
-        names = ", ".join(str(s) for s in skipped[:3]) + (", …" if len(skipped) > 3 else "")
-        raise UsageError(f"{len(skipped)} folder(s) could not be rendered ({names}: each named above with its fix); "
-                         f"the other {found} result(s) were")
     return 0
 
 
@@ -180,22 +183,27 @@ def _nothing_yet(path: Path, doc: dict) -> bool:
     return True
 
 
-def _users_own(d: Path) -> Path | None:
-    """A results file's name in ``d`` holding a user's own JSON object (valid, no depthaudit schema), else None.
+def _users_own(f: Path) -> bool:
+    """Whether ``f`` (a results file's name) holds a user's own JSON object (valid, no depthaudit schema or shape).
 
     (A file that is not valid JSON may be a damaged one of ours: it is named as damaged, not passed over.)
     """
-    for f in (d / "report.json", d / "intervention.json", *sorted(d.glob("ladder_*.json")),
-              *sorted(d.glob("saturation_*.json")), *sorted(d.glob("grow_*.json"))):
-        if not f.is_file():
-            continue
-        try:
-            doc = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(doc, dict) and not our_doc(doc):
-            return f
-    return None
+    if not f.is_file():
+        return False
+    try:
+        doc = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and not our_doc(doc) and not ("identity" in doc and "runs" in doc)  # (a store
+    # older than schemas has both: ours, checked as such)
+
+
+class Unrendered(Exception):
+    """Files of one folder that could not be rendered (``errors``), after ``rendered`` results of it were."""
+
+    def __init__(self, errors: list[BaseException], rendered: int):
+        super().__init__(str(errors[0]))
+        self.errors, self.rendered = errors, rendered
 
 
 def _mine(json_path: Path, others=None) -> None:
@@ -364,18 +372,19 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
                              "to train that run again (the others are reused), or, if it is not a run of that "
                              f"command's grid (the rerun says so), move it out of {path.with_suffix('.runs')}")
 
-    for path in sorted(d.glob("ladder_*.json")):
+    def ladder_one(path: Path) -> int:
         _mine(path)
         check_ladder_doc(path, read_json_doc(path))
         assembled(path, "ladder")
         check_ladder_doc(path, read_json_doc(path))
         if _nothing_yet(path, read_json_doc(path)):
-            continue
+            return 0
         with file_lock(path.with_suffix(".lock")), rendering(path):  # (as the ladder renders it: never an older
             _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)  # JSON's over a newer one)
         print(f"{path.name}\n{table}\n")
-        found += 1
-    if (d / "report.json").exists():
+        return 1
+
+    def report_one(_: Path) -> int:
         verified_report(d)  # (checked first: a refusal writes nothing, not even the lock file)
         foreign = foreign_report_file(d)
         if foreign is not None:  # a user's own report.md or picture among the report's files: never written over
@@ -393,17 +402,18 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
         note = unrendered_note(report, d)  # a plug-in's quantities: said, not dropped silently
         if note:
             print(note, file=sys.stderr)
-        found += 1
+        return 1
+
     from ..report.saturation import grow_figure, grow_md, grow_title, saturation_figure, saturation_md, saturation_title
 
-    for path in sorted(d.glob("saturation_*.json")):
+    def saturation_one(path: Path) -> int:
         _mine(path)
         read_json_doc(path, runs=True)
         assembled(path, "saturation")
         doc = read_json_doc(path, runs=True)  # (checked first: a refusal writes nothing, not even the lock file)
         runs_intact(path, doc, "saturation")
         if _nothing_yet(path, doc):
-            continue
+            return 0
         with file_lock(path.with_suffix(".lock")), rendering(path), staged(d) as tmp:
             doc = read_json_doc(path, runs=True)
             low = min((r["config"].get("low_signal", 5e-3) for r in doc["runs"].values()), default=5e-3)
@@ -412,8 +422,9 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
             write_text(tmp / path.with_suffix(".md").name, f"# {saturation_title(doc)}\n\n{table}\n\n"
                        f"![saturation]({path.with_suffix('.png').name})\n")
         print(f"{path.name}\n{table}\n")
-        found += 1
-    if (d / "intervention.json").exists():
+        return 1
+
+    def intervention_one(_: Path) -> int:
         from ..report.intervene import intervention_doc, intervention_figure, intervention_md
 
         _mine(d / "intervention.json", [d / "intervention.md", d / "intervention.png"])
@@ -424,15 +435,16 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
             table = intervention_md(res)
             write_text(tmp / "intervention.md", intervention_doc(res, table))
         print(f"intervention.json\n{table}\n")
-        found += 1
-    for path in sorted(d.glob("grow_*.json")):
+        return 1
+
+    def grow_one(path: Path) -> int:
         _mine(path)
         read_json_doc(path, runs=True)
         assembled(path, "grow")
         doc = read_json_doc(path, runs=True)  # (checked first: a refusal writes nothing, not even the lock file)
         runs_intact(path, doc, "grow")
         if _nothing_yet(path, doc):
-            continue
+            return 0
         with file_lock(path.with_suffix(".lock")), rendering(path), staged(d) as tmp:
             doc = read_json_doc(path, runs=True)
             grow_figure(doc, tmp / path.with_suffix(".png").name)
@@ -440,7 +452,25 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
             write_text(tmp / path.with_suffix(".md").name, f"# {grow_title(doc)}\n\n{table}\n\n"
                        f"![grow]({path.with_suffix('.png').name})\n")
         print(f"{path.name}\n{table}\n")
-        found += 1
+        return 1
+
+    errors: list[BaseException] = []
+    for render, paths in ((ladder_one, sorted(d.glob("ladder_*.json"))),
+                          (report_one, [d / "report.json"] if (d / "report.json").exists() else []),
+                          (saturation_one, sorted(d.glob("saturation_*.json"))),
+                          (intervention_one, [d / "intervention.json"] if (d / "intervention.json").exists() else []),
+                          (grow_one, sorted(d.glob("grow_*.json")))):
+        for path in paths:
+            if _users_own(path):  # a user's own JSON under a results file's name: left alone, the rest of the
+                print(f"depthaudit: note: {path} is not depthaudit's (a JSON without its schema); it is left "  # folder
+                      "alone", file=sys.stderr)  # still rendered (walk 40 W1: the folder's ladder was dropped unsaid)
+                continue
+            try:  # one file that cannot be rendered does not stop the others of the folder (each said once)
+                found += render(path)
+            except (UsageError, OSError) as exc:
+                errors.append(exc)
+    if errors:
+        raise Unrendered(errors, found)
     return found
 
 

@@ -39,6 +39,14 @@ def credit_mix_store(base: TrainConfig, method: str, out: Path, data_sha256: str
                      defaults={**TrainConfig().identity_dict(), **LEGACY})
 
 
+def credit_mix_specs(base: TrainConfig, method: str, alphas, seeds, probe_plan: tuple[int, int] = (10, 128),
+                     eps: float = 1e-8) -> list[RunSpec]:
+    """The α sweep's cells, α-major (``a0.5/s1``: the keys ``--cell`` and ``--list-cells`` name)."""
+    tracking = tracking_plan(*probe_plan, 0, Thresholds(eps=eps))
+    return [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, credit_mix=float(a)), tracking)
+            for a in alphas for s in seeds]
+
+
 def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, data, data_sha256: str,
                   probe_plan: tuple[int, int] = (10, 128), eps: float = 1e-8, jobs: int = 1, log=None, argv=None,
                   opts=None) -> dict | SweepStatus:
@@ -46,9 +54,7 @@ def credit_mix_sweep(base: TrainConfig, method: str, alphas, seeds, out: Path, d
 
     A sweep that stopped short (``--list-cells``, ``--cell``) is returned as its :class:`~depthaudit.sweep.SweepStatus`.
     """
-    tracking = tracking_plan(*probe_plan, 0, Thresholds(eps=eps))
-    specs = [RunSpec(f"a{a:g}/s{s}", replace(base, method=method, seed=s, credit_mix=float(a)), tracking)
-             for a in alphas for s in seeds]
+    specs = credit_mix_specs(base, method, alphas, seeds, probe_plan, eps)
     store = credit_mix_store(base, method, out, data_sha256, probe_plan)
     status = run_sweep(specs, store, data=data, jobs=jobs, log=log, argv=argv, opts=opts)
     if not status.complete:

@@ -1,5 +1,6 @@
 """Credit methods, looked up by name in :data:`METHODS`; register your own the same way."""
 
+import inspect
 from dataclasses import replace
 
 from ..errors import UsageError
@@ -46,13 +47,20 @@ def build_method(name: str, model, seed: int, credit_mix: float | None = None, c
     if clash:
         raise UsageError(f"method {name} ({defined_at(cls)}): its option {clash[0]!r} has the name of the argument "
                          f"every method is built with ({cls.__name__}(model, seed, **options)); rename the option")
-    try:
-        method = cls(model, derive_seed(seed, "feedback"), **opts)
+    try:  # the call checked against the class's signature first: a TypeError raised inside its __init__ is the
+        inspect.signature(cls).bind(model, 0, **opts)  # plug-in's own (named with its line by the caller)
     except TypeError as exc:
-        if "unexpected keyword argument" not in str(exc) or not opts:
-            raise
-        raise UsageError(f"method {name}: its class does not take its declared options ({exc}); its __init__ must "
-                         f"accept every option it declares ({', '.join(opts)}) as a keyword") from None
+        if "unexpected keyword argument" in str(exc) and opts:
+            raise UsageError(f"method {name} ({defined_at(cls)}): its class does not take its declared options "
+                             f"({exc}); its __init__ must accept every option it declares ({', '.join(opts)}) as a "
+                             "keyword") from None
+        raise UsageError(f"method {name} ({defined_at(cls)}): it cannot be built as {cls.__name__}(model, seed"
+                         f"{', **options' if opts else ''}) ({exc}); its __init__ must take (model, seed, **options) "
+                         "— subclass depthaudit.methods.CreditMethod and call super().__init__(model, seed) "
+                         "(docs/extending.md)") from None
+    except ValueError:  # no signature to read (a builtin): the call itself says
+        pass
+    method = cls(model, derive_seed(seed, "feedback"), **opts)
     if not isinstance(method, CreditMethod):  # (walk 15 cases 98, 99: a function returning None, a class of its
         raise UsageError(f"method {name} ({defined_at(cls)}): building it gave a {type(method).__name__}, not a "  # own
                          "CreditMethod; register a subclass of depthaudit.methods.CreditMethod (docs/extending.md)")
