@@ -93,3 +93,28 @@ def test_a_refused_stored_only_cell_writes_no_sweep_json(tmp_path, capsys):
     capsys.readouterr()
     assert main(["report", str(st)]) == 0
     assert "ladder_d16_L2_mnist1d.json" in capsys.readouterr().out
+
+
+def test_two_identity_checks_of_different_configurations_into_one_file_lose_no_result_unsaid(tmp_path):
+    """Unclear case 165: ``identity --seeds 1 2`` and ``--seeds 1 2 3`` into one --out at once both exited 0 and
+    one result was gone without a word. Under the folder's lock the file is read again before it is written: a
+    check finding it written meanwhile by another configuration is refused (exit 2) and the first result kept."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "depthaudit", "identity", *C, "--probe-batches", "1", "--probe-batch-size", "32"]
+    for trial in range(2):
+        out = tmp_path / f"CC{trial}.json"
+        ps = [subprocess.Popen([*cmd, "--seeds", *seeds, "--out", str(out)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env) for seeds in (["1", "2"], ["1", "2", "3"])]
+        res = [(p.wait(timeout=600), p.stderr.read()) for p in ps]
+        print(res)
+        kept = json.loads(out.read_text())["seeds"]
+        for (rc, err), seeds in zip(res, ([1, 2], [1, 2, 3]), strict=True):
+            if kept == seeds:  # this one's result is in the file
+                assert rc == 0
+            else:  # the other's is, and this one said why its own is not (or said that it replaced the other)
+                assert (rc == 2 and "was written by another identity check while this one ran" in err) or \
+                    (rc == 0 and "note: replaced" in err), (rc, err)

@@ -90,6 +90,7 @@ from .stores import (
     add_hint,
     claim_folder,
     file_lock,
+    folder_lock,
     foreign_claim,
     grows,
     identity_diff,
@@ -863,18 +864,33 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
     record = {"schema": IDENTITY_SCHEMA, "config": _at_init(config).to_dict(), **res,
               "provenance": provenance(x.device, data.provenance(), seeds[0], ["depthaudit.identity"])}
     if out is not None:
-        write_json(Path(out), record)
-        # what the check measures: training's flags (idle at init, noted) make no other check (walk 19 cases 123, 124)
-        idle = {f.name for f in fields(TrainConfig) if f.metadata.get("training")} | {"method", "method_options"}
-        diff = sorted(k for k in set(before.get("config") or {}) | set(record["config"]) if k not in idle
-                      and (before.get("config") or {}).get(k) != record["config"].get(k)) if before is not None else []
-        if before is not None and (diff or before.get("seeds") != res.get("seeds")):
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        with folder_lock(Path(out).parent):  # (two checks into one file at once: walk 40 case 165, one result lost)
+            now = _check_identity_target(Path(out))  # read again: another check may have written it meanwhile
+            if now is not None and now != before and _identity_changes(now, record):
+                raise ConfigError(f"{{out}} {out} was written by another identity check while this one ran (it "
+                                  f"differs in {', '.join(_identity_changes(now, record)[:6])}); it is kept and this "
+                                  "check's result is not written: rerun with another {out}")
+            write_json(Path(out), record)
+        diff = _identity_changes(before, record) if before is not None else []
+        if diff:
             print(f"depthaudit: note: replaced {out}, the identity check of another configuration (it differed in "
-                  f"{', '.join(diff[:6]) or 'seeds'})", file=sys.stderr)
+                  f"{', '.join(diff[:6])})", file=sys.stderr)
     return Result(Path(out) if out is not None else None, record, card)  # (not Path("."): nothing was written)
 
 
 IDENTITY_SCHEMA = "depthaudit.identity_check.v1"
+
+
+def _identity_changes(old: dict, record: dict) -> list[str]:
+    """Where a stored identity check differs from ``record`` in what it measures (config fields, then ``seeds``).
+
+    Training's flags (idle at init, noted) make no other check (walk 19 cases 123, 124).
+    """
+    idle = {f.name for f in fields(TrainConfig) if f.metadata.get("training")} | {"method", "method_options"}
+    was, now = old.get("config") or {}, record["config"]
+    diff = sorted(k for k in set(was) | set(now) if k not in idle and was.get(k) != now.get(k))
+    return diff + (["seeds"] if old.get("seeds") != record.get("seeds") else [])
 
 
 def _at_init(config: TrainConfig) -> TrainConfig:

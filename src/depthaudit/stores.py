@@ -390,6 +390,22 @@ def file_lock(path: Path, wait: bool = True):
         fh.close()
 
 
+@contextmanager
+def folder_lock(folder: Path):
+    """An exclusive ``flock`` on the folder itself (no lock file left beside a single-file result; POSIX only)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (closing releases the lock)
+
+
 RETRAINED = "it is not reused: that run is retrained (when the sweep trains)"  # (a listing trains nothing)
 LEFT_OUT = "it is left out and not reused: that run is retrained (when the sweep trains)"
 ORDERLESS = ("methods", "seeds")  # identity lists whose order names no other run
