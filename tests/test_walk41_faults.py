@@ -110,3 +110,92 @@ def test_a_method_class_that_cannot_take_model_and_seed_is_named_not_an_internal
                      tmp_path / "P1", progress=False)
     finally:
         sys.modules.pop("p41obj", None)
+
+
+def test_an_audit_never_replaces_a_training_monitors_report(tmp_path, capsys):
+    """Unclear case 183: ``audit --out`` a TrainingMonitor's folder advised ``--replace-report`` "(the runs of both
+    stay in runs/)"; followed, the monitor's report — which no run record stands behind — was gone for good. The
+    audit is refused, with or without --replace-report, and the monitor's files are untouched."""
+    import hashlib
+
+    import torch
+
+    from depthaudit.evaluator import TrainingMonitor
+    from depthaudit.models import build_model
+
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(16, 40, generator=g), torch.randint(0, 10, (16,), generator=g))]
+    mon = TrainingMonitor(build_model("resmlp", (40,), 10, 8, 1, None, 0), batches, log=None)
+    mon.step(0)
+    mon.report(test_acc=0.5, budget=1)
+    out = tmp_path / "EV_mon"
+    mon.write(out)
+    digest = lambda: {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()}  # noqa: E731
+    before = digest()
+    for extra in ([], ["--replace-report"]):
+        assert main(["audit", *C, "--methods", "bp", "--seeds", "1", *extra, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "is a TrainingMonitor's report" in err and "use another --out" in err and "both stay" not in err
+        assert digest() == before
+
+
+MODELS_PLUGIN = '''
+import torch, torch.nn as nn
+from depthaudit.models import MODELS, ResidualAdapter
+
+class Blk(nn.Module):
+    def __init__(self, d, residual=True):
+        super().__init__(); self.ln = nn.LayerNorm(d); self.fc = nn.Linear(d, d); self.residual = residual
+    def forward(self, h):
+        f = self.fc(torch.relu(self.ln(h)))
+        return h + f if self.residual else f
+
+class Net(nn.Module):
+    def __init__(self, din, d, L, k, residual=True, nan=False):
+        super().__init__()
+        self.stem = nn.Linear(din, d); self.layers = nn.ModuleList([Blk(d, residual) for _ in range(L)])
+        self.head = nn.Linear(d, k); self.nan = nan
+    def forward(self, x):
+        h = self.stem(x.flatten(1))
+        for b in self.layers: h = b(h)
+        out = self.head(h)
+        return out * float("nan") if self.nan else out
+
+def _make(residual=True, nan=False):
+    def factory(input_shape, num_classes, d_hidden=16, num_blocks=2, mlp_ratio=4, seed=0):
+        net = Net(input_shape[-1], d_hidden, num_blocks, num_classes, residual, nan)
+        return ResidualAdapter(net, embed="stem", blocks="layers", readout="head", block_includes_residual=True)
+    return factory
+
+MODELS.register("mlp41")(_make())
+MODELS.register("plain41")(_make(residual=False))
+MODELS.register("nanm41")(_make(nan=True))
+'''
+
+
+def test_a_plugin_adapter_that_does_not_describe_its_network_is_refused_before_training(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """Unclear cases 137, 138: a plug-in arch whose blocks are plain layers declared residual, or whose readout
+    leaves out a step of the network's forward, was trained and audited as the network it does not describe,
+    while the evaluator refuses the same adapter. ``train``/``audit`` prove the description as the evaluator does
+    (one line naming the arch and the block or the forward), before anything is written."""
+    from depthaudit.models import MODELS
+
+    monkeypatch.setattr(MODELS, "_items", dict(MODELS._items))
+    monkeypatch.setattr(MODELS, "_meta", dict(MODELS._meta))
+    (tmp_path / "p41mod.py").write_text(MODELS_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    try:
+        for arch, why in (("plain41", "block 'layers.0': block(h) − h is not its branch"),
+                          ("nanm41", "differs from Net's own forward")):
+            for cmd in (["train", *C, "--arch", arch, "--out", f"T_{arch}"],
+                        ["audit", *C, "--arch", arch, "--methods", "bp", "--seeds", "1", "--out", f"A_{arch}"]):
+                assert main(["--plugin", "p41mod", *cmd]) == 2
+                err = capsys.readouterr().err
+                print(err)
+                assert f"--arch {arch} ({tmp_path / 'p41mod.py'}" in err and why in err, err
+                assert not (tmp_path / cmd[-1]).exists()
+        assert main(["--plugin", "p41mod", "train", *C, "--arch", "mlp41", "--out", "T_ok"]) == 0
+    finally:
+        sys.modules.pop("p41mod", None)

@@ -1003,6 +1003,11 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
     except (OSError, ValueError, AttributeError):
         return  # no report (or an unreadable one, which the report command names): nothing to protect
     new = json.loads(json.dumps(acfg.to_dict()))
+    if isinstance(old, dict) and _monitors(doc):  # no runs/ stand behind a TrainingMonitor's report to rebuild it
+        # (walk 41 case 183: the advice said "the runs of both stay in runs/", and following it lost the report)
+        raise UsageError(f"{out}/report.json is a TrainingMonitor's report (of your own training loop): no run "
+                         "record stands behind it, so no audit replaces it, not even with --replace-report; use "
+                         "another --out")
     if not isinstance(old, dict) or replace_report:
         return
     n = ((doc.get("provenance") or {}).get("data") or {}).get("n_train")  # compared as it would train (and be
@@ -1024,6 +1029,12 @@ def same_audit(out: Path, acfg: AuditConfig, replace_report: bool) -> None:
         raise UsageError(f"{out}/report.json is the report of another audit (differs in {', '.join(diff[:6])}){more}; "
                          "use another --out, or --replace-report (replace_report=True) to overwrite it (the runs of "
                          "both stay in runs/)")
+
+
+def _monitors(doc: dict) -> bool:
+    """Whether a ``report.json`` is a :class:`~depthaudit.evaluator.TrainingMonitor`'s (its data: the probe batches)."""
+    data = (doc.get("provenance") or {}).get("data") if isinstance(doc.get("provenance"), dict) else None
+    return isinstance(data, dict) and data.get("source") == "the probe batches given to TrainingMonitor"
 
 
 def _comparable_base(d: dict[str, Any]) -> dict[str, Any]:

@@ -194,6 +194,17 @@ def check_readout(model: ResidualModel, data: DataBundle, arch: str | None, who:
         who = who or f"--arch {arch} ({defined_at(MODELS.get(arch))})"
         raise UsageError(f"{who}: the model returns logits of shape {got} for {want[0]} examples "
                          f"of {data.name}, not {want}: its readout must give one logit per class ({data.num_classes})")
+    verify = getattr(model, "verify", None)  # a ResidualAdapter: the description proved as the evaluator proves it
+    if callable(verify):  # (walk 41 cases 137, 138: plain blocks declared residual, or a readout leaving out a step
+        # of the forward, were trained and audited as the network they do not describe)
+        model.eval()
+        try:
+            verify(data.x_train[:2] if p is None else data.x_train[:2].to(p.device))
+        except UsageError as exc:
+            who = who or f"--arch {arch} ({defined_at(MODELS.get(arch))})"
+            raise UsageError(f"{who}: {exc}") from None
+        finally:
+            model.train(was)
 
 
 def build(cfg: TrainConfig, data: DataBundle) -> tuple[ResidualModel, CreditMethod]:

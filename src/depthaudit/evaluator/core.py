@@ -178,7 +178,11 @@ def _capture(model, x, y, loss_fn, block_params=None):
 
 
 def _call_user(fn, what: str, states, logits, y) -> list[torch.Tensor]:
-    out = list(fn([h.detach() for h in states], logits.detach(), y))
+    out = fn([h.detach() for h in states], logits.detach(), y)
+    if not isinstance(out, list | tuple):  # (walk 41 case 42: None was a bare TypeError from list())
+        raise UsageError(f"{what} returned a {type(out).__name__}; it must return a list of tensors, one per stream "
+                         f"position l = 0..L ({len(states)} here), each shaped like h_l")
+    out = list(out)
     if len(out) != len(states):
         raise UsageError(f"{what} returned {len(out)} tensors; it must return one per stream position l = 0..L "
                          f"({len(states)} here)")
