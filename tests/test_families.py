@@ -57,7 +57,7 @@ def test_a_registered_family_is_a_choice_runs_and_renders(plain_mlp, tmp_path, c
     capsys.readouterr()
     assert main(["saturation", "--family", "plain-mlp", "--method", "fa", "--dataset", "mnist1d",
                  "--out", str(tmp_path / "m")]) == 2
-    assert "the plain-mlp family trains with plain backprop" in capsys.readouterr().err
+    assert "the plain-mlp family takes no method (it always trains with plain backprop" in capsys.readouterr().err
     FAMILIES._items.pop("plain-mlp")  # a plug-in not imported when the report is rebuilt: generic titles, same table
     try:
         (out / "saturation_plain-mlp_mnist1d.md").unlink()

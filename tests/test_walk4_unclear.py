@@ -81,7 +81,7 @@ def test_depth_configs_refuse_an_unknown_method_where_they_are_built():
     for cls in (da.SaturationConfig, da.GrowConfig):
         with pytest.raises(UsageError, match="unknown method 'nosuch'"):
             cls(family="resmlp", method="nosuch")
-        with pytest.raises(UsageError, match="trains with plain backprop"):
+        with pytest.raises(UsageError, match="always trains with plain backprop"):
             cls(family="resnet", method="fa")
         assert cls(family="resmlp", method="fa").method == "fa"
 

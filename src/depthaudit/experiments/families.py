@@ -172,8 +172,10 @@ class DepthFamily:
         """The canonical method spec the family trains under (None: plain backprop)."""
         if not self.under_method:
             if method is not None:
-                raise ConfigError(f"{{method={method}}}: the {self.name} family trains with plain backprop (a credit "
-                                  f"method needs one residual stream); use {{family=resmlp}} with {{method={method}}}")
+                raise ConfigError(f"{{method={method}}}: the {self.name} family takes no method (it always trains "
+                                  "with plain backprop: a credit method needs one residual stream); drop {method}, "
+                                  f"or use {{family=resmlp}} with {{method={method}}}")  # (walk 40 case 61: "trains "
+                # with plain backprop" refused --method bp, which read as self-contradictory)
             return None
         from ..methods import METHODS, parse_spec
 
