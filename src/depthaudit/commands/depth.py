@@ -15,7 +15,17 @@ from ..data.base import generated
 from ..experiments.families import FAMILIES
 from ..io import check_output_dir
 from . import COMMANDS
-from .args import dedup_note, out_arg, remember_sweep, sweep_args, sweep_options, whole_budget_note
+from .args import (
+    dedup_note,
+    method_flag_values,
+    method_option_flags,
+    out_arg,
+    remember_sweep,
+    sweep_args,
+    sweep_options,
+    unused_option_note,
+    whole_budget_note,
+)
 from .parser import add_fields, given
 
 
@@ -48,6 +58,15 @@ def depth_config(cls, a: argparse.Namespace):
                                                                  cls.__dataclass_fields__["dataset"].default):
         _note(f"--{'data-dir' if kw.get('data_dir') else 'download'} has no effect with --dataset {kw['dataset']}: "
               "it is generated here, not read")  # (walk 19 cases 172, 173; the config drops it: the same runs)
+    flags = method_flag_values(a)  # a method-option flag sets that option of --method unless its spec sets it
+    if flags and not FAMILIES.get(fam).under_method:
+        _note(f"{', '.join('--' + f for f in flags)} {'has' if len(flags) == 1 else 'have'} no effect with --family "
+              f"{fam}: it takes no method (it always trains with plain backprop)")
+    elif flags:
+        from ..methods import parse_spec, with_flags
+
+        unused_option_note(a, flags)
+        kw["method"] = str(with_flags(parse_spec(kw.get("method") or "bp"), flags))
     cfg = cls(**kw)
     whole_budget_note(kw.get("stop_after"), cfg)
     return cfg
@@ -108,6 +127,7 @@ def depth_args(p, cls, out: str) -> None:
     add_fields(p, cls)
     out_arg(p, out)
     sweep_args(p, stacking=False)
+    method_option_flags(p)  # (--fa-head …, as every command that trains a method: walk 42 case 68)
 
 
 def register(sub) -> None:

@@ -60,7 +60,15 @@ def build_method(name: str, model, seed: int, credit_mix: float | None = None, c
                          "(docs/extending.md)") from None
     except ValueError:  # no signature to read (a builtin): the call itself says
         pass
-    method = cls(model, derive_seed(seed, "feedback"), **opts)
+    import os
+
+    from ..plugins import back_to
+
+    cwd = os.getcwd()
+    try:
+        method = cls(model, derive_seed(seed, "feedback"), **opts)
+    finally:  # a plug-in's __init__ that moves the process: undone and said, so a relative --out stays the user's
+        back_to(cwd, f"method {name}'s constructor ({defined_at(cls)})")  # (walk 43 case 13: written under /tmp)
     if not isinstance(method, CreditMethod):  # (walk 15 cases 98, 99: a function returning None, a class of its
         raise UsageError(f"method {name} ({defined_at(cls)}): building it gave a {type(method).__name__}, not a "  # own
                          "CreditMethod; register a subclass of depthaudit.methods.CreditMethod (docs/extending.md)")

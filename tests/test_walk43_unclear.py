@@ -1,0 +1,47 @@
+"""Walk 43's unclear cases, settled (docs/walks/walk43_*.txt)."""
+
+import os
+import sys
+
+from depthaudit.cli import main
+
+C = ["--dataset", "mnist1d", "--d-hidden", "16", "--num-blocks", "2", "--epochs", "1"]
+
+CHDIR = '''
+import os
+from depthaudit.methods import METHODS, CreditMethod
+from depthaudit.methods.bp import bp_credits
+
+@METHODS.register("chdir43")
+class Chd(CreditMethod):
+    needs_input_grad = True
+    def __init__(self, model, seed):
+        super().__init__(model, seed)
+        os.chdir(os.environ["CHDIR43"])
+    def credits(self, model, tr, e):
+        return bp_credits(tr)
+'''
+
+
+def test_a_method_constructor_that_moves_the_process_leaves_a_relative_out_the_users(tmp_path, monkeypatch, capsys):
+    """Case 13: a plug-in method's ``__init__`` that called ``os.chdir`` made ``train --out M11`` write under the
+    folder it moved to (stores.md: a plug-in's change of the working folder is undone and said). Undone after the
+    constructor, with a note naming it: the run is where the command line said."""
+    from depthaudit.methods import METHODS
+
+    monkeypatch.setattr(METHODS, "_items", dict(METHODS._items))
+    monkeypatch.setattr(METHODS, "_meta", dict(METHODS._meta))
+    (tmp_path / "chd43.py").write_text(CHDIR)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "here").mkdir()
+    monkeypatch.setenv("CHDIR43", str(tmp_path / "elsewhere"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path / "here")
+    try:
+        assert main(["--plugin", "chd43", "train", *C, "--method", "chdir43", "--out", "M11"]) == 0
+        err = capsys.readouterr().err
+        assert "method chdir43's constructor" in err and "changed the working folder" in err
+        assert (tmp_path / "here" / "M11" / "result.json").is_file()
+        assert not (tmp_path / "elsewhere" / "M11").exists() and os.getcwd() == str(tmp_path / "here")
+    finally:
+        sys.modules.pop("chd43", None)
