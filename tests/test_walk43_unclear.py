@@ -45,3 +45,27 @@ def test_a_method_constructor_that_moves_the_process_leaves_a_relative_out_the_u
         assert not (tmp_path / "elsewhere" / "M11").exists() and os.getcwd() == str(tmp_path / "here")
     finally:
         sys.modules.pop("chd43", None)
+
+
+def test_a_scratch_folder_of_a_killed_process_is_removed_by_the_next_render(tmp_path):
+    """Case 109: a script killed by SIGTERM (Python's default: no cleanup) while rendering left
+    ``.render-*/…tmp`` in the folder, and no later render ever removed it. A scratch folder names its host and
+    PID; the next render removes those of this host whose process is gone, never a live one's."""
+    import subprocess
+
+    from depthaudit.io import _HOST, staged
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".render-{_HOST}-{dead.pid}-abc123"
+    (stale / "x").mkdir(parents=True)
+    (stale / "x" / ".fig.png.tmp").write_bytes(b"partial")
+    live = tmp_path / f".render-{_HOST}-{os.getppid()}-def456"  # a running process's (pytest's parent)
+    live.mkdir()
+    other = tmp_path / f".render-otherhost-{dead.pid}-ghi789"  # another machine's on a shared file system
+    other.mkdir()
+    with staged(tmp_path) as tmp:
+        (tmp / "report.md").write_text("ok")
+    assert not stale.exists() and live.is_dir() and other.is_dir()
+    assert (tmp_path / "report.md").read_text() == "ok"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, "report.md"])

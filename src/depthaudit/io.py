@@ -142,6 +142,28 @@ def remove_in_flight() -> None:
             pass
 
 
+_HOST = "".join(c if c.isalnum() else "_" for c in __import__("socket").gethostname())[:40] or "host"
+
+
+def _sweep_dead_scratch(folder: Path) -> None:
+    """Remove scratch folders of :func:`staged` left by a process of this machine that is gone.
+
+    A process killed outright (a script's default SIGTERM, SIGKILL) cannot clean up (walk 43 case 109: a stale
+    ``.render-*`` outlived every later render). Each is named ``.render-HOST-PID-…``: only this host's, and only
+    of a PID that no longer runs, are removed (another machine's on a shared file system is never touched).
+    """
+    for d in folder.glob(f".render-{_HOST}-*-*"):
+        pid = d.name[len(f".render-{_HOST}-"):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or not d.is_dir() or d.is_symlink():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except (PermissionError, OverflowError, OSError):  # alive (another user's) or not a PID: left alone
+            continue
+
+
 @contextmanager
 def staged(folder: Path):
     """A scratch folder in ``folder`` whose files move into ``folder`` only if the block succeeds.
@@ -151,7 +173,8 @@ def staged(folder: Path):
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".render-") as tmp:
+    _sweep_dead_scratch(folder)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=f".render-{_HOST}-{os.getpid()}-") as tmp:
         yield Path(tmp)
         files = [f for f in sorted(Path(tmp).rglob("*")) if f.is_file()]
         for f in files:  # nothing replaced unless every file can be
