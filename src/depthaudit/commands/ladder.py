@@ -129,17 +129,28 @@ def cmd_report(a: argparse.Namespace, argv: list[str]) -> int:
             try:
                 rc = _assemble_cells(sub)
             except UsageError as exc:  # a subfolder's unfinished or refused sweep: skipped and named, as a damaged
-                if sub == d:  # one is, and the folders after it still rendered (walk 39 W1: the report stopped
+                if "cells are not finished" in str(exc) and _kept_command(sub) == "intervene" \
+                        and (sub / "intervention.json").is_file():  # the report of another λ grid, finished
+                    # in the folder after its --cell sweep began (intervene lets one grid replace another's
+                    # report): rendered, the unfinished sweep named (walk 42 W1: refused, and the advice reran
+                    # the stale grid over it)
+                    print(f"depthaudit: note: {sub}: the --cell sweep kept in {sub / 'sweep.json'} is not finished "
+                          f"({cli_message(exc).split(' (or rerun')[0]}); rendering the intervention report the "
+                          "folder holds, written by a later command (its λ grid is in the table)", file=sys.stderr)
+                    rc = None
+                elif sub == d:  # one is, and the folders after it still rendered (walk 39 W1: the report stopped
                     raise  # there, the rest neither rendered nor named)
-                print(f"depthaudit: note: skipped {sub}: {cli_message(exc)}", file=sys.stderr)
-                skipped.append(sub)
-                continue
-            if rc and sub == d:
-                return rc
-            if rc:
-                skipped.append(sub)
-                continue
-            found += 1  # (assembled and printed by the sweep's own command: probes write no report.json)
+                else:
+                    print(f"depthaudit: note: skipped {sub}: {cli_message(exc)}", file=sys.stderr)
+                    skipped.append(sub)
+                    continue
+            if rc is not None:  # (None: rendered below from the folder's own files)
+                if rc and sub == d:
+                    return rc
+                if rc:
+                    skipped.append(sub)
+                    continue
+                found += 1  # (assembled and printed by the sweep's own command: probes write no report.json)
         try:
             n = _report_dir(sub, a)
         except Unrendered as part:  # (walk 18 case 94: a folder where a JSON must be ended the whole report)
@@ -258,6 +269,18 @@ def _what_it_holds(d: Path) -> str:
         return (f"its sweep ({started[0]}) has no finished run yet: rerun the command that started it with {flag} "
                 f"{d} (it resumes there)")
     return "pass a folder depthaudit wrote"
+
+
+def _kept_command(d: Path) -> str | None:
+    """The command (``intervene``, ``audit``, …) a folder's ``sweep.json`` keeps, else None."""
+    try:
+        cmd = read_json_doc(d / "sweep.json").get("argv")
+    except (OSError, UsageError, AttributeError):
+        return None
+    rest = [t for t in cmd if isinstance(t, str)] if isinstance(cmd, list) else []
+    while rest and rest[0].startswith("--plugin"):
+        rest = rest[1:] if "=" in rest[0] else rest[2:]
+    return rest[0] if rest else None
 
 
 def _assemble_cells(d: Path) -> int:
