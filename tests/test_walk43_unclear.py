@@ -69,3 +69,19 @@ def test_a_scratch_folder_of_a_killed_process_is_removed_by_the_next_render(tmp_
     assert not stale.exists() and live.is_dir() and other.is_dir()
     assert (tmp_path / "report.md").read_text() == "ok"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, "report.md"])
+
+
+def test_a_numpy_scalar_is_a_number_for_a_method_option():
+    """Case 192: ``method_options={"gain": np.float32(2)}`` was refused as "not a number" (numpy ints and floats
+    are taken elsewhere, e.g. seeds). Taken, and stored as the plain Python number it is; a numpy bool is not."""
+    import numpy as np
+    import pytest
+
+    import depthaudit as da
+
+    cfg = da.TrainConfig(method="fa-stream", method_options={"scale": np.float32(0.5)})
+    assert cfg.method_options["scale"] == 0.5 and type(cfg.method_options["scale"]) is float
+    cfg = da.TrainConfig(method="ep", method_options={"steps": np.int64(20)})
+    assert cfg.method_options["steps"] == 20 and type(cfg.method_options["steps"]) is int
+    with pytest.raises(da.ConfigError, match="is not a number"):
+        da.TrainConfig(method="ep", method_options={"steps": np.bool_(True)})

@@ -16,6 +16,7 @@ as ``METHODS.get(name)(model, seed, **options)``.
 """
 
 import math
+import numbers
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -83,8 +84,8 @@ class Option:
                 _raise(f"{value!r} is not yes/no")
             return value
         if self.type in (int, float):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                _raise(f"{value!r} is not a number")
+            if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
+                _raise(f"{value!r} is not a number")  # (a numpy scalar is a number: walk 43 case 192)
             if self.type is int and not float(value).is_integer():
                 _raise(f"{value!r} is not an integer")
             value = self.type(value)
