@@ -85,3 +85,5 @@ def test_a_numpy_scalar_is_a_number_for_a_method_option():
     assert cfg.method_options["steps"] == 20 and type(cfg.method_options["steps"]) is int
     with pytest.raises(da.ConfigError, match="is not a number"):
         da.TrainConfig(method="ep", method_options={"steps": np.bool_(True)})
+    cfg = da.TrainConfig(method="fa-stream", method_options={"identity": np.bool_(True)})  # (walk 45 case 52)
+    assert cfg.method_options["identity"] is True

@@ -80,6 +80,8 @@ class Option:
     def check(self, value: Any) -> Any:
         """``value`` validated (and coerced: an int for a float option) or ValueError naming the valid range."""
         if self.type is bool:
+            if type(value).__name__ == "bool_" and type(value).__module__ == "numpy":  # (walk 45 case 52)
+                value = bool(value)
             if not isinstance(value, bool):
                 _raise(f"{value!r} is not yes/no")
             return value
