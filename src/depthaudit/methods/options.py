@@ -80,13 +80,14 @@ class Option:
     def check(self, value: Any) -> Any:
         """``value`` validated (and coerced: an int for a float option) or ValueError naming the valid range."""
         if self.type is bool:
-            if type(value).__name__ == "bool_" and type(value).__module__ == "numpy":  # (walk 45 case 52)
+            if type(value).__name__ in ("bool_", "bool") and type(value).__module__ == "numpy":  # (walk 45 case 52)
                 value = bool(value)
             if not isinstance(value, bool):
                 _raise(f"{value!r} is not yes/no")
             return value
         if self.type in (int, float):
-            if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
+            np_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
+            if isinstance(value, bool) or np_bool or not isinstance(value, numbers.Real):
                 _raise(f"{value!r} is not a number")  # (a numpy scalar is a number: walk 43 case 192)
             if self.type is int and not float(value).is_integer():
                 _raise(f"{value!r} is not an integer")
