@@ -8,6 +8,7 @@ are skipped and reported as such. Imports go one way: sweep → executors → st
 """
 
 import contextlib
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -142,6 +143,15 @@ def cell_lines(specs: list[RunSpec], store) -> list[str]:
     return out
 
 
+def _kept_cells(path: Path) -> int:
+    """How many cells the grid of a kept ``sweep.json`` command has (a file older than that count: unknown, huge)."""
+    try:
+        n = json.loads(path.read_text(encoding="utf-8")).get("cells")
+    except (OSError, ValueError, AttributeError):
+        return 1 << 62
+    return n if isinstance(n, int) and not isinstance(n, bool) else 1 << 62
+
+
 def pick_cell(specs: list[RunSpec], cell: str) -> RunSpec:
     """The spec a ``--cell`` names: its key, or its index (e.g. ``$SLURM_ARRAY_TASK_ID``)."""
     for s in specs:
@@ -174,6 +184,7 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
     log = log or progress.say
     if opts.list_cells:
         return SweepStatus(stopped="\n".join(cell_lines(specs, store)))
+    n_cells = len(specs)  # the whole grid's, kept with a --cell's command
     if opts.cell is not None:
         specs = [pick_cell(specs, opts.cell)]
     if opts.stored_only:  # trains nothing: a missing cell is refused before the store is claimed and before a
@@ -193,10 +204,13 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
             if foreign_json(Path(out) / "sweep.json"):  # a user's own file of that name: never replaced
                 raise UsageError(f"{Path(out) / 'sweep.json'} exists and is not depthaudit's (a --cell run keeps its "
                                  "command there); move it away or choose another --out")
-            if not (Path(out) / "sweep.json").is_file() or store.get(specs[0], quiet=True) is None:  # a finished
-                # cell, skipped, leaves the folder's kept command as it is (walk 35 case 166: a narrower grid's
-                # skipped cell replaced the array's 12-cell command with its own 3-cell one)
-                write_json(Path(out) / "sweep.json", {"schema": "depthaudit.sweep.v1", "argv": list(keep)})
+            if not (Path(out) / "sweep.json").is_file() or store.get(specs[0], quiet=True) is None \
+                    or n_cells > _kept_cells(Path(out) / "sweep.json"):  # a finished cell, skipped, leaves the
+                # folder's kept command as it is (walk 35 case 166: a narrower grid's skipped cell replaced the
+                # array's 12-cell command with its own 3-cell one) — unless its grid is the larger (walk 44 case
+                # 123: an audit grown by a skipped cell kept the smaller command, which the grown claim refused)
+                write_json(Path(out) / "sweep.json", {"schema": "depthaudit.sweep.v1", "argv": list(keep),
+                                                      "cells": n_cells})
     if hasattr(store, "claim"):
         store.claim()
     results, pending = {}, []
