@@ -510,6 +510,8 @@ def test_bad_inputs_get_one_clear_error_naming_the_fix():
         CreditEvaluator(model, b, credit=lambda s, lg, y: s[:-1])()
     with pytest.raises(UsageError, match="shaped like h_1"):
         CreditEvaluator(model, b, credit=lambda s, lg, y: [s[0], s[1][:, :3], s[2]])()
+    with pytest.raises(UsageError, match="loss_fn returned a float; it must return the batch's mean loss"):
+        CreditEvaluator(model, b, loss_fn=lambda logits, y: 1.0)()  # (walk 45 case 97: an AttributeError)
     for bad in (None, 3.0, {"c": 1}):  # (walk 41 case 42: None was a bare TypeError from inside depthaudit)
         with pytest.raises(UsageError, match=f"credit returned a {type(bad).__name__}; it must return a list"):
             CreditEvaluator(model, b, credit=lambda s, lg, y, bad=bad: bad)()

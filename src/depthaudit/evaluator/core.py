@@ -134,6 +134,10 @@ def forward_states(model: ResidualModel, x: torch.Tensor):
 
 def _loss(loss_fn, logits, y):
     loss = (loss_fn or F.cross_entropy)(logits, y)
+    if not isinstance(loss, torch.Tensor):  # (walk 45 case 97: a float was an AttributeError from here)
+        raise UsageError(f"loss_fn returned a {type(loss).__name__}; it must return the batch's mean loss as a scalar "
+                         "tensor computed from the logits (e.g. F.cross_entropy(logits, y)), so the backward runs "
+                         "through it")
     if loss.dim() != 0:
         raise UsageError(f"loss_fn returned shape {tuple(loss.shape)}; it must return the batch's mean loss (a scalar)")
     return loss
