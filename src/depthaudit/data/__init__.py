@@ -106,6 +106,12 @@ def check_arrays(name: str, a) -> None:
             raise UsageError(f"--dataset {name}: its {split} split has {len(x)} inputs and {len(y)} labels; "
                              "they must match (and not be empty)")
         y = np.asarray(y)
+        if y.ndim != 1:  # (walk 45 W1: (N, 1) or one-hot labels passed every check, then failed inside the loss as
+            # an internal error, after an audit had claimed its folder)
+            hint = (" (one-hot? give y.argmax(1))" if y.ndim == 2 and y.shape[1] > 1 else
+                    " (give y.reshape(-1))" if y.ndim >= 1 and y.size == len(y) else "")
+            raise UsageError(f"--dataset {name}: its {split} labels have shape {tuple(y.shape)}; give one class index "
+                             f"per example, shape ({len(x)},){hint}")
         if not np.issubdtype(y.dtype, np.integer):
             raise UsageError(f"--dataset {name}: its {split} labels are {y.dtype}, not integers; give integer class "
                              f"labels in 0..{k - 1} (e.g. y.astype(int64))")
