@@ -395,19 +395,18 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
                              "to train that run again (the others are reused), or, if it is not a run of that "
                              f"command's grid (the rerun says so), move it out of {path.with_suffix('.runs')}")
 
-    def ladder_one(path: Path) -> int:
+    def ladder_one(path: Path) -> str | None:
         _mine(path)
         check_ladder_doc(path, read_json_doc(path))
         assembled(path, "ladder")
         check_ladder_doc(path, read_json_doc(path))
         if _nothing_yet(path, read_json_doc(path)):
-            return 0
+            return None
         with file_lock(path.with_suffix(".lock")), rendering(path):  # (as the ladder renders it: never an older
             _, table = ladder_report(path, Path(a.audit_dir) if a.audit_dir else None)  # JSON's over a newer one)
-        print(f"{path.name}\n{table}\n")
-        return 1
+        return f"{path.name}\n{table}\n"
 
-    def report_one(_: Path) -> int:
+    def report_one(_: Path) -> str | None:
         verified_report(d)  # (checked first: a refusal writes nothing, not even the lock file)
         foreign = foreign_report_file(d)
         if foreign is not None:  # a user's own report.md or picture among the report's files: never written over
@@ -421,22 +420,21 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
             report["figures"] = figures
             write_json(tmp / "report.json", seal(report))
             write_text(tmp / "report.md", md)
-        print(text)
         note = unrendered_note(report, d)  # a plug-in's quantities: said, not dropped silently
         if note:
             print(note, file=sys.stderr)
-        return 1
+        return text
 
     from ..report.saturation import grow_figure, grow_md, grow_title, saturation_figure, saturation_md, saturation_title
 
-    def saturation_one(path: Path) -> int:
+    def saturation_one(path: Path) -> str | None:
         _mine(path)
         read_json_doc(path, runs=True)
         assembled(path, "saturation")
         doc = read_json_doc(path, runs=True)  # (checked first: a refusal writes nothing, not even the lock file)
         runs_intact(path, doc, "saturation")
         if _nothing_yet(path, doc):
-            return 0
+            return None
         with file_lock(path.with_suffix(".lock")), rendering(path), staged(d) as tmp:
             doc = read_json_doc(path, runs=True)
             low = min((r["config"].get("low_signal", 5e-3) for r in doc["runs"].values()), default=5e-3)
@@ -444,10 +442,9 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
             table = saturation_md(doc)
             write_text(tmp / path.with_suffix(".md").name, f"# {saturation_title(doc)}\n\n{table}\n\n"
                        f"![saturation]({path.with_suffix('.png').name})\n")
-        print(f"{path.name}\n{table}\n")
-        return 1
+        return f"{path.name}\n{table}\n"
 
-    def intervention_one(_: Path) -> int:
+    def intervention_one(_: Path) -> str | None:
         from ..report.intervene import intervention_doc, intervention_figure, intervention_md
 
         _mine(d / "intervention.json", [d / "intervention.md", d / "intervention.png"])
@@ -457,25 +454,23 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
             intervention_figure(res, tmp / "intervention.png")
             table = intervention_md(res)
             write_text(tmp / "intervention.md", intervention_doc(res, table))
-        print(f"intervention.json\n{table}\n")
-        return 1
+        return f"intervention.json\n{table}\n"
 
-    def grow_one(path: Path) -> int:
+    def grow_one(path: Path) -> str | None:
         _mine(path)
         read_json_doc(path, runs=True)
         assembled(path, "grow")
         doc = read_json_doc(path, runs=True)  # (checked first: a refusal writes nothing, not even the lock file)
         runs_intact(path, doc, "grow")
         if _nothing_yet(path, doc):
-            return 0
+            return None
         with file_lock(path.with_suffix(".lock")), rendering(path), staged(d) as tmp:
             doc = read_json_doc(path, runs=True)
             grow_figure(doc, tmp / path.with_suffix(".png").name)
             table = grow_md(doc)
             write_text(tmp / path.with_suffix(".md").name, f"# {grow_title(doc)}\n\n{table}\n\n"
                        f"![grow]({path.with_suffix('.png').name})\n")
-        print(f"{path.name}\n{table}\n")
-        return 1
+        return f"{path.name}\n{table}\n"
 
     errors: list[BaseException] = []
     for render, paths in ((ladder_one, sorted(d.glob("ladder_*.json"))),
@@ -489,9 +484,13 @@ def _report_dir(d: Path, a: argparse.Namespace) -> int:
                       "alone", file=sys.stderr)  # still rendered (walk 40 W1: the folder's ladder was dropped unsaid)
                 continue
             try:  # one file that cannot be rendered does not stop the others of the folder (each said once)
-                found += render(path)
+                text = render(path)
             except (UsageError, OSError) as exc:
                 errors.append(exc)
+                continue
+            if text is not None:  # printed here, outside the try: standard output that cannot be written is the
+                print(text)  # command's error, not this file's (walk 44 W1: `report DIR > /dev/full` called every
+                found += 1  # file unrendered, though each was rewritten)
     if errors:
         raise Unrendered(errors, found)
     return found
