@@ -144,17 +144,17 @@ def test_reused_runs_of_changed_plugin_code_are_said(tmp_path, monkeypatch, caps
         assert main(argv) == 0
         capsys.readouterr()
         assert main(argv) == 0
-        assert "changed since the reused runs were trained" not in capsys.readouterr().err
+        assert "plug-in code that is not what is loaded now" not in capsys.readouterr().err
         src.write_text(src.read_text().replace("K = 1.0", "K = -1.0"))
         assert main(argv) == 0  # the module is loaded already: the code that runs is the one that trained them
-        assert "changed since the reused runs were trained" not in capsys.readouterr().err  # (walk 34 W11)
+        assert "plug-in code that is not what is loaded now" not in capsys.readouterr().err  # (walk 34 W11)
         METHODS._items.pop("x25chg", None)  # a new process (the CLI's next command) imports the edited file
         METHODS._meta.pop("x25chg", None)
         sys.modules.pop("p25chg", None)
         assert main(argv) == 0
         err = capsys.readouterr().err
         print(err)
-        assert f"{src} changed since the reused runs were trained" in err and "write to a new --out" in err
+        assert f"{src} (changed since they were trained: another sha256)" in err and "write to a new --out" in err
     finally:
         METHODS._items.pop("x25chg", None)
         METHODS._meta.pop("x25chg", None)

@@ -184,7 +184,7 @@ def test_runs_of_a_name_now_registered_by_another_module_are_said_or_refused(tmp
     p = audit("p30b", "--methods", "bp", "m30", "--out", "m")
     print(p.stderr[-600:])
     assert p.returncode == 0
-    note = next(line for line in p.stderr.splitlines() if "changed since the reused runs were trained" in line)
+    note = next(line for line in p.stderr.splitlines() if "plug-in code that is not what is loaded now" in line)
     assert f"{tmp_path / 'p30a.py'} (module p30a, not loaded now)" in note  # (and p30b, which now registers m30:
     assert f"{tmp_path / 'p30b.py'} (module p30b, which now registers a name they were trained under)" in note  # 35)
     assert audit("p30a", "--arch", "n30", "--methods", "bp", "m30", "--out", "n").returncode == 0

@@ -101,7 +101,7 @@ def changed_plugins(records) -> list[str]:
                 if what not in out:
                     out.append(what)
                 continue
-            if not f or not want or f in out:
+            if not f or not want or any(o.startswith(f"{f} (changed since") for o in out):
                 continue
             if f not in seen:  # the code loaded now: as it registered (a notebook's unreloaded edit is not it)
                 try:
@@ -109,7 +109,7 @@ def changed_plugins(records) -> list[str]:
                 except (OSError, UsageError):
                     seen[f] = None
             if seen[f] is not None and seen[f] != want:
-                out.append(f)
+                out.append(f"{f} (changed since they were trained: another sha256)")
         cfg = (rec or {}).get("config") or {}  # a name the runs were trained under by other code (depthaudit's
         names = {k: cfg.get(k) for k in ("method", "arch", "dataset") if isinstance(cfg.get(k), str)}  # own, say)
         if names:  # that a plug-in now registers (walk 35 W1: --plugin re-registering bp reused built-in bp's runs)
@@ -246,9 +246,9 @@ def run_sweep(specs: list[RunSpec], store, *, data=None, jobs: int = 1, log=None
         log(f"{len(results)} of {len(specs)} runs already finished in {store}; skipping them")
     changed = changed_plugins(results.values())
     if changed:  # reused as the store promises (code is no run's identity), but said (walk 25 case 141)
-        log(f"depthaudit: note: {', '.join(changed)} changed since the reused runs were trained (their records hold "
-            "another sha256 of it, or name a module not loaded now): they are reused as stored, trained by that "
-            "code; write to a new --out to train them with this one")
+        log(f"depthaudit: note: the reused runs were trained by plug-in code that is not what is loaded now — "
+            f"{', '.join(changed)}: they are reused as stored, trained by that code; write to a new --out to train "
+            "them with this one")  # (walk 46 case 137: a file not loaded now was said to have "changed")
     prog = Progress(len(specs), len(results), log)
     groups = stack_groups(pending, opts.batch_runs)
     if opts.batch_runs > 1 and len(pending) > 1 and all(len(g) == 1 for g in groups):  # (walk 24 case 189)
