@@ -484,7 +484,8 @@ def measure_epoch(tracker, monitor, log, epoch: int, model, method, rec: dict, d
     fired = monitor.update(epoch, measured) if monitor is not None else []
     for name in fired:
         log(f"  {who}monitor: {name} fired at epoch {epoch} ({monitor.describe(name)})")
-    if fired and monitor.should_stop and not diverged:
+    if fired and monitor.should_stop and not diverged and epoch < last_epoch:  # (at the last epoch nothing is
+        # left to stop: the run trained its whole budget, and is not recorded as stopped early — walk 46 case 158)
         log(f"{who}stopped at epoch {epoch} of {budget}: {', '.join(fired)} fired (--stop-on-flag)")
         return "stopped_flagged"
     return None
