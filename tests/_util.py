@@ -57,3 +57,14 @@ def _tiny_classes():
 
 
 TinyBlk, TinyNet = _tiny_classes()
+
+
+def plugin_in(monkeypatch, tmp_path, name: str, code: str, *registries) -> None:
+    """A plug-in module ``name`` written into ``tmp_path`` and importable, the working folder ``tmp_path``; the
+    ``registries`` it registers into are restored after the test (its names stay this test's only)."""
+    for reg in registries:
+        monkeypatch.setattr(reg, "_items", dict(reg._items))
+        monkeypatch.setattr(reg, "_meta", dict(reg._meta))
+    (tmp_path / f"{name}.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)

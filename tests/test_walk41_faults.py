@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from _util import plugin_in
 
 from depthaudit.cli import main
 
@@ -181,11 +182,7 @@ def test_a_plugin_adapter_that_does_not_describe_its_network_is_refused_before_t
     (one line naming the arch and the block or the forward), before anything is written."""
     from depthaudit.models import MODELS
 
-    monkeypatch.setattr(MODELS, "_items", dict(MODELS._items))
-    monkeypatch.setattr(MODELS, "_meta", dict(MODELS._meta))
-    (tmp_path / "p41mod.py").write_text(MODELS_PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
+    plugin_in(monkeypatch, tmp_path, "p41mod", MODELS_PLUGIN, MODELS)
     try:
         for arch, why in (("plain41", "block 'layers.0': block(h) − h is not its branch"),
                           ("nanm41", "differs from Net's own forward")):

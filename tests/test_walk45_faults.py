@@ -3,6 +3,7 @@
 import sys
 
 import pytest
+from _util import plugin_in
 
 from depthaudit.cli import main
 
@@ -47,11 +48,7 @@ def test_labels_that_are_not_one_class_index_per_example_are_refused_before_anyt
     then refused the fixed dataset. One line naming the dataset, the split and the shape, exit 2, nothing made."""
     from depthaudit.data.base import DATASETS
 
-    monkeypatch.setattr(DATASETS, "_items", dict(DATASETS._items))
-    monkeypatch.setattr(DATASETS, "_meta", dict(DATASETS._meta))
-    (tmp_path / "p45d.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
+    plugin_in(monkeypatch, tmp_path, "p45d", PLUGIN, DATASETS)
     try:
         small = ["--dataset", name, "--d-hidden", "16", "--num-blocks", "2"]
         audit = ["audit", *small, "--methods", "bp", "--seeds", "1", "--out", "A"]
