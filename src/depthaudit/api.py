@@ -867,9 +867,10 @@ def identity(config: TrainConfig, seeds=(42, 123, 456), *, probe_batches: int = 
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         with folder_lock(Path(out).parent):  # (two checks into one file at once: walk 40 case 165, one result lost)
             now = _check_identity_target(Path(out))  # read again: another check may have written it meanwhile
-            if now is not None and now != before and _identity_changes(now, record):
+            meanwhile = _identity_changes(now, record) if now is not None and now != before else []
+            if meanwhile:
                 raise ConfigError(f"{{out}} {out} was written by another identity check while this one ran (it "
-                                  f"differs in {', '.join(_identity_changes(now, record)[:6])}); it is kept and this "
+                                  f"differs in {', '.join(meanwhile[:6])}); it is kept and this "
                                   "check's result is not written: rerun with another {out}")
             write_json(Path(out), record)
         diff = _identity_changes(before, record) if before is not None else []

@@ -233,12 +233,17 @@ def plugin_ended(exc: BaseException) -> str | None:
     while seen is not None:
         line = plugin_blame(seen, own_code=True)
         if line is not None:
-            what = (f"called {'os._exit' if getattr(seen, 'os_exit', False) else 'sys.exit'}({seen.code})"
-                    if isinstance(seen, SystemExit) else "raised KeyboardInterrupt")
-            return (f"{line.split(' raised ')[0]} {what} at {line.split(' at ', 1)[1].split(';')[0]}; a plug-in must "
-                    "not end or interrupt the command: raise an exception instead; fix the plug-in")
+            return _ended_line(line.split(" raised ")[0], seen, line.split(" at ", 1)[1].split(";")[0])
         seen = seen.__context__
     return None
+
+
+def _ended_line(who: str, exc: BaseException, where: str) -> str:
+    """``WHO called sys.exit(n) at WHERE; …`` (or os._exit, or raised KeyboardInterrupt): the one line for either."""
+    what = (f"called {'os._exit' if getattr(exc, 'os_exit', False) else 'sys.exit'}({exc.code})"
+            if isinstance(exc, SystemExit) else "raised KeyboardInterrupt")
+    return (f"{who} {what} at {where}; a plug-in must not end or interrupt the command: raise an exception instead; "
+            "fix the plug-in")
 
 
 def _outside(exc: BaseException) -> tuple[str, str] | None:
@@ -269,12 +274,7 @@ def code_ended(exc: BaseException) -> str | None:
     if line is not None or not isinstance(exc, SystemExit | KeyboardInterrupt):
         return line
     found = _outside(exc)
-    if found is None:
-        return None
-    what = (f"called {'os._exit' if getattr(exc, 'os_exit', False) else 'sys.exit'}({exc.code})"
-            if isinstance(exc, SystemExit) else "raised KeyboardInterrupt")
-    return (f"{found[0]} {what} at {found[1]}; a plug-in must not end or interrupt the command: raise an exception "
-            "instead; fix the plug-in")
+    return None if found is None else _ended_line(*found[:1], exc, found[1])
 
 
 def plugin_error(exc: BaseException) -> UsageError | None:
